@@ -1,0 +1,57 @@
+"""The ``placer`` command. Each subcommand lives in ``placer/commands/<name>.py`` with two functions:
+``add_arguments(parser)`` and ``run(args) -> int``. Exit codes: 0 ok, 1 bug, 2 bad input, 3 infeasible."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from rich.console import Console
+from rich.markup import escape
+
+from placer.errors import PlacerError
+
+#: subcommand -> one-line help; the module placer.commands.<name> implements it.
+COMMANDS = {
+    "check": "validate spec and plan files and print a one-line summary of each",
+    "show": "describe a hardware spec or workload (tables per node, largest tables), optionally plot it",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="placer", description="Place DLRM embedding tables, with proof.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, help_text in COMMANDS.items():
+        module = importlib.import_module(f"placer.commands.{name}")
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit code (and exits with it when run as a script)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse already printed usage; bad arguments are bad input
+        code = exc.code if isinstance(exc.code, int) else 2
+        return _exit(code, argv)
+    try:
+        code = args._run(args)
+    except PlacerError as exc:
+        Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(str(exc))}", markup=True)
+        code = exc.exit_code
+    except KeyboardInterrupt:
+        code = 130
+    return _exit(code, argv)
+
+
+def _exit(code: int, argv) -> int:
+    if argv is None:
+        sys.exit(code)
+    return code
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,210 @@
+"""Hardware spec: node templates (GPUs, host, switches, NICs, links) replicated into a cluster.
+
+Units are in the field names: ``_GiB`` capacities (2**30 bytes), ``_GBps`` bandwidths (1e9 bytes/s, per
+direction), ``_us`` latencies, ``_TFLOPs`` compute rates. Efficiencies are fractions in (0, 1] of the
+datasheet peak that the named operation reaches (measured by ``placer calibrate``).
+
+Device naming: inside a node the GPUs are ``gpu0..gpuN-1``, the host is ``host``, NICs ``nic0..nicK-1``,
+switches by their own names; globally a device is ``<node>/<local name>``, nodes ``node0..`` in file order.
+"""
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+from functools import cached_property
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_validator
+
+from placer.specs.common import StrictModel
+from placer.specs.loading import load_model, read_document
+
+Fraction = float
+
+
+class GpuSpec(StrictModel):
+    """Every GPU of a node template (identical within a template)."""
+
+    model: str
+    count: PositiveInt
+    hbm_GiB: PositiveFloat = Field(description="HBM capacity per GPU, GiB")
+    hbm_bw_GBps: PositiveFloat = Field(description="HBM streaming bandwidth, GB/s (datasheet or measured copy)")
+    hbm_gather_efficiency: float = Field(gt=0, le=1, description="fraction of hbm_bw_GBps reached by random row gathers")
+    hbm_reserve_GiB: float = Field(default=4.0, ge=0, description="HBM kept for CUDA context, allocator, workspace")
+    peak_TFLOPs: dict[Literal["fp32", "tf32", "bf16", "fp16"], PositiveFloat]
+    compute_efficiency: float = Field(gt=0, le=1, description="achievable fraction of peak_TFLOPs for MLP GEMMs")
+    kernel_launch_us: float = Field(default=5.0, ge=0, description="fixed cost per kernel launched, us")
+    host_read_efficiency: float = Field(
+        default=0.5, gt=0, le=1,
+        description="fraction of the PCIe link's bandwidth reached when the GPU gathers rows from pinned host memory")
+
+
+class HostSpec(StrictModel):
+    """The host (CPU sockets and DRAM) of a node template."""
+
+    dram_GiB: PositiveFloat = Field(description="host DRAM capacity, GiB")
+    dram_bw_GBps: PositiveFloat = Field(description="host DRAM bandwidth, GB/s")
+    dram_reserve_GiB: float = Field(default=16.0, ge=0, description="DRAM kept for the OS, data loader, runtime")
+    cpu_cores: PositiveInt
+    cpu_gather_GBps: PositiveFloat = Field(
+        description="bytes/s of embedding rows the CPU gathers and pools from DRAM, all cores together, GB/s")
+    cpu_peak_TFLOPs: PositiveFloat = Field(default=1.0, description="CPU fp32 peak, all cores, TFLOP/s")
+
+
+class NicSpec(StrictModel):
+    """Network interfaces of a node template, named nic0..nic{count-1}; each reaches the fabric."""
+
+    count: PositiveInt
+    bw_GBps: PositiveFloat = Field(description="per NIC, per direction, GB/s (400 Gb/s NDR = 50 GB/s)")
+    latency_us: float = Field(default=2.0, ge=0)
+
+
+class LinkSpec(StrictModel):
+    """A link between two devices of the same node. An endpoint may be a glob ("gpu*"): a glob against a
+    single device makes one link per match; two globs of equal size are paired in order (gpu0-nic0, ...)."""
+
+    kind: Literal["nvlink", "pcie", "network"]
+    between: tuple[str, str]
+    bw_GBps: PositiveFloat = Field(description="bandwidth per direction, GB/s")
+    latency_us: float = Field(default=1.0, ge=0)
+    pcie_gen: int | None = Field(default=None, ge=1, le=7)
+    efficiency: float = Field(default=1.0, gt=0, le=1, description="achievable fraction of bw_GBps for bulk copies")
+
+
+class NodeTemplate(StrictModel):
+    """One kind of node: its GPUs, host, switches, NICs and the links between them."""
+
+    description: str = ""
+    gpus: GpuSpec
+    host: HostSpec
+    switches: list[str] = Field(default_factory=list)
+    nics: NicSpec | None = None
+    links: list[LinkSpec]
+
+    @cached_property
+    def device_names(self) -> list[str]:
+        """Local device names of one node built from this template."""
+        names = [f"gpu{i}" for i in range(self.gpus.count)] + ["host"] + list(self.switches)
+        if self.nics:
+            names += [f"nic{i}" for i in range(self.nics.count)]
+        return names
+
+    def expand(self, pattern: str) -> list[str]:
+        """Devices a link endpoint names (a glob may match several)."""
+        return [n for n in self.device_names if fnmatch.fnmatchcase(n, pattern)]
+
+    @model_validator(mode="after")
+    def _links_name_known_devices(self) -> "NodeTemplate":
+        reserved = {"host"} | {f"gpu{i}" for i in range(self.gpus.count)}
+        for s in self.switches:
+            if s in reserved or s.startswith("nic"):
+                raise ValueError(f"switch name {s!r} clashes with a GPU, host or NIC name")
+        known = ", ".join(_compact_names(self.device_names))
+        for i, link in enumerate(self.links):
+            sides = [self.expand(p) for p in link.between]
+            for pattern, matches in zip(link.between, sides):
+                if not matches:
+                    raise ValueError(f"links[{i}].between: unknown device {pattern!r} (known: {known})")
+            if len(sides[0]) > 1 and len(sides[1]) > 1 and len(sides[0]) != len(sides[1]):
+                raise ValueError(f"links[{i}].between: globs match {len(sides[0])} and {len(sides[1])} devices; "
+                                 "two globs must match the same number to be paired")
+            if any(a == b for a, b in self.link_pairs(link)):
+                raise ValueError(f"links[{i}].between: a link from a device to itself")
+        return self
+
+    def link_pairs(self, link: LinkSpec) -> list[tuple[str, str]]:
+        """The (a, b) local device pairs one LinkSpec stands for."""
+        a, b = (self.expand(p) for p in link.between)
+        if len(a) > 1 and len(b) > 1:
+            return list(zip(a, b))
+        return [(x, y) for x in a for y in b]
+
+
+def _compact_names(names: list[str]) -> list[str]:
+    gpus = [n for n in names if n.startswith("gpu")]
+    nics = [n for n in names if n.startswith("nic")]
+    rest = [n for n in names if n not in gpus and n not in nics]
+    out = [f"gpu0..gpu{len(gpus) - 1}"] if gpus else []
+    out += rest
+    if nics:
+        out.append(f"nic0..nic{len(nics) - 1}")
+    return out
+
+
+class NodeGroup(StrictModel):
+    """``count`` nodes built from ``template``."""
+
+    template: str
+    count: PositiveInt = 1
+
+
+class FabricSpec(StrictModel):
+    """The network between nodes: a non-blocking switch every NIC reaches at the NIC's own bandwidth."""
+
+    kind: str = "infiniband"
+    latency_us: float = Field(default=5.0, ge=0)
+
+
+class HardwareSpec(StrictModel):
+    """A whole machine or cluster. Build the graph with ``placer.topology.Topology(spec)``."""
+
+    schema_version: Literal[1] = 1
+    name: str
+    description: str = ""
+    templates: dict[str, NodeTemplate]
+    nodes: list[NodeGroup] = Field(min_length=1)
+    fabric: FabricSpec | None = None
+    source_path: str | None = Field(default=None, exclude=True)
+    sha256: str | None = Field(default=None, exclude=True)
+
+    @field_validator("templates")
+    @classmethod
+    def _some_template(cls, v: dict) -> dict:
+        if not v:
+            raise ValueError("at least one node template is required")
+        return v
+
+    @model_validator(mode="after")
+    def _nodes_use_known_templates(self) -> "HardwareSpec":
+        for i, group in enumerate(self.nodes):
+            if group.template not in self.templates:
+                raise ValueError(f"nodes[{i}].template: unknown template {group.template!r} "
+                                 f"(known: {', '.join(self.templates)})")
+        if self.num_nodes > 1:
+            if self.fabric is None:
+                raise ValueError("fabric: required when there is more than one node")
+            for name, t in self.templates.items():
+                if t.nics is None:
+                    raise ValueError(f"templates.{name}.nics: required when there is more than one node")
+        return self
+
+    @property
+    def num_nodes(self) -> int:
+        return sum(g.count for g in self.nodes)
+
+    def node_templates(self) -> list[tuple[str, NodeTemplate]]:
+        """(node name, template) for every node, in order: node0, node1, ..."""
+        out = []
+        for group in self.nodes:
+            for _ in range(group.count):
+                out.append((f"node{len(out)}", self.templates[group.template]))
+        return out
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(self.templates[g.template].gpus.count * g.count for g in self.nodes)
+
+    def with_gpu_count(self, nodes: int) -> "HardwareSpec":
+        """The same spec with its first node group replicated to ``nodes`` nodes (for what-if sweeps)."""
+        groups = [NodeGroup(template=self.nodes[0].template, count=nodes)]
+        return self.model_copy(update={"nodes": groups, "name": f"{self.name}-x{nodes}"})
+
+
+def load_hardware(path: str | Path) -> HardwareSpec:
+    """Load and validate a hardware spec (YAML or JSON). Raises SpecError naming file and field."""
+    data = read_document(path)
+    spec = load_model(HardwareSpec, path, data)
+    digest = hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+    return spec.model_copy(update={"source_path": str(path), "sha256": digest})
