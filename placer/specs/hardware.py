@@ -100,7 +100,7 @@ class NodeTemplate(StrictModel):
         reserved = {"host"} | {f"gpu{i}" for i in range(self.gpus.count)}
         for s in self.switches:
             if s in reserved or s.startswith("nic"):
-                raise ValueError(f"switch name {s!r} clashes with a GPU, host or NIC name")
+                raise ValueError(f"switches: switch name {s!r} clashes with a GPU, host or NIC name")
         known = ", ".join(_compact_names(self.device_names))
         for i, link in enumerate(self.links):
             sides = [self.expand(p) for p in link.between]
@@ -126,10 +126,10 @@ def _compact_names(names: list[str]) -> list[str]:
     gpus = [n for n in names if n.startswith("gpu")]
     nics = [n for n in names if n.startswith("nic")]
     rest = [n for n in names if n not in gpus and n not in nics]
-    out = [f"gpu0..gpu{len(gpus) - 1}"] if gpus else []
+    out = [gpus[0] if len(gpus) == 1 else f"gpu0..gpu{len(gpus) - 1}"] if gpus else []
     out += rest
     if nics:
-        out.append(f"nic0..nic{len(nics) - 1}")
+        out.append(nics[0] if len(nics) == 1 else f"nic0..nic{len(nics) - 1}")
     return out
 
 

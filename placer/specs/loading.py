@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -54,26 +55,48 @@ def format_location(loc: tuple) -> str:
     return out or "(top level)"
 
 
+#: a field path at the start of a validator's message: "links[0].between: unknown device ..."
+_MESSAGE_PATH = re.compile(r"^([A-Za-z_][\w-]*(?:\[\d+\])*(?:\.[A-Za-z_][\w-]*(?:\[\d+\])*)*): (.+)$", re.S)
+
+#: fields whose value is a tagged union (``kind:``); pydantic puts the tag in the error location
+_TAGGED_UNION_FIELDS = {"access", "interaction"}
+
+
+def _field_and_message(err: dict) -> tuple[str, str]:
+    """One pydantic error -> (field path, message), the path joined with any path the message starts with."""
+    loc = list(err["loc"])
+    parts = [p for i, p in enumerate(loc)
+             if not _is_union_tag(p) and not (i > 0 and loc[i - 1] in _TAGGED_UNION_FIELDS and isinstance(p, str))]
+    field = format_location(tuple(parts))
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        msg = "unknown field"
+    elif err["type"] in ("value_error", "assertion_error"):
+        msg = re.sub(r"^(Value|Assertion) error, ", "", msg)
+        m = _MESSAGE_PATH.match(msg)
+        if m:  # the validator named a deeper field: join it to the location it was raised at
+            inner, msg = m.group(1), m.group(2)
+            head = inner.split(".")[0].split("[")[0]
+            if parts and parts[-1] == head:
+                parts = parts[:-1]
+            prefix = format_location(tuple(parts)) if parts else ""
+            field = f"{prefix}.{inner}" if prefix else inner
+    if "input" in err and err["type"] not in ("missing", "extra_forbidden") and not isinstance(
+            err["input"], (dict, list)):
+        msg += f" (got {err['input']!r})"
+    return field, msg
+
+
 def validation_to_spec_error(exc: ValidationError, file: str | None) -> SpecError:
     """Turn a pydantic ValidationError into one SpecError listing every bad field with what was expected."""
-    lines = []
-    for err in exc.errors():
-        field = format_location(tuple(p for p in err["loc"] if not _is_union_tag(p)))
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
-            msg = "unknown field"
-        if "input" in err and err["type"] not in ("missing", "extra_forbidden") and not isinstance(
-                err["input"], (dict, list)):
-            msg += f" (got {err['input']!r})"
-        lines.append(f"{field}: {msg}")
-    first_field = lines[0].split(":")[0] if lines else None
-    if len(lines) == 1:
-        return SpecError(lines[0].split(": ", 1)[1], file=file, field=first_field)
-    return SpecError("invalid fields:\n  " + "\n  ".join(lines), file=file)
+    pairs = [_field_and_message(err) for err in exc.errors()]
+    if len(pairs) == 1:
+        return SpecError(pairs[0][1], file=file, field=pairs[0][0])
+    return SpecError("invalid fields:\n  " + "\n  ".join(f"{f}: {m}" for f, m in pairs), file=file)
 
 
 def _is_union_tag(part: Any) -> bool:
-    """pydantic puts discriminator tags like 'zipf' in locations of tagged unions; keep paths readable."""
+    """pydantic puts validator tags like 'function-after[...]' in locations; keep paths readable."""
     return isinstance(part, str) and part.startswith("function-")
 
 

@@ -146,7 +146,7 @@ class Workload(StrictModel):
             data = dict(data)
             defaults = data.pop("table_defaults") or {}
             if not isinstance(defaults, dict):
-                raise ValueError("table_defaults must be a mapping")
+                raise ValueError("table_defaults: must be a mapping")
             tables = data.get("tables")
             if isinstance(tables, list):
                 data["tables"] = [{**defaults, **t} if isinstance(t, dict) else t for t in tables]
@@ -155,11 +155,11 @@ class Workload(StrictModel):
     @field_validator("tables")
     @classmethod
     def _unique_table_names(cls, tables: list[TableSpec]) -> list[TableSpec]:
-        seen = set()
+        seen: dict[str, int] = {}
         for i, t in enumerate(tables):
             if t.name in seen:
-                raise ValueError(f"duplicate table name {t.name!r} at tables[{i}]")
-            seen.add(t.name)
+                raise ValueError(f"tables[{i}].name: duplicate table name {t.name!r} (first at tables[{seen[t.name]}])")
+            seen[t.name] = i
         return tables
 
     @field_validator("features")
@@ -168,13 +168,15 @@ class Workload(StrictModel):
         if features is None:
             return features
         names = {t.name for t in info.data.get("tables", [])}
-        seen = set()
+        seen: dict[str, int] = {}
         for i, f in enumerate(features):
             if names and f.table not in names:
-                raise ValueError(f"features[{i}].table: unknown table {f.table!r}")
+                known = ", ".join(sorted(names)[:8]) + (", ..." if len(names) > 8 else "")
+                raise ValueError(f"features[{i}].table: unknown table {f.table!r} (known: {known})")
             if f.name in seen:
-                raise ValueError(f"duplicate feature name {f.name!r} at features[{i}]")
-            seen.add(f.name)
+                raise ValueError(f"features[{i}].name: duplicate feature name {f.name!r} "
+                                 f"(first at features[{seen[f.name]}])")
+            seen[f.name] = i
         return features
 
     @model_validator(mode="after")
