@@ -89,15 +89,26 @@ class AccessModel(ABC):
 
     def expected_unique_rows(self, lookups: float) -> float:
         """Expected number of distinct rows touched by ``lookups`` independent draws."""
+        hot, cold = self.unique_rows_split(lookups, 1.0)
+        return hot + cold
+
+    def unique_rows_split(self, lookups: float, hot_fraction: float) -> tuple[float, float]:
+        """Expected distinct rows touched by ``lookups`` draws among the hottest ``hot_fraction`` of rows and
+        among the rest: (hot, cold). Rows inside one grid segment share that segment's mean probability."""
         if lookups <= 0:
-            return 0.0
+            return 0.0, 0.0
         ranks, cov = self._rank_grid
         n_rows = np.diff(ranks)
         mass = np.diff(cov)
         with np.errstate(divide="ignore", invalid="ignore"):
             p = np.where(n_rows > 0, mass / n_rows, 0.0)
-        touched = n_rows * -np.expm1(lookups * np.log1p(-np.clip(p, 0.0, 1 - 1e-16)))
-        return float(min(touched.sum(), self.rows, lookups))
+        per_row = -np.expm1(lookups * np.log1p(-np.clip(p, 0.0, 1 - 1e-16)))
+        cut = min(max(hot_fraction, 0.0), 1.0) * self.rows
+        hot_rows = np.clip(cut - ranks[:-1], 0.0, n_rows)
+        hot = float((hot_rows * per_row).sum())
+        cold = float(((n_rows - hot_rows) * per_row).sum())
+        scale = min(1.0, lookups / max(hot + cold, 1e-300))  # never more distinct rows than draws
+        return hot * scale, cold * scale
 
 
 class UniformAccess(AccessModel):

@@ -1,0 +1,312 @@
+"""The cost model: what a placement puts on each resource in each phase of a training step.
+
+A synchronous step is a sequence of PHASES; within a phase every resource works in parallel, so the phase
+lasts as long as its busiest resource; the step is the sum of its phases plus fixed latencies:
+
+    step_time = sum_p max_r (base[p][r] + sum_tables load[p][r]) + fixed_latency
+
+``load`` is in seconds: bytes / (bytes/s), FLOPs / (FLOP/s), kernel launches / (launches/s). Every load is
+linear in the choice of placements, which is what makes the ILP exact (see planner/ilp.py), and the same
+function prices a plan for the simulator, the planner and the baselines.
+
+Physics per GPU shard (n of the table's N rows, c of its d columns, k rows in HBM, element bytes e):
+- forward: n/N of the B*L lookups land on the shard; the hit share coverage(k/n) gathers from HBM at
+  hbm_bw * hbm_gather_efficiency, the miss share is read by the GPU from pinned host memory across the
+  host->GPU path at link rate * host_read_efficiency (and from host DRAM). Pooled outputs (fp32, c wide,
+  one per feature and sample) are written to HBM and sent to the sample owners (B/W samples per GPU).
+- backward: the owners send pooled-output gradients back; the shard expands them to one gradient row per
+  lookup (written and read once, fp32) and updates each distinct touched row in place: read and write of
+  the row and its optimizer state (HBM for hot rows, across PCIe for cold rows).
+- host (CPU lookup): the CPU gathers and pools at cpu_gather rate from DRAM, pooled results go to every
+  GPU across PCIe (and the network), gradients come back, the CPU applies the sparse update.
+- data parallel: each GPU gathers for its own samples from a full replica; the table's dense gradient is
+  all-reduced in a ring (2(W-1)/W of its bytes through every ring hop) and the update streams the table.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from placer.plan import Placement, Shard
+from placer.specs.workload import TableSpec, Workload
+from placer.topology import Topology
+from placer.units import element_bytes
+
+PHASES = ("embedding_forward", "forward_exchange", "dense", "backward_exchange", "embedding_backward",
+          "gradient_allreduce")
+FWD, FX, DENSE, BX, BWD, AR = range(len(PHASES))
+
+#: Kernel launches per shard and phase (eager PyTorch: gather; remap + hot gather + cold gather + add).
+LAUNCHES_FWD = {"plain": 1, "split": 4}
+LAUNCHES_BWD = {"plain": 3, "split": 7}
+#: Kernel launches of the dense part per MLP layer per step (forward GEMM + bias/activation, backward
+#: two GEMMs + activation grad, optimizer) and for the interaction and loss.
+LAUNCHES_PER_LAYER = 8
+LAUNCHES_INTERACTION = 16
+POOLED_BYTES = 4  # pooled embeddings and their gradients travel as fp32
+STATE_BYTES = 4  # optimizer state is fp32
+
+
+@dataclass
+class Cost:
+    """Loads in seconds keyed by (phase index, resource name) and memory in bytes keyed by memory name."""
+
+    loads: dict[tuple[int, str], float] = field(default_factory=lambda: defaultdict(float))
+    memory: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+
+    def add_load(self, phase: int, resource: str, seconds: float) -> None:
+        if seconds:
+            self.loads[(phase, resource)] += seconds
+
+    def add_memory(self, memory: str, n_bytes: float) -> None:
+        if n_bytes:
+            self.memory[memory] += n_bytes
+
+    def __iadd__(self, other: "Cost") -> "Cost":
+        for k, v in other.loads.items():
+            self.loads[k] += v
+        for k, v in other.memory.items():
+            self.memory[k] += v
+        return self
+
+
+class CostModel:
+    """Prices placements of one workload on one machine. Pure: no state but caches of derived values."""
+
+    def __init__(self, topology: Topology, workload: Workload):
+        self.topo = topology
+        self.wl = workload
+        self.gpus = topology.gpus
+        self.W = len(self.gpus)
+        self.B = workload.batch_size
+        self.samples_per_gpu = self.B / self.W
+        self.tables: dict[str, TableSpec] = {t.name: t for t in workload.tables}
+        self.state_factor = workload.optimizer_state_factor
+        self._rate = {name: r.rate for name, r in topology.resources.items()}
+
+    # ---- helpers -------------------------------------------------------------------------------------------
+
+    def _send(self, cost: Cost, phase: int, src: str, dst: str, n_bytes: float, efficiency: float = 1.0) -> None:
+        """Bytes from ``src`` to ``dst`` load every directed link on their route."""
+        if n_bytes <= 0 or src == dst:
+            return
+        for link in self.topo.route(src, dst):
+            cost.add_load(phase, link, n_bytes / efficiency / self._rate[link])
+
+    def _on(self, cost: Cost, phase: int, device: str, kind: str, amount: float) -> None:
+        name = f"{device}:{kind}"
+        cost.add_load(phase, name, amount / self._rate[name])
+
+    def lookups_per_step(self, table: str) -> float:
+        return self.B * self.wl.lookups_per_sample(table)
+
+    # ---- placements ----------------------------------------------------------------------------------------
+
+    def placement_cost(self, p: Placement) -> Cost:
+        """Loads and memory of one table's placement."""
+        t = self.tables[p.table]
+        e = element_bytes(p.precision)
+        cost = Cost()
+        if p.sharding == "host":
+            for s in p.shards:
+                self._host_shard(cost, t, s, e)
+        elif p.sharding == "data_parallel":
+            for s in p.shards:
+                self._replica(cost, t, s, e, [r.device for r in p.shards])
+        else:
+            for s in p.shards:
+                self._gpu_shard(cost, t, s, e)
+        return cost
+
+    def _gpu_shard(self, cost: Cost, t: TableSpec, s: Shard, e: int) -> None:
+        g, host = s.device, self.topo.host_of(s.device)
+        gspec = self.topo.gpu_spec(g)
+        access = self.wl.access_models[t.name]
+        n, c, k = s.num_rows, s.num_cols, s.hbm_rows
+        row_bytes = c * e
+        state_bytes = self.state_factor[t.name] * c * STATE_BYTES
+        lookups = self.lookups_per_step(t.name) * n / t.rows
+        hot_frac = k / n
+        hit = float(access.coverage(hot_frac))
+        split = "split" if 0 < k < n else "plain"
+        outputs = self.wl.outputs_per_sample(t.name)
+        out_bytes_all = self.B * outputs * c * POOLED_BYTES
+
+        # forward: gathers
+        self._on(cost, FWD, g, "hbm", lookups * hit * row_bytes / gspec.hbm_gather_efficiency + out_bytes_all)
+        miss_bytes = lookups * (1 - hit) * row_bytes
+        if miss_bytes:
+            self._send(cost, FWD, host, g, miss_bytes, gspec.host_read_efficiency)
+            self._on(cost, FWD, host, "dram", miss_bytes)
+        self._on(cost, FWD, g, "launch", LAUNCHES_FWD[split])
+        # exchange of pooled outputs and their gradients with the sample owners
+        per_owner = self.samples_per_gpu * outputs * c * POOLED_BYTES
+        for h in self.gpus:
+            self._send(cost, FX, g, h, per_owner)
+            self._send(cost, BX, h, g, per_owner)
+        # backward: expand gradients per lookup, update distinct rows in place
+        grad_bytes = lookups * c * POOLED_BYTES
+        uniq_hot, uniq_cold = self._unique_split(t, n, lookups, hot_frac)
+        rmw = row_bytes + state_bytes
+        self._on(cost, BWD, g, "hbm", 2 * grad_bytes + out_bytes_all
+                 + 2 * uniq_hot * rmw / gspec.hbm_gather_efficiency)
+        if uniq_cold:
+            cold_bytes = uniq_cold * rmw
+            self._send(cost, BWD, host, g, cold_bytes, gspec.host_read_efficiency)
+            self._send(cost, BWD, g, host, cold_bytes, gspec.host_read_efficiency)
+            self._on(cost, BWD, host, "dram", 2 * cold_bytes)
+        self._on(cost, BWD, g, "launch", LAUNCHES_BWD[split])
+        # memory
+        cost.add_memory(g, k * rmw)
+        cost.add_memory(host, (n - k) * rmw)
+
+    def _unique_split(self, t: TableSpec, n: int, lookups: float, hot_frac: float) -> tuple[float, float]:
+        """Distinct rows a shard of n rows touches per step, (in HBM, in host memory)."""
+        access = self.wl.access_models[t.name]
+        total_lookups = self.lookups_per_step(t.name)
+        hot, cold = access.unique_rows_split(total_lookups, hot_frac)
+        share = n / t.rows
+        return hot * share, cold * share
+
+    def _host_shard(self, cost: Cost, t: TableSpec, s: Shard, e: int) -> None:
+        host = s.device
+        n, c = s.num_rows, s.num_cols
+        row_bytes = c * e
+        state_bytes = self.state_factor[t.name] * c * STATE_BYTES
+        lookups = self.lookups_per_step(t.name) * n / t.rows
+        gathered = lookups * row_bytes
+        self._on(cost, FWD, host, "cpu", gathered)
+        self._on(cost, FWD, host, "dram", gathered)
+        per_owner = self.samples_per_gpu * self.wl.outputs_per_sample(t.name) * c * POOLED_BYTES
+        for h in self.gpus:
+            self._send(cost, FX, host, h, per_owner)
+            self._send(cost, BX, h, host, per_owner)
+            self._on(cost, FX, h, "launch", 1)
+            self._on(cost, BX, h, "launch", 1)
+        uniq = self.wl.access_models[t.name].expected_unique_rows(self.lookups_per_step(t.name)) * n / t.rows
+        update = lookups * c * POOLED_BYTES + 2 * uniq * (row_bytes + state_bytes)
+        self._on(cost, BWD, host, "cpu", update)
+        self._on(cost, BWD, host, "dram", update)
+        cost.add_memory(host, n * (row_bytes + state_bytes))
+
+    def _replica(self, cost: Cost, t: TableSpec, s: Shard, e: int, ring: list[str]) -> None:
+        g = s.device
+        gspec = self.topo.gpu_spec(g)
+        n, c = s.num_rows, s.num_cols
+        row_bytes = c * e
+        state_bytes = self.state_factor[t.name] * c * STATE_BYTES
+        local_lookups = self.wl.lookups_per_sample(t.name) * self.samples_per_gpu
+        outputs = self.samples_per_gpu * self.wl.outputs_per_sample(t.name) * c * POOLED_BYTES
+        grad_table = n * c * POOLED_BYTES
+        self._on(cost, FWD, g, "hbm", local_lookups * row_bytes / gspec.hbm_gather_efficiency + outputs)
+        self._on(cost, FWD, g, "launch", 1)
+        # dense gradient of the replica: zero, scatter, all-reduce, stream the update over the table
+        self._on(cost, BWD, g, "hbm", 2 * grad_table + 2 * n * (row_bytes + state_bytes) + outputs)
+        self._on(cost, BWD, g, "launch", 4)
+        if len(ring) > 1:
+            nxt = ring[(ring.index(g) + 1) % len(ring)]
+            self._send(cost, AR, g, nxt, 2 * (len(ring) - 1) / len(ring) * grad_table)
+            self._on(cost, AR, g, "launch", 1)
+        cost.add_memory(g, n * (row_bytes + state_bytes) + grad_table)
+
+    # ---- the part that does not depend on the placement -----------------------------------------------------
+
+    @cached_property
+    def dense(self) -> "DenseModelCost":
+        return DenseModelCost.of(self.wl)
+
+    @cached_property
+    def base_cost(self) -> Cost:
+        """Dense compute, dense all-reduce and HBM held by the dense model on every GPU (placement-free)."""
+        cost = Cost()
+        d = self.dense
+        for i, g in enumerate(self.gpus):
+            self._on(cost, DENSE, g, "compute", 3 * d.flops_per_sample * self.samples_per_gpu)
+            self._on(cost, DENSE, g, "launch", d.launches)
+            if self.W > 1:
+                nxt = self.gpus[(i + 1) % self.W]
+                self._send(cost, AR, g, nxt, 2 * (self.W - 1) / self.W * d.params * 4)
+                self._on(cost, AR, g, "launch", 1)
+            cost.add_memory(g, d.hbm_bytes(self.samples_per_gpu, self.wl.optimizer.name))
+        return cost
+
+    @cached_property
+    def fixed_latency_s(self) -> dict[int, float]:
+        """Latency per phase that no bandwidth hides: the farthest exchange path, the all-reduce ring hops."""
+        out = {p: 0.0 for p in range(len(PHASES))}
+        if self.W > 1:
+            g0 = self.gpus[0]
+            farthest = max(self.topo.path_latency_s(g0, h) for h in self.gpus[1:])
+            out[FX] = out[BX] = farthest
+            hop = max(self.topo.path_latency_s(g, self.gpus[(i + 1) % self.W]) for i, g in enumerate(self.gpus))
+            out[AR] = 2 * (self.W - 1) * hop
+        return out
+
+    @cached_property
+    def usable_memory(self) -> dict[str, float]:
+        """Bytes each memory can give to tables: capacity - reserve - what the dense model holds there."""
+        out = {}
+        for name, mem in self.topo.memories.items():
+            out[name] = mem.usable_bytes - self.base_cost.memory.get(name, 0.0)
+        return out
+
+
+@dataclass(frozen=True)
+class DenseModelCost:
+    """FLOPs, parameters and launches of the dense DLRM part, per sample and per step."""
+
+    flops_per_sample: float  # forward FLOPs of one sample (backward is counted as 2x forward)
+    params: int  # dense parameters (fp32)
+    launches: float  # kernel launches per step for the dense part
+    activation_floats_per_sample: float
+
+    @classmethod
+    def of(cls, wl: Workload) -> "DenseModelCost":
+        dense = wl.dense
+        flops = 0.0
+        params = 0
+        acts = float(dense.num_dense_features)
+        layers = 0
+        width = dense.num_dense_features
+        for out in dense.bottom_mlp:
+            flops += 2 * width * out
+            params += width * out + out
+            acts += out
+            width = out
+            layers += 1
+        bottom_out = width
+        F = wl.num_pooled_features
+        emb_total = wl.embedding_dim_total
+        kind = dense.interaction.kind
+        if kind == "dot":
+            vectors = F + (1 if dense.bottom_mlp else 0)
+            mean_dim = (emb_total + (bottom_out if dense.bottom_mlp else 0)) / max(vectors, 1)
+            flops += vectors * vectors * mean_dim
+            top_in = vectors * (vectors - 1) // 2 + bottom_out
+        elif kind == "concat":
+            top_in = emb_total + bottom_out
+        else:  # dcnv2: x_{l+1} = x0 * (U (V x_l) + b) + x_l, low rank
+            D = emb_total + bottom_out
+            r = dense.interaction.rank
+            for _ in range(dense.interaction.layers):
+                flops += 2 * D * r * 2 + 3 * D
+                params += 2 * D * r + D
+                acts += D
+            layers += dense.interaction.layers
+            top_in = D
+        acts += top_in + emb_total
+        width = top_in
+        for out in dense.top_mlp:
+            flops += 2 * width * out
+            params += width * out + out
+            acts += out
+            width = out
+            layers += 1
+        launches = layers * LAUNCHES_PER_LAYER + LAUNCHES_INTERACTION
+        return cls(flops, params, launches, acts)
+
+    def hbm_bytes(self, samples_per_gpu: float, optimizer: str) -> float:
+        """Dense weights, gradients, optimizer state and activations (saved + their gradients), fp32."""
+        state = {"sgd": 0, "adagrad": 1, "rowwise_adagrad": 1, "adam": 2}[optimizer]
+        return self.params * 4 * (2 + state) + 2 * self.activation_floats_per_sample * samples_per_gpu * 4

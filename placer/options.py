@@ -1,0 +1,111 @@
+"""Candidate placements of every table: the menu the planner chooses from.
+
+Per table (DESIGN.md): table-wise on each GPU at each hot-row level (the hottest fraction f of rows in
+that GPU's HBM, the rest in its host's DRAM read by the GPU; f = 0 is UVM); row-wise over each node's GPUs
+and over all GPUs; column-wise into 2/4/8 pieces on aligned GPU blocks of a node; data-parallel (small
+tables); host with CPU lookup on each node's host; at fp16 too where the workload allows it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from placer.plan import Placement, Shard
+from placer.specs.workload import TableSpec, Workload
+from placer.topology import Topology
+
+DEFAULT_HOT_LEVELS = (1.0, 0.5, 0.25, 0.1, 0.05, 0.01, 0.0)
+COLUMN_PIECES = (2, 4, 8)
+MIN_COLUMN_PIECE = 4  # narrowest column piece offered, elements
+DATA_PARALLEL_MAX_BYTES = 64 * 2**20  # replicate only tables up to 64 MiB (their all-reduce is whole-table)
+
+
+@dataclass(frozen=True)
+class OptionConfig:
+    """Which kinds of placement to offer. Defaults follow the planner issue."""
+
+    hot_levels: tuple[float, ...] = DEFAULT_HOT_LEVELS
+    row_wise: bool = True
+    column_wise: bool = True
+    data_parallel: bool = True
+    host: bool = True
+    fp16: bool = True
+
+
+def precisions(t: TableSpec, cfg: OptionConfig) -> list[str]:
+    """Storage precisions allowed for a table: its own, plus fp16 when the workload allows it."""
+    if t.dtype == "fp16":
+        return ["fp16"]
+    return ["fp32", "fp16"] if (cfg.fp16 and t.allow_fp16) else ["fp32"]
+
+
+def hot_rows_levels(rows: int, levels) -> list[int]:
+    """Distinct HBM row counts for a shard of ``rows`` rows, hottest levels first."""
+    out = []
+    for f in levels:
+        k = int(round(f * rows))
+        if k not in out:
+            out.append(k)
+    return out
+
+
+def row_split(rows: int, pieces: int) -> list[tuple[int, int]]:
+    """Contiguous id ranges of near-equal size (the first ``rows % pieces`` one row longer)."""
+    base, extra = divmod(rows, pieces)
+    out, start = [], 0
+    for i in range(pieces):
+        stop = start + base + (1 if i < extra else 0)
+        out.append((start, stop))
+        start = stop
+    return [r for r in out if r[1] > r[0]]
+
+
+def table_options(t: TableSpec, topo: Topology, wl: Workload, cfg: OptionConfig = OptionConfig()) -> list[Placement]:
+    """Every candidate placement of one table."""
+    out: list[Placement] = []
+    full_rows, full_cols = (0, t.rows), (0, t.dim)
+    for prec in precisions(t, cfg):
+        for g in topo.gpus:
+            for k in hot_rows_levels(t.rows, cfg.hot_levels):
+                out.append(Placement(table=t.name, sharding="table_wise", precision=prec, shards=[
+                    Shard(device=g, rows=full_rows, cols=full_cols, hbm_rows=k, host_rows=t.rows - k)]))
+        if cfg.row_wise:
+            groups = [topo.gpus_of_node(n) for n in topo.nodes if len(topo.gpus_of_node(n)) > 1]
+            if len(topo.nodes) > 1:
+                groups.append(list(topo.gpus))
+            for group in groups:
+                ranges = row_split(t.rows, len(group))
+                if len(ranges) < len(group):
+                    continue
+                for f in cfg.hot_levels:
+                    shards = []
+                    for g, (a, b) in zip(group, ranges):
+                        k = int(round(f * (b - a)))
+                        shards.append(Shard(device=g, rows=(a, b), cols=full_cols, hbm_rows=k, host_rows=b - a - k))
+                    p = Placement(table=t.name, sharding="row_wise", precision=prec, shards=shards)
+                    if p not in out:
+                        out.append(p)
+        if cfg.column_wise:
+            for pieces in COLUMN_PIECES:
+                if t.dim % pieces or t.dim // pieces < MIN_COLUMN_PIECE:
+                    continue
+                width = t.dim // pieces
+                for node in topo.nodes:
+                    gpus = topo.gpus_of_node(node)
+                    for start in range(0, len(gpus) - pieces + 1, pieces):
+                        block = gpus[start:start + pieces]
+                        out.append(Placement(table=t.name, sharding="column_wise", precision=prec, shards=[
+                            Shard(device=g, rows=full_rows, cols=(i * width, (i + 1) * width), hbm_rows=t.rows,
+                                  host_rows=0) for i, g in enumerate(block)]))
+        if cfg.data_parallel and len(topo.gpus) > 1 and t.size_bytes(prec) <= DATA_PARALLEL_MAX_BYTES:
+            out.append(Placement(table=t.name, sharding="data_parallel", precision=prec, shards=[
+                Shard(device=g, rows=full_rows, cols=full_cols, hbm_rows=t.rows, host_rows=0) for g in topo.gpus]))
+        if cfg.host:
+            for host in topo.hosts:
+                out.append(Placement(table=t.name, sharding="host", precision=prec, shards=[
+                    Shard(device=host, rows=full_rows, cols=full_cols, hbm_rows=0, host_rows=t.rows)]))
+    return out
+
+
+def all_options(topo: Topology, wl: Workload, cfg: OptionConfig = OptionConfig()) -> dict[str, list[Placement]]:
+    """Candidate placements per table name."""
+    return {t.name: table_options(t, topo, wl, cfg) for t in wl.tables}

@@ -1,0 +1,153 @@
+"""Solve a Problem (problem.py) as a mixed-integer program with PuLP: CBC (default) or HiGHS.
+
+Honest status: 'optimal' only when the solver proved optimality within the requested relative gap;
+a time-limited incumbent is 'feasible', reported with the gap to the best valid lower bound known
+(the solver's own bound where it reports one, else the LP relaxation, never less than the resource bound).
+Times are scaled to milliseconds and memory to GiB inside the model to keep coefficients near 1.
+"""
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pulp
+
+from placer.errors import SolverError
+from placer.planner.problem import Problem
+
+TIME_SCALE = 1e3  # seconds -> milliseconds in the model
+MEM_SCALE = 2.0**-30  # bytes -> GiB in the model
+SOLVERS = ("cbc", "highs")
+
+
+@dataclass
+class IlpResult:
+    chosen: list[int] | None  # one option id per group, or None when no solution
+    status: str  # optimal | feasible | infeasible | no_solution
+    objective_s: float | None
+    lower_bound_s: float
+    wall_s: float
+    num_variables: int
+    num_constraints: int
+    warm_start: str
+    backend: str
+
+
+def _build(problem: Problem, relax: bool = False):
+    prob = pulp.LpProblem("placement", pulp.LpMinimize)
+    cat = pulp.LpContinuous if relax else pulp.LpBinary
+    x = [pulp.LpVariable(f"x{i}", lowBound=0, upBound=1, cat=cat) for i in range(problem.num_options)]
+    y = [pulp.LpVariable(f"y{p}", lowBound=0) for p in range(problem.num_phases)]
+    prob += pulp.lpSum(y)  # fixed_s is added outside: solvers report objectives without constants
+    for gi, group in enumerate(problem.groups):
+        prob += pulp.LpAffineExpression([(x[i], 1.0) for i in group]) == 1, f"one_{gi}"
+    for n, ((phase, _res), (ids, coef)) in enumerate(problem.load_rows.items()):
+        base = problem.load_base.get((phase, _res), 0.0) * TIME_SCALE
+        expr = pulp.LpAffineExpression([(x[i], -c * TIME_SCALE) for i, c in zip(ids, coef)] + [(y[phase], 1.0)])
+        prob += expr >= base, f"load_{n}"
+    for p in range(problem.num_phases):  # phases whose busiest resource carries only base load
+        floor = max((v for (ph, r), v in problem.load_base.items() if ph == p), default=0.0) * TIME_SCALE
+        if floor:
+            prob += y[p] >= floor, f"base_{p}"
+    for n, (m, (ids, b)) in enumerate(problem.mem_rows.items()):
+        prob += (pulp.LpAffineExpression([(x[i], v * MEM_SCALE) for i, v in zip(ids, b)])
+                 <= problem.mem_capacity[m] * MEM_SCALE), f"mem_{n}"
+    return prob, x, y
+
+
+def lp_relaxation_bound(problem: Problem, time_limit_s: float = 30.0) -> float | None:
+    """Optimal value of the LP relaxation (a valid lower bound on the step time), or None if not solved."""
+    prob, _, _ = _build(problem, relax=True)
+    prob.solve(pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s))
+    if pulp.LpStatus[prob.status] != "Optimal":
+        return None
+    return float(pulp.value(prob.objective)) / TIME_SCALE + problem.fixed_s
+
+
+_CBC_BOUND = re.compile(r"^Lower bound:\s*([-+0-9.eE]+)", re.MULTILINE)
+_CBC_RESULT = re.compile(r"^Result - (.*)$", re.MULTILINE)
+
+
+def solve(problem: Problem, *, backend: str = "cbc", time_limit_s: float = 60.0, gap: float = 0.005,
+          threads: int | None = None, warm_start: list[int] | None = None, msg: bool = False) -> IlpResult:
+    """Solve the placement ILP. ``warm_start`` is a feasible choice (one option id per group)."""
+    if backend not in SOLVERS:
+        raise SolverError(f"unknown solver {backend!r}; choose one of {', '.join(SOLVERS)}")
+    t0 = time.perf_counter()
+    prob, x, y = _build(problem)
+    warm = "none"
+    if warm_start is not None:
+        chosen = set(warm_start)
+        for i, var in enumerate(x):
+            var.setInitialValue(1.0 if i in chosen else 0.0)
+        warm = "cbc initial solution" if backend == "cbc" else "highs objective cutoff"
+    log_path = None
+    if backend == "cbc":
+        fd, log_path = tempfile.mkstemp(prefix="placer-cbc-", suffix=".log")
+        os.close(fd)
+        solver = pulp.PULP_CBC_CMD(msg=msg, timeLimit=time_limit_s, gapRel=gap, threads=threads,
+                                   warmStart=warm_start is not None, logPath=None if msg else log_path)
+    else:
+        extra = {}
+        if warm_start is not None:
+            start = (problem.objective(warm_start) - problem.fixed_s) * TIME_SCALE
+            extra["objective_bound"] = start * (1 + 1e-7) + 1e-9
+        solver = pulp.HiGHS(msg=msg, timeLimit=time_limit_s, gapRel=gap, threads=threads, **extra)
+    try:
+        prob.solve(solver)
+    except pulp.PulpSolverError as exc:
+        raise SolverError(f"{backend} failed: {exc}") from None
+    solver_bound = None
+    cbc_result = ""
+    if backend == "cbc" and log_path:
+        text = open(log_path, encoding="utf-8", errors="replace").read()
+        os.unlink(log_path)
+        m = _CBC_BOUND.search(text)
+        solver_bound = float(m.group(1)) / TIME_SCALE + problem.fixed_s if m else None
+        r = _CBC_RESULT.search(text)
+        cbc_result = r.group(1) if r else ""
+    elif backend == "highs":
+        try:
+            info = prob.solverModel.getInfo()
+            bound = float(info.mip_dual_bound)
+            solver_bound = bound / TIME_SCALE + problem.fixed_s if np.isfinite(bound) else None
+        except Exception:  # older highspy: no info object
+            solver_bound = None
+
+    chosen = _decode(problem, x)
+    sol_status = prob.sol_status
+    proven = sol_status == pulp.LpSolutionOptimal and not cbc_result.startswith("Stopped")
+    if chosen is None or not problem.fits(chosen):
+        infeasible = pulp.LpStatus[prob.status] == "Infeasible" or sol_status == pulp.LpSolutionInfeasible
+        if backend == "highs" and warm_start is not None:
+            # the cutoff excluded every solution: none beats the start by more than the cutoff's slack
+            chosen, proven = list(warm_start), infeasible
+        else:
+            return IlpResult(None, "infeasible" if infeasible else "no_solution", None,
+                             problem.simple_lower_bound(), time.perf_counter() - t0, len(x) + len(y), len(prob.constraints), warm,
+                             backend)
+    objective = problem.objective(chosen)
+    bounds = [problem.simple_lower_bound()]
+    if solver_bound is not None:
+        bounds.append(solver_bound)
+    if proven:  # the solver stopped because no node could beat the incumbent by more than the gap tolerance
+        bounds.append((objective - problem.fixed_s) * (1 - gap) + problem.fixed_s)
+    elif solver_bound is None:
+        lp = lp_relaxation_bound(problem, time_limit_s=max(5.0, time_limit_s / 4))
+        if lp is not None:
+            bounds.append(lp)
+    lower = min(max(bounds), objective)
+    return IlpResult(chosen, "optimal" if proven else "feasible", objective, lower, time.perf_counter() - t0,
+                     len(x) + len(y), len(prob.constraints), warm, backend)
+
+
+def _decode(problem: Problem, x) -> list[int] | None:
+    values = np.array([v.varValue if v.varValue is not None else np.nan for v in x])
+    if np.isnan(values).all():
+        return None
+    values = np.nan_to_num(values)
+    return [int(g[int(np.argmax(values[g]))]) for g in problem.groups]

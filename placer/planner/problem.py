@@ -1,0 +1,97 @@
+"""The placement problem as plain arrays, independent of PuLP and of the specs (easy to test alone).
+
+    choose one option per group (table)
+    minimize   sum_p y_p + fixed
+    subject to y_p >= base[p,r] + sum_o load[o,p,r] x_o      for every loaded (phase p, resource r)
+               sum_o mem[o,m] x_o <= capacity[m]             for every memory m
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class Problem:
+    """Options are numbered 0..n-1; ``groups[i]`` lists the options of table i."""
+
+    groups: list[list[int]]
+    num_phases: int
+    # (phase, resource) -> (option ids, seconds); base seconds of the same row
+    load_rows: dict[tuple[int, str], tuple[np.ndarray, np.ndarray]]
+    load_base: dict[tuple[int, str], float]
+    # memory -> (option ids, bytes); capacity in bytes
+    mem_rows: dict[str, tuple[np.ndarray, np.ndarray]]
+    mem_capacity: dict[str, float]
+    fixed_s: float = 0.0
+    labels: list[str] = field(default_factory=list)
+
+    @property
+    def num_options(self) -> int:
+        return sum(len(g) for g in self.groups)
+
+    def objective(self, chosen: list[int]) -> float:
+        """Step time (s) of a choice of one option per group, by the same formula as the simulator."""
+        x = np.zeros(self.num_options)
+        x[chosen] = 1.0
+        per_phase = np.zeros(self.num_phases)
+        for key, (ids, coef) in self.load_rows.items():
+            v = self.load_base.get(key, 0.0) + float(coef @ x[ids])
+            per_phase[key[0]] = max(per_phase[key[0]], v)
+        for key, v in self.load_base.items():
+            if key not in self.load_rows:
+                per_phase[key[0]] = max(per_phase[key[0]], v)
+        return float(per_phase.sum()) + self.fixed_s
+
+    def fits(self, chosen: list[int], slack: float = 1e-9) -> bool:
+        x = np.zeros(self.num_options)
+        x[chosen] = 1.0
+        return all(float(b @ x[ids]) <= self.mem_capacity[m] * (1 + slack) + 1
+                   for m, (ids, b) in self.mem_rows.items())
+
+    def simple_lower_bound(self) -> float:
+        """A valid bound from resources alone: each table at its cheapest option on every (phase, resource)
+        independently. Weak but never wrong, and free."""
+        group_of = np.empty(self.num_options, dtype=np.int64)
+        for gi, g in enumerate(self.groups):
+            group_of[g] = gi
+        per_phase = np.zeros(self.num_phases)
+        for key, v in self.load_base.items():
+            per_phase[key[0]] = max(per_phase[key[0]], v)
+        for key, (ids, coef) in self.load_rows.items():
+            full = np.zeros(self.num_options)
+            full[ids] = coef
+            mins = [full[g].min() for g in self.groups]
+            per_phase[key[0]] = max(per_phase[key[0]], self.load_base.get(key, 0.0) + float(sum(mins)))
+        return float(per_phase.sum()) + self.fixed_s
+
+
+def build_problem(option_costs: list[list], base_cost, fixed_s: float, usable_memory: dict[str, float],
+                  num_phases: int, labels: list[str] | None = None) -> Problem:
+    """Assemble a Problem from per-table lists of cost.Cost objects (loads in s, memory in bytes)."""
+    groups: list[list[int]] = []
+    load_cols: dict[tuple[int, str], tuple[list[int], list[float]]] = defaultdict(lambda: ([], []))
+    mem_cols: dict[str, tuple[list[int], list[float]]] = defaultdict(lambda: ([], []))
+    oid = 0
+    for costs in option_costs:
+        group = []
+        for c in costs:
+            for key, v in c.loads.items():
+                ids, vals = load_cols[key]
+                ids.append(oid)
+                vals.append(v)
+            for m, b in c.memory.items():
+                ids, vals = mem_cols[m]
+                ids.append(oid)
+                vals.append(b)
+            group.append(oid)
+            oid += 1
+        groups.append(group)
+    as_arrays = lambda d: {k: (np.asarray(i, dtype=np.int64), np.asarray(v, dtype=np.float64))
+                           for k, (i, v) in d.items()}
+    return Problem(groups=groups, num_phases=num_phases, load_rows=as_arrays(load_cols),
+                   load_base=dict(base_cost.loads), mem_rows=as_arrays(mem_cols),
+                   mem_capacity={m: usable_memory[m] for m in mem_cols}, fixed_s=fixed_s,
+                   labels=labels or [])

@@ -1,0 +1,153 @@
+"""Make a plan: options -> costs -> (baselines, ILP) -> Plan with its prediction and solver account."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from placer.cost import PHASES, CostModel
+from placer.errors import InfeasibleError, PlacerError
+from placer.options import OptionConfig, all_options
+from placer.plan import Placement, Plan, SolverInfo, SpecRef
+from placer.planner import ilp
+from placer.planner.baselines import BASELINES, run_baseline
+from placer.planner.problem import Problem, build_problem
+from placer.simulate import predict
+from placer.specs.workload import Workload
+from placer.topology import Topology
+from placer.units import GiB
+
+METHODS = ("ilp",) + BASELINES
+
+
+@dataclass(frozen=True)
+class SolveConfig:
+    method: str = "ilp"
+    solver: str = "cbc"
+    time_limit_s: float = 60.0
+    gap: float = 0.005
+    threads: int | None = None
+    seed: int = 0
+    options: OptionConfig = OptionConfig()
+    msg: bool = False
+
+
+def _refs(topo: Topology, wl: Workload) -> tuple[SpecRef, SpecRef]:
+    return SpecRef(name=topo.spec.name, sha256=topo.spec.sha256), SpecRef(name=wl.name, sha256=wl.sha256)
+
+
+def make_plan(model: CostModel, method: str, placements: list[Placement], solver: SolverInfo) -> Plan:
+    hw, wl = _refs(model.topo, model.wl)
+    plan = Plan(hardware=hw, workload=wl, method=method, placements=placements, solver=solver)
+    return plan.model_copy(update={"predicted": predict(model, plan)})
+
+
+def solve(topology: Topology, workload: Workload, config: SolveConfig = SolveConfig()) -> Plan:
+    """Plan ``workload`` on ``topology`` with ``config.method``. Raises InfeasibleError when nothing fits."""
+    model = CostModel(topology, workload)
+    if config.method != "ilp":
+        if config.method not in BASELINES:
+            raise PlacerError(f"unknown method {config.method!r}; choose one of {', '.join(METHODS)}")
+        t0 = time.perf_counter()
+        placements = run_baseline(config.method, model, seed=config.seed)
+        info = SolverInfo(backend="heuristic", status="heuristic", wall_s=time.perf_counter() - t0)
+        plan = make_plan(model, config.method, placements, info)
+        return plan.model_copy(update={"solver": info.model_copy(
+            update={"objective_step_time_s": plan.predicted["step_time_s"]})})
+    return solve_ilp(model, config)
+
+
+def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
+    t0 = time.perf_counter()
+    options = all_options(model.topo, model.wl, config.options)
+    baselines = _feasible_baselines(model, config.seed)
+    for _, placements in baselines.items():  # every baseline's choice is on the menu: ILP <= each baseline
+        for p in placements:
+            if p not in options[p.table]:
+                options[p.table].append(p)
+    names = [t.name for t in model.wl.tables]
+    costs = [[model.placement_cost(p) for p in options[n]] for n in names]
+    problem = build_problem(costs, model.base_cost, sum(model.fixed_latency_s.values()), model.usable_memory,
+                            len(PHASES))
+    explain_infeasible(model, problem, names, options)
+    warm, warm_name = None, None
+    if baselines:
+        index = {(n, i): p for n in names for i, p in enumerate(options[n])}
+        best = None
+        for name, placements in baselines.items():
+            chosen = [problem.groups[ti][options[names[ti]].index(p)] for ti, p in enumerate(placements)]
+            obj = problem.objective(chosen)
+            if problem.fits(chosen) and (best is None or obj < best[0]):
+                best = (obj, chosen, name)
+        if best:
+            _, warm, warm_name = best
+        del index
+    result = ilp.solve(problem, backend=config.solver, time_limit_s=config.time_limit_s, gap=config.gap,
+                       threads=config.threads, warm_start=warm, msg=config.msg)
+    if result.chosen is None:
+        if result.status == "infeasible":
+            raise InfeasibleError("the solver proved that no placement fits in memory: "
+                                  + _capacity_sentence(model, problem))
+        raise PlacerError(f"{config.solver} found no solution within {config.time_limit_s:g} s "
+                          f"(try a longer --time-limit)")
+    offset = {n: problem.groups[i][0] for i, n in enumerate(names)}
+    placements = [options[n][oid - offset[n]] for n, oid in zip(names, result.chosen)]
+    gap = (result.objective_s - result.lower_bound_s) / result.objective_s if result.objective_s else 0.0
+    info = SolverInfo(
+        backend=config.solver, status=result.status, objective_step_time_s=result.objective_s,
+        lower_bound_step_time_s=result.lower_bound_s, gap=max(gap, 0.0), gap_tolerance=config.gap,
+        time_limit_s=config.time_limit_s, wall_s=time.perf_counter() - t0, num_variables=result.num_variables,
+        num_constraints=result.num_constraints,
+        warm_start=f"{warm_name} via {result.warm_start}" if warm_name else "none",
+        note=("optimal = proven within gap_tolerance of the solver's bound" if result.status == "optimal"
+              else "time limit reached: feasible, gap to the best valid lower bound"))
+    return make_plan(model, "ilp", placements, info)
+
+
+def _feasible_baselines(model: CostModel, seed: int) -> dict[str, list[Placement]]:
+    out = {}
+    for name in BASELINES:
+        try:
+            out[name] = run_baseline(name, model, seed=seed)
+        except InfeasibleError:
+            continue
+    return out
+
+
+def _capacity_sentence(model: CostModel, problem: Problem) -> str:
+    need = _min_footprint_bytes(problem)
+    hold = sum(max(v, 0.0) for v in model.usable_memory.values())
+    n_gpu, n_host = len(model.topo.gpus), len(model.topo.hosts)
+    return (f"tables need at least {need / GiB:,.1f} GiB (each at its smallest footprint, optimizer state "
+            f"included); the {n_gpu} GPU(s) + {n_host} host(s) hold {hold / GiB:,.1f} GiB for tables")
+
+
+def _min_footprint_bytes(problem: Problem) -> float:
+    import numpy as np
+
+    total = np.zeros(problem.num_options)
+    for _, (ids, b) in problem.mem_rows.items():
+        total[ids] += b
+    return float(sum(total[g].min() for g in problem.groups))
+
+
+def explain_infeasible(model: CostModel, problem: Problem, names: list[str], options) -> None:
+    """Raise InfeasibleError in the user's terms when a table fits nowhere or the total cannot fit."""
+    import numpy as np
+
+    fits_alone = np.ones(problem.num_options, dtype=bool)
+    for m, (ids, b) in problem.mem_rows.items():
+        fits_alone[ids[b > problem.mem_capacity[m]]] = False
+    nowhere = [names[i] for i, g in enumerate(problem.groups) if not fits_alone[g].any()]
+    if nowhere:
+        t = model.tables[nowhere[0]]
+        raise InfeasibleError(
+            f"table {t.name!r} ({t.rows:,} rows x {t.dim}, {t.size_bytes() / GiB:,.1f} GiB) fits in no memory "
+            f"of this machine, even split over GPUs and host"
+            + (f"; {len(nowhere) - 1} more tables too" if len(nowhere) > 1 else "")
+            + ". Add host DRAM or GPUs, or allow fp16 storage for it.")
+    need = _min_footprint_bytes(problem)
+    hold = sum(max(v, 0.0) for v in model.usable_memory.values())
+    if need > hold:
+        raise InfeasibleError("does not fit: " + _capacity_sentence(model, problem)
+                              + f". Short by {(need - hold) / GiB:,.1f} GiB: add host DRAM or GPUs, "
+                              "allow fp16 storage, or use a smaller optimizer state.")
