@@ -15,6 +15,9 @@ from placer.errors import PlacerError
 COMMANDS = {
     "check": "validate spec and plan files and print a one-line summary of each",
     "show": "describe a hardware spec or workload (tables per node, largest tables), optionally plot it",
+    "solve": "choose where every table lives (ILP or a baseline) and write the plan",
+    "simulate": "evaluate any plan with the cost model: step time, phases, devices, bottleneck",
+    "compare": "run every method on the same cost model and print them side by side",
 }
 
 

@@ -1,0 +1,58 @@
+"""``placer compare HW WL``: every method on the same cost model, side by side."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from placer.report import make_console
+
+from placer.commands._common import add_hw_wl, add_solver_options, load_pair, solve_config
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_hw_wl(p)
+    p.add_argument("--json", action="store_true", help="print a JSON list of rows")
+    p.add_argument("--methods", default=None, help="comma-separated subset of methods (default: all)")
+    add_solver_options(p, method=False)
+
+
+def compare_rows(topo, wl, args) -> list[dict]:
+    """One row per method: step time, throughput, speedup over host_cpu, HBM used, solve time, status."""
+    from placer.errors import InfeasibleError
+    from placer.planner.solve import METHODS, solve
+
+    methods = args.methods.split(",") if args.methods else list(METHODS)
+    rows = []
+    for m in methods:
+        t0 = time.perf_counter()
+        try:
+            plan = solve(topo, wl, solve_config(args, method=m))
+        except InfeasibleError as exc:
+            rows.append({"method": m, "step_time_s": None, "throughput_samples_per_s": None,
+                         "status": "infeasible", "solve_wall_s": time.perf_counter() - t0, "note": str(exc)})
+            continue
+        pred = plan.predicted
+        hbm = sum(v.get("hbm_used_bytes", 0.0) for v in pred["devices"].values())
+        rows.append({"method": m, "step_time_s": pred["step_time_s"],
+                     "throughput_samples_per_s": pred["throughput_samples_per_s"], "status": plan.solver.status,
+                     "gap": plan.solver.gap, "lower_bound_step_time_s": plan.solver.lower_bound_step_time_s,
+                     "hbm_used_bytes": hbm, "solve_wall_s": time.perf_counter() - t0,
+                     "bottleneck": pred["bottleneck"]})
+    base = next((r["step_time_s"] for r in rows if r["method"] == "host_cpu" and r["step_time_s"]), None)
+    for r in rows:
+        r["speedup_over_host_cpu"] = base / r["step_time_s"] if base and r["step_time_s"] else None
+    return rows
+
+
+def run(args) -> int:
+    from placer.report import compare_table
+
+    topo, wl = load_pair(args)
+    rows = compare_rows(topo, wl, args)
+    if args.json:
+        sys.stdout.write(json.dumps(rows, indent=1) + "\n")
+    else:
+        compare_table(rows, make_console())
+    return 0

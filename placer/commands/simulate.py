@@ -1,0 +1,31 @@
+"""``placer simulate HW WL PLAN``: evaluate any plan with the cost model."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from placer.report import make_console
+
+from placer.commands._common import add_hw_wl, load_pair
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_hw_wl(p)
+    p.add_argument("plan", metavar="PLAN", help="plan JSON (from placer solve, or written by hand)")
+    p.add_argument("--json", action="store_true", help="print the prediction as JSON")
+
+
+def run(args) -> int:
+    from placer.plan import load_plan
+    from placer.report import plan_summary
+    from placer.simulate import simulate
+
+    topo, wl = load_pair(args)
+    plan = load_plan(args.plan)
+    predicted = simulate(plan, topo, wl, file=args.plan)
+    if args.json:
+        sys.stdout.write(json.dumps({"method": plan.method, "predicted": predicted}, indent=1) + "\n")
+    else:
+        plan_summary(plan.model_copy(update={"predicted": predicted}), wl, make_console())
+    return 0

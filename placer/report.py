@@ -1,0 +1,101 @@
+"""Human-readable reports of plans and comparisons (rich tables)."""
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from placer.cost import PHASES
+from placer.plan import Plan
+from placer.units import fmt_bytes, fmt_seconds
+
+PHASE_SHORT = {"embedding_forward": "emb fwd", "forward_exchange": "fwd x", "dense": "dense",
+               "backward_exchange": "bwd x", "embedding_backward": "emb bwd", "gradient_allreduce": "allreduce"}
+
+
+def _phase_busy(busy: dict[str, float], phase: str) -> float:
+    return max((v for k, v in busy.items() if k.startswith(phase + ":")), default=0.0)
+
+
+def plan_summary(plan: Plan, workload, console: Console, max_tables: int = 12, max_devices: int = 16) -> None:
+    """Print the per-device table, the largest tables' placements and the solver account."""
+    pred = plan.predicted or {}
+    devices = pred.get("devices", {})
+    gpus = [d for d, v in devices.items() if "hbm_used_bytes" in v]
+    hosts = [d for d, v in devices.items() if "host_used_bytes" in v]
+    title = (f"plan [bold]{plan.method}[/] for {plan.workload.name} on {plan.hardware.name}: "
+             f"step {fmt_seconds(pred.get('step_time_s', 0))}, "
+             f"{pred.get('throughput_samples_per_s', 0):,.0f} samples/s")
+    console.print(title)
+    t = Table(title="per device (busy time by phase)", title_justify="left")
+    t.add_column("device")
+    t.add_column("HBM used / capacity", justify="right")
+    for ph in PHASES:
+        t.add_column(PHASE_SHORT[ph], justify="right")
+    shown = gpus[:max_devices] + hosts[:max(2, max_devices - len(gpus[:max_devices]))]
+    for d in shown:
+        v = devices[d]
+        if "hbm_used_bytes" in v:
+            mem = f"{fmt_bytes(v['hbm_used_bytes'])} / {fmt_bytes(v['hbm_capacity_bytes'])}"
+        else:
+            mem = f"host {fmt_bytes(v['host_used_bytes'])} / {fmt_bytes(v['host_capacity_bytes'])}"
+        t.add_row(d, mem, *[fmt_seconds(_phase_busy(v.get("busy_s", {}), ph)) for ph in PHASES])
+    if len(gpus) + len(hosts) > len(shown):
+        t.add_row(f"... {len(gpus) + len(hosts) - len(shown)} more", "", *[""] * len(PHASES))
+    t.add_row("[bold]step (max per phase)[/]", "",
+              *[f"[bold]{fmt_seconds(pred.get('phases_s', {}).get(ph, 0))}[/]" for ph in PHASES])
+    console.print(t)
+    console.print(f"bottleneck: {pred.get('bottleneck', '?')}")
+
+    sizes = {tb.name: tb.size_bytes() for tb in workload.tables}
+    largest = sorted(plan.placements, key=lambda p: -sizes.get(p.table, 0))
+    kinds: dict[str, int] = {}
+    for p in plan.placements:
+        kinds[p.label().split(" ")[0]] = kinds.get(p.label().split(" ")[0], 0) + 1
+    tt = Table(title=f"largest tables ({len(plan.placements)} in all: "
+                     + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) + ")", title_justify="left")
+    tt.add_column("table")
+    tt.add_column("size", justify="right")
+    tt.add_column("placement")
+    tt.add_column("in HBM", justify="right")
+    for p in largest[:max_tables]:
+        tt.add_row(p.table, fmt_bytes(sizes.get(p.table, 0)), p.label(),
+                   "-" if p.sharding == "host" else f"{p.hot_fraction:.0%}")
+    console.print(tt)
+    s = plan.solver
+    if s:
+        parts = [f"solver {s.backend}", f"status [bold]{s.status}[/]"]
+        if s.gap is not None:
+            parts.append(f"gap {s.gap:.2%}")
+        if s.lower_bound_step_time_s is not None:
+            parts.append(f"lower bound {fmt_seconds(s.lower_bound_step_time_s)}")
+        if s.wall_s is not None:
+            parts.append(f"wall {s.wall_s:.2f} s")
+        if s.warm_start and s.warm_start != "none":
+            parts.append(f"warm start {s.warm_start}")
+        console.print(", ".join(parts))
+
+
+def compare_table(rows: list[dict], console: Console) -> None:
+    """Print `placer compare` rows side by side."""
+    t = Table(title="methods on the same cost model", title_justify="left")
+    for col, just in (("method", "left"), ("step time", "right"), ("samples/s", "right"),
+                      ("vs host_cpu", "right"), ("HBM used", "right"), ("solve", "right"), ("status", "left"),
+                      ("bottleneck", "left")):
+        t.add_column(col, justify=just)
+    for r in rows:
+        if r["step_time_s"] is None:
+            t.add_row(r["method"], "-", "-", "-", "-", f"{r['solve_wall_s']:.2f} s", r["status"], r.get("note", ""))
+            continue
+        speed = f"{r['speedup_over_host_cpu']:.2f}x" if r.get("speedup_over_host_cpu") else "-"
+        t.add_row(r["method"], fmt_seconds(r["step_time_s"]), f"{r['throughput_samples_per_s']:,.0f}", speed,
+                  fmt_bytes(r["hbm_used_bytes"]), f"{r['solve_wall_s']:.2f} s", r["status"], r["bottleneck"])
+    console.print(t)
+
+
+def make_console(stderr: bool = False) -> Console:
+    """A console for reports: soft-wrapped, no auto highlighting, at least 140 columns when not a terminal
+    (rich assumes 80 for pipes and files, which folds the per-device table)."""
+    c = Console(stderr=stderr, highlight=False, soft_wrap=True)
+    if not c.is_terminal:
+        c = Console(stderr=stderr, highlight=False, soft_wrap=True, width=140)
+    return c
