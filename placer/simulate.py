@@ -8,10 +8,11 @@ from __future__ import annotations
 from collections import defaultdict
 
 from placer.cost import PHASES, Cost, CostModel
-from placer.errors import InfeasibleError
+from placer.errors import SpecError
 from placer.plan import Plan, check_plan
 from placer.specs.workload import Workload
 from placer.topology import Topology
+from placer.units import fmt_bytes
 
 MEMORY_SLACK = 1e-9  # relative tolerance on capacity checks (rounding of row counts)
 
@@ -52,11 +53,11 @@ def predict(model: CostModel, plan: Plan, *, check_memory: bool = True) -> dict:
     if check_memory:
         over = memory_overflows(model, cost)
         if over:
-            from placer.units import fmt_bytes
             name, placed, usable = over[0]
-            raise InfeasibleError(f"plan puts {fmt_bytes(placed)} of tables on {name}, which holds "
-                                  f"{fmt_bytes(max(usable, 0))} for tables"
-                                  + (f" (and {len(over) - 1} more memories over capacity)" if len(over) > 1 else ""))
+            raise SpecError(f"plan puts {fmt_bytes(placed)} of tables on {name}, which holds "
+                            f"{fmt_bytes(max(usable, 0))} for tables"
+                            + (f" (and {len(over) - 1} more memories over capacity)" if len(over) > 1 else ""),
+                            field="placements")
     times, resources = phase_times(model, cost)
     step = sum(times)
     devices: dict[str, dict] = {}

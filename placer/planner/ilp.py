@@ -70,6 +70,7 @@ def lp_relaxation_bound(problem: Problem, time_limit_s: float = 30.0) -> float |
 
 _CBC_BOUND = re.compile(r"^Lower bound:\s*([-+0-9.eE]+)", re.MULTILINE)
 _CBC_RESULT = re.compile(r"^Result - (.*)$", re.MULTILINE)
+_CBC_MIPSTART = re.compile(r"MIPStart provided solution with cost ([-+0-9.eE]+)")
 
 
 def solve(problem: Problem, *, backend: str = "cbc", time_limit_s: float = 60.0, gap: float = 0.005,
@@ -84,7 +85,7 @@ def solve(problem: Problem, *, backend: str = "cbc", time_limit_s: float = 60.0,
         chosen = set(warm_start)
         for i, var in enumerate(x):
             var.setInitialValue(1.0 if i in chosen else 0.0)
-        warm = "cbc initial solution" if backend == "cbc" else "highs objective cutoff"
+        warm = "given to cbc" if backend == "cbc" else "highs objective cutoff at its step time"
     log_path = None
     if backend == "cbc":
         fd, log_path = tempfile.mkstemp(prefix="placer-cbc-", suffix=".log")
@@ -110,6 +111,10 @@ def solve(problem: Problem, *, backend: str = "cbc", time_limit_s: float = 60.0,
         solver_bound = float(m.group(1)) / TIME_SCALE + problem.fixed_s if m else None
         r = _CBC_RESULT.search(text)
         cbc_result = r.group(1) if r else ""
+        if warm_start is not None:
+            w = _CBC_MIPSTART.search(text)
+            warm = (f"accepted by cbc ({float(w.group(1)) / TIME_SCALE + problem.fixed_s:.6g} s)" if w
+                    else "given to cbc, not accepted")
     elif backend == "highs":
         try:
             info = prob.solverModel.getInfo()

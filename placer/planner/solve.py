@@ -70,17 +70,14 @@ def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
                             len(PHASES))
     explain_infeasible(model, problem, names, options)
     warm, warm_name = None, None
-    if baselines:
-        index = {(n, i): p for n in names for i, p in enumerate(options[n])}
-        best = None
-        for name, placements in baselines.items():
-            chosen = [problem.groups[ti][options[names[ti]].index(p)] for ti, p in enumerate(placements)]
-            obj = problem.objective(chosen)
-            if problem.fits(chosen) and (best is None or obj < best[0]):
-                best = (obj, chosen, name)
-        if best:
-            _, warm, warm_name = best
-        del index
+    best = None
+    for name, placements in baselines.items():
+        chosen = [problem.groups[ti][options[names[ti]].index(p)] for ti, p in enumerate(placements)]
+        obj = problem.objective(chosen)
+        if problem.fits(chosen) and (best is None or obj < best[0]):
+            best = (obj, chosen, name)
+    if best:
+        _, warm, warm_name = best
     result = ilp.solve(problem, backend=config.solver, time_limit_s=config.time_limit_s, gap=config.gap,
                        threads=config.threads, warm_start=warm, msg=config.msg)
     if result.chosen is None:
@@ -97,7 +94,7 @@ def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
         lower_bound_step_time_s=result.lower_bound_s, gap=max(gap, 0.0), gap_tolerance=config.gap,
         time_limit_s=config.time_limit_s, wall_s=time.perf_counter() - t0, num_variables=result.num_variables,
         num_constraints=result.num_constraints,
-        warm_start=f"{warm_name} via {result.warm_start}" if warm_name else "none",
+        warm_start=f"{warm_name}, {result.warm_start}" if warm_name else "none",
         note=("optimal = proven within gap_tolerance of the solver's bound" if result.status == "optimal"
               else "time limit reached: feasible, gap to the best valid lower bound"))
     return make_plan(model, "ilp", placements, info)

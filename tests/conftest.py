@@ -1,0 +1,78 @@
+"""Shared fixtures: small hand-made specs written to tmp files."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+TWO_GPU_YAML = """
+schema_version: 1
+name: two-gpu
+templates:
+  box:
+    gpus:
+      model: test GPU
+      count: 2
+      hbm_GiB: 1
+      hbm_bw_GBps: 1000
+      hbm_gather_efficiency: 0.5
+      hbm_reserve_GiB: 0.25
+      peak_TFLOPs: {fp32: 10}
+      compute_efficiency: 0.5
+      kernel_launch_us: 2
+      host_read_efficiency: 0.5
+    host:
+      dram_GiB: 4
+      dram_bw_GBps: 100
+      dram_reserve_GiB: 1
+      cpu_cores: 8
+      cpu_gather_GBps: 10
+    switches: [sw]
+    links:
+      - {kind: nvlink, between: [gpu*, sw], bw_GBps: 100, latency_us: 1}
+      - {kind: pcie, between: [gpu*, host], bw_GBps: 20, latency_us: 2}
+nodes:
+  - {template: box, count: 1}
+"""
+
+THREE_TABLE_YAML = """
+schema_version: 1
+name: three-tables
+batch_size: 100
+optimizer: {name: sgd, lr: 0.1}
+tables:
+  - {name: a, rows: 1000, dim: 16, access: {kind: uniform}}
+  - {name: b, rows: 4000, dim: 8, pooling_factor: 2, access: {kind: uniform}}
+  - {name: c, rows: 100, dim: 4, access: {kind: zipf, alpha: 1.1}}
+dense:
+  num_dense_features: 4
+  bottom_mlp: [8]
+  interaction: {kind: concat}
+  top_mlp: [1]
+"""
+
+
+@pytest.fixture
+def two_gpu_path(tmp_path) -> Path:
+    p = tmp_path / "two-gpu.yaml"
+    p.write_text(TWO_GPU_YAML)
+    return p
+
+
+@pytest.fixture
+def three_tables_path(tmp_path) -> Path:
+    p = tmp_path / "three-tables.yaml"
+    p.write_text(THREE_TABLE_YAML)
+    return p
+
+
+@pytest.fixture
+def two_gpu_model(two_gpu_path, three_tables_path):
+    from placer.cost import CostModel
+    from placer.specs import load_hardware, load_workload
+    from placer.topology import Topology
+
+    wl = load_workload(three_tables_path)
+    return CostModel(Topology(load_hardware(two_gpu_path), wl.dense.dtype), wl)

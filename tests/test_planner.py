@@ -1,0 +1,170 @@
+"""Planner: ILP vs brute force, capacities, ILP <= baselines, plan == simulator, infeasibility."""
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from placer.cli import main
+from placer.cost import PHASES, CostModel
+from placer.options import OptionConfig, all_options
+from placer.planner import ilp
+from placer.planner.baselines import BASELINES
+from placer.planner.problem import build_problem
+from placer.planner.solve import SolveConfig, solve
+from placer.simulate import memory_overflows, predict, total_cost
+from placer.specs import load_hardware, load_workload
+from placer.specs.workload import Workload
+from placer.topology import Topology
+from tests.conftest import ROOT, TWO_GPU_YAML
+
+SMALL = OptionConfig(hot_levels=(1.0, 0.5, 0.0), fp16=False)
+
+
+def _problem(model, cfg=SMALL):
+    options = all_options(model.topo, model.wl, cfg)
+    names = [t.name for t in model.wl.tables]
+    costs = [[model.placement_cost(p) for p in options[n]] for n in names]
+    return build_problem(costs, model.base_cost, sum(model.fixed_latency_s.values()), model.usable_memory,
+                         len(PHASES)), options, names
+
+
+def _brute_force(problem):
+    best = None
+    for combo in itertools.product(*problem.groups):
+        if problem.fits(list(combo)):
+            obj = problem.objective(list(combo))
+            best = obj if best is None else min(best, obj)
+    return best
+
+
+table_st = st.fixed_dictionaries({
+    "rows": st.integers(10, 3_000_000), "dim": st.sampled_from([4, 8, 16, 64]),
+    "pooling_factor": st.sampled_from([1, 2, 10]), "alpha": st.floats(0.6, 1.4)})
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tables=st.lists(table_st, min_size=2, max_size=3), batch=st.sampled_from([64, 1024, 8192]),
+       hbm_gib=st.sampled_from([0.3, 0.5, 1.0]))
+def test_ilp_matches_brute_force(tmp_path, tables, batch, hbm_gib):
+    hw_path = tmp_path / "hw.yaml"
+    hw_path.write_text(TWO_GPU_YAML.replace("hbm_GiB: 1", f"hbm_GiB: {hbm_gib}").replace(
+        "hbm_reserve_GiB: 0.25", "hbm_reserve_GiB: 0.01"))
+    wl = Workload.model_validate({
+        "name": "random", "batch_size": batch,
+        "tables": [{"name": f"t{i}", "rows": t["rows"], "dim": t["dim"], "pooling_factor": t["pooling_factor"],
+                    "access": {"kind": "zipf", "alpha": t["alpha"]}} for i, t in enumerate(tables)],
+        "dense": {"num_dense_features": 4, "bottom_mlp": [8], "interaction": {"kind": "concat"}, "top_mlp": [1]}})
+    model = CostModel(Topology(load_hardware(hw_path)), wl)
+    problem, _, _ = _problem(model)
+    best = _brute_force(problem)
+    result = ilp.solve(problem, gap=0.0, time_limit_s=30)
+    if best is None:
+        assert result.chosen is None and result.status == "infeasible"
+        return
+    assert result.status == "optimal"
+    assert result.objective_s == pytest.approx(best, rel=1e-6)
+    assert result.lower_bound_s <= result.objective_s * (1 + 1e-9)
+
+
+def test_highs_agrees_with_cbc(two_gpu_model):
+    problem, _, _ = _problem(two_gpu_model)
+    a = ilp.solve(problem, backend="cbc", gap=0.0)
+    b = ilp.solve(problem, backend="highs", gap=0.0)
+    assert a.objective_s == pytest.approx(b.objective_s, rel=1e-6)
+    assert a.objective_s == pytest.approx(_brute_force(problem), rel=1e-6)
+
+
+def test_time_limited_answer_is_not_called_optimal(two_gpu_model, monkeypatch):
+    problem, _, _ = _problem(two_gpu_model)
+    result = ilp.solve(problem, gap=0.0)
+    assert result.status == "optimal"
+    # a lower bound is never above the objective, and the simple bound is valid
+    assert problem.simple_lower_bound() <= result.objective_s + 1e-15
+
+
+PAIRS = [("h100-pcie-host", w) for w in ("tiny", "criteo-kaggle-dlrm", "mlperf-dlrm-v1", "criteo-terabyte-full")] + \
+        [("dgx-h100", w) for w in ("tiny", "criteo-kaggle-dlrm", "mlperf-dlrm-v2")] + \
+        [("pcie-4gpu-workstation", "criteo-kaggle-dlrm"), ("dgx-a100", "mlperf-dlrm-v1")]
+
+
+@pytest.mark.parametrize("hw,wl", PAIRS)
+def test_every_method_fits_and_ilp_wins(hw, wl):
+    workload = load_workload(ROOT / "workloads" / f"{wl}.yaml")
+    topo = Topology(load_hardware(ROOT / "hardware_specs" / f"{hw}.yaml"), workload.dense.dtype)
+    model = CostModel(topo, workload)
+    steps = {}
+    for method in ("ilp",) + BASELINES:
+        try:
+            plan = solve(topo, workload, SolveConfig(method=method, time_limit_s=5, gap=0.01))
+        except Exception as exc:  # a baseline may not fit; the ILP must
+            assert method != "ilp", exc
+            continue
+        assert not memory_overflows(model, total_cost(model, plan)), method
+        again = predict(model, plan)
+        assert again["step_time_s"] == pytest.approx(plan.predicted["step_time_s"], rel=1e-6)
+        steps[method] = plan.predicted["step_time_s"]
+        if method == "ilp":
+            assert plan.solver.objective_step_time_s == pytest.approx(plan.predicted["step_time_s"], rel=1e-6)
+            assert plan.solver.lower_bound_step_time_s <= plan.predicted["step_time_s"] * (1 + 1e-9)
+            assert plan.solver.status in ("optimal", "feasible")
+    for method, step in steps.items():
+        assert steps["ilp"] <= step * (1 + 1e-9), (method, step, steps["ilp"])
+
+
+def test_mlperf_v1_on_h100_meets_the_issue_target():
+    workload = load_workload(ROOT / "workloads" / "mlperf-dlrm-v1.yaml")
+    topo = Topology(load_hardware(ROOT / "hardware_specs" / "h100-pcie-host.yaml"), workload.dense.dtype)
+    plan = solve(topo, workload, SolveConfig())
+    assert plan.solver.status in ("optimal", "feasible") and plan.solver.gap <= 0.01
+    fae = solve(topo, workload, SolveConfig(method="fae"))
+    host = solve(topo, workload, SolveConfig(method="host_cpu"))
+    assert plan.predicted["step_time_s"] <= fae.predicted["step_time_s"]
+    assert host.predicted["step_time_s"] / plan.predicted["step_time_s"] > 2.34
+
+
+def test_cli_solve_json_and_simulate_agree(tmp_path, capsys):
+    hw, wl = str(ROOT / "hardware_specs/dgx-h100.yaml"), str(ROOT / "workloads/tiny.yaml")
+    out = tmp_path / "plan.json"
+    assert main(["solve", hw, wl, "--json", "-o", str(out), "--time-limit", "20"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["schema_version"] == 1 and plan["method"] == "ilp"
+    assert plan["solver"]["status"] in ("optimal", "feasible")
+    assert main(["simulate", hw, wl, str(out), "--json"]) == 0
+    sim = json.loads(capsys.readouterr().out)
+    assert sim["predicted"]["step_time_s"] == pytest.approx(plan["predicted"]["step_time_s"], rel=1e-6)
+    assert main(["check", str(out), "--hardware", hw, "--workload", wl]) == 0
+
+
+def test_cli_compare_json(capsys):
+    hw, wl = str(ROOT / "hardware_specs/h100-pcie-host.yaml"), str(ROOT / "workloads/tiny.yaml")
+    assert main(["compare", hw, wl, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["method"] for r in rows} == {"ilp", *BASELINES}
+    for r in rows:
+        assert {"method", "step_time_s", "throughput_samples_per_s", "status"} <= set(r)
+    ilp_step = next(r["step_time_s"] for r in rows if r["method"] == "ilp")
+    assert all(ilp_step <= r["step_time_s"] * (1 + 1e-9) for r in rows if r["step_time_s"])
+
+
+def test_too_large_workload_exits_3_naming_gib(capsys):
+    hw, wl = str(ROOT / "hardware_specs/h100-pcie-host.yaml"), str(ROOT / "workloads/mlperf-dlrm-v2.yaml")
+    assert main(["solve", hw, wl]) == 3
+    err = capsys.readouterr().err
+    assert "GiB" in err and "Short by" in err and "Traceback" not in err
+
+
+def test_table_that_fits_nowhere(tmp_path, capsys, two_gpu_path):
+    wl = tmp_path / "huge.yaml"
+    wl.write_text("""
+name: huge
+batch_size: 8
+tables: [{name: giant, rows: 200000000, dim: 64}]
+dense: {top_mlp: [1]}
+""")
+    assert main(["solve", str(two_gpu_path), str(wl)]) == 3
+    err = capsys.readouterr().err
+    assert "giant" in err and "GiB" in err
