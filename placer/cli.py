@@ -18,6 +18,7 @@ COMMANDS = {
     "solve": "choose where every table lives (ILP or a baseline) and write the plan",
     "simulate": "evaluate any plan with the cost model: step time, phases, devices, bottleneck",
     "compare": "run every method on the same cost model and print them side by side",
+    "run": "build a plan with PyTorch, train it on synthetic batches and measure it against the prediction",
 }
 
 

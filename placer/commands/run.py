@@ -1,0 +1,107 @@
+"""``placer run HW WL PLAN``: build the plan with PyTorch, train it, and print measured vs predicted."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from placer.cost import PHASES
+from placer.units import fmt_bytes, fmt_seconds
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("hardware", metavar="HW", help="hardware spec the prediction is made for (YAML/JSON)")
+    p.add_argument("workload", metavar="WL", help="workload spec (YAML/JSON)")
+    p.add_argument("plan", metavar="PLAN", help="plan JSON (placer solve, or written by hand)")
+    p.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda when available)")
+    p.add_argument("--steps", type=int, default=50, help="timed training steps (default 50)")
+    p.add_argument("--warmup", type=int, default=10, help="untimed warm-up steps first (default 10)")
+    p.add_argument("--phase-steps", type=int, default=None, metavar="N",
+                   help="steps of the separate, synchronized per-phase pass (default min(steps, 10))")
+    p.add_argument("--scale", type=float, default=1.0, metavar="S",
+                   help="divide every table's rows by S; the plan and the prediction are scaled to match")
+    p.add_argument("--seed", type=int, default=0, help="seed of weights and batches (default 0)")
+    p.add_argument("--host-read", default="auto", choices=("auto", "uva", "cpu_gather_copy"),
+                   help="how the GPU reads host rows (default auto: uva when it works, else cpu_gather_copy)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--pool", type=int, default=None, metavar="N", help="batches generated ahead (default <= 8)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def run(args) -> int:
+    from placer.errors import SpecError
+    from placer.plan import load_plan
+    from placer.runner.run import RunConfig, run_plan
+    from placer.specs import load_hardware, load_workload
+
+    if args.threads is not None and args.threads < 1:
+        raise SpecError("--threads must be >= 1")
+    hw = load_hardware(args.hardware)
+    wl = load_workload(args.workload)
+    plan = load_plan(args.plan)
+    config = RunConfig(device=args.device, steps=args.steps, warmup=args.warmup, scale=args.scale, seed=args.seed,
+                       host_read=args.host_read, phase_steps=args.phase_steps, pool_batches=args.pool,
+                       threads=args.threads)
+    result = run_plan(hw, wl, plan, config, plan_file=args.plan)
+    if args.json:
+        sys.stdout.write(json.dumps(result, indent=1, default=_jsonable) + "\n")
+    else:
+        print_result(result, Console(highlight=False, soft_wrap=True))
+    return 0
+
+
+def _jsonable(x):
+    if isinstance(x, float) and (math.isnan(x) or math.isinf(x)):
+        return None
+    return str(x)
+
+
+def _ratio(m, p) -> str:
+    if not p or m is None:
+        return "-"
+    return f"{m / p:,.2f}x"
+
+
+def print_result(r: dict, console: Console) -> None:
+    m, p = r["measured"], r["predicted"]
+    console.print(f"placer run: [bold]{escape(r['workload'])}[/] with plan {escape(r['plan_method'])}, predicted "
+                  f"for {escape(r['hardware'])}; ran on {escape(r['device'])} ({escape(r['device_name'])}), torch "
+                  f"{escape(r['torch_version'])}; host reads: {r['host_read_mechanism']}; {r['steps']} steps after "
+                  f"{r['warmup']} warm-up" + (f"; rows / {r['scale']:g}" if r["scale"] != 1 else ""))
+    if r.get("devices_folded", 1) > 1:
+        console.print(f"[yellow]note:[/] the plan's {r['devices_folded']} GPUs all ran on this one device, one "
+                      "after another: the measured step is their summed work")
+    t = Table(title_justify="left")
+    t.add_column("")
+    t.add_column("measured", justify="right")
+    t.add_column("predicted", justify="right")
+    t.add_column("measured / predicted", justify="right")
+    t.add_row("step time (median)", fmt_seconds(m["step_time_s"]), fmt_seconds(p["step_time_s"]),
+              _ratio(m["step_time_s"], p["step_time_s"]))
+    t.add_row("throughput, samples/s", f"{m['throughput_samples_per_s']:,.0f}",
+              f"{p['throughput_samples_per_s']:,.0f}",
+              _ratio(m["throughput_samples_per_s"], p["throughput_samples_per_s"]))
+    for ph in PHASES:
+        mv, pv = m["phases_s"].get(ph, 0.0), p["phases_s"].get(ph, 0.0)
+        if mv or pv:
+            t.add_row(f"  {ph}", fmt_seconds(mv), fmt_seconds(pv), _ratio(mv, pv))
+    t.add_row("  sum of phases (synchronized pass)", fmt_seconds(m["phases_sum_s"]), fmt_seconds(p["step_time_s"]),
+              _ratio(m["phases_sum_s"], p["step_time_s"]))
+    peak_dev = m.get("peak_device_bytes")
+    t.add_row("peak device memory", fmt_bytes(peak_dev) if peak_dev is not None else "(CPU run)",
+              "", "")
+    t.add_row("peak host memory (RSS)", fmt_bytes(m["peak_host_bytes"]), "", "")
+    t.add_row("tables: device / host", f"{fmt_bytes(m['device_table_bytes'])} / {fmt_bytes(m['host_table_bytes'])}",
+              "", "")
+    if m.get("loss_first") is not None:
+        t.add_row("loss first -> last steps", f"{m['loss_first']:.4f} -> {m['loss_last']:.4f}", "", "")
+    console.print(t)
+    err = r.get("relative_error")
+    if err is not None:
+        console.print(f"relative error of the step time: {err:+.1%}  (bottleneck predicted: "
+                      f"{escape(str(p.get('bottleneck')))})")

@@ -1,0 +1,224 @@
+"""Synthetic training batches drawn from the workload's access model, with a learnable target.
+
+Per table, a fixed seeded permutation maps popularity ranks to row ids (rank 0 = hottest; see plan.py): ids are
+``perm[access.sample(...)]``, so the hottest rows are spread over the id space and a shard of n rows gets n/N of
+the lookups. Bag sizes: a feature with pooling factor P gives each sample floor(P) lookups plus one more with
+probability P - floor(P) (mean exactly P, the least spread); one-hot features always look up one row.
+
+Layout per table (all features of the table in one kernel call, like TorchRec's KeyedJaggedTensor): ``ids``
+(L,) row ids, ``bags`` (L,) bag index of each lookup, ``offsets`` (F*B,) start of each bag, where bag
+f*B + s is feature f of sample s (features in workload order). Per shard, the rows it owns are selected and
+renumbered ahead of time (that is the input distribution, which TorchRec also runs outside the step):
+``ShardInput`` holds the shard's local ids (id - first row), its bags and offsets; data-parallel replicas get
+the lookups of their own slice of samples.
+
+Labels: ``y = [z > 0]`` with ``z = x . w / sqrt(n_dense) + sum_f mean_bag(score(table, id)) / sqrt(F)``, where
+``score`` is a fixed pseudo-random value per (table, row) from a hash (no per-row storage) and ``w`` a fixed random
+vector. Both parts are learnable by the model, so the loss falls.
+
+Batches are generated with numpy before timing starts and kept in a pool on the device (and in RAM for the
+CPU-side consumers: host tables and the gather+copy fallback); training cycles through the pool.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from placer.plan import Placement, Plan
+from placer.specs.workload import Workload
+
+INDEX_DTYPE = torch.int64
+
+
+def table_seed(seed: int, table_index: int, purpose: int) -> np.random.Generator:
+    return np.random.default_rng([int(seed), int(table_index), int(purpose)])
+
+
+def rank_permutation(rows: int, seed: int, table_index: int) -> np.ndarray:
+    """The fixed permutation rank -> row id of one table (int32 when it fits)."""
+    perm = table_seed(seed, table_index, 0).permutation(rows)
+    return perm.astype(np.int32) if rows < 2**31 else perm
+
+
+def row_scores(ids: np.ndarray, table_index: int, seed: int) -> np.ndarray:
+    """A fixed pseudo-random score in [-sqrt(3), sqrt(3)) (unit variance) per (table, row id), by hashing."""
+    x = ids.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) + np.uint64((table_index + 1) * 0x632BE59BD9B4E019
+                                                                         + seed * 0xD6E8FEB86659FD93 & (2**64 - 1))
+    x ^= x >> np.uint64(31)
+    x *= np.uint64(0xBF58476D1CE4E5B9)
+    x ^= x >> np.uint64(29)
+    u = (x >> np.uint64(11)).astype(np.float64) / float(2**53)
+    return (u - 0.5) * 2 * np.sqrt(3.0)
+
+
+@dataclass
+class ShardInput:
+    """Lookups one shard (or replica) serves in one batch. ``ids`` are local to the shard (id - first row)."""
+
+    ids: torch.Tensor
+    offsets: torch.Tensor
+    bags: torch.Tensor
+    ids_cpu: torch.Tensor
+    offsets_cpu: torch.Tensor
+    bags_cpu: torch.Tensor
+    num_bags: int
+
+    @property
+    def lookups(self) -> int:
+        return int(self.ids_cpu.numel())
+
+
+@dataclass
+class Batch:
+    dense: torch.Tensor  # (B, num_dense_features) fp32 on the device
+    labels: torch.Tensor  # (B,) fp32 on the device
+    shards: dict[tuple[str, int], ShardInput]  # (table, shard index in its placement) -> input
+    table_ids: dict[str, np.ndarray]  # global row ids per table (numpy, for tests and accounting)
+
+    def nbytes(self) -> int:
+        total = self.dense.numel() * 4 + self.labels.numel() * 4
+        for s in self.shards.values():
+            total += (s.ids.numel() + s.offsets.numel() + s.bags.numel()) * 8
+        return total
+
+
+def _offsets_from_bags(bags: np.ndarray, num_bags: int) -> np.ndarray:
+    counts = np.bincount(bags, minlength=num_bags)
+    offsets = np.zeros(num_bags, dtype=np.int64)
+    np.cumsum(counts[:-1], out=offsets[1:])
+    return offsets
+
+
+class BatchGenerator:
+    """Draws batches for one workload and one plan (the plan decides how lookups are split over shards)."""
+
+    def __init__(self, workload: Workload, plan: Plan, seed: int = 0):
+        self.wl = workload
+        self.plan = plan
+        self.seed = int(seed)
+        self.B = workload.batch_size
+        self.rng = np.random.default_rng([self.seed, 2**20])
+        self.tables = {t.name: t for t in workload.tables}
+        self.features_of = {t.name: [f for f in workload.resolved_features if f.table == t.name]
+                            for t in workload.tables}
+        self.perms = {t.name: rank_permutation(t.rows, self.seed, i) for i, t in enumerate(workload.tables)}
+        nd = workload.dense.num_dense_features
+        self.teacher = np.random.default_rng([self.seed, 2**21]).standard_normal(nd) / max(np.sqrt(nd), 1.0)
+
+    def release_permutations(self) -> None:
+        self.perms = {}
+
+    def _table_lookups(self, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(ids, bags, per-bag mean score) of one table for one batch."""
+        t = self.tables[name]
+        access = self.wl.access_models[name]
+        ids_parts, bags_parts = [], []
+        B = self.B
+        for fi, f in enumerate(self.features_of[name]):
+            p = float(f.pooling_factor)
+            base = int(np.floor(p))
+            sizes = np.full(B, base, dtype=np.int64)
+            frac = p - base
+            if frac > 1e-12:
+                sizes += (self.rng.random(B) < frac).astype(np.int64)
+            n = int(sizes.sum())
+            ranks = access.sample(n, self.rng)
+            ids_parts.append(self.perms[name][ranks].astype(np.int64))
+            bags_parts.append(np.repeat(np.arange(fi * B, (fi + 1) * B, dtype=np.int64), sizes))
+        ids = np.concatenate(ids_parts) if ids_parts else np.zeros(0, np.int64)
+        bags = np.concatenate(bags_parts) if bags_parts else np.zeros(0, np.int64)
+        nb = len(self.features_of[name]) * B
+        index = self.wl.table_index[name]
+        sums = np.bincount(bags, weights=row_scores(ids, index, self.seed), minlength=nb)
+        counts = np.bincount(bags, minlength=nb)
+        means = np.where(counts > 0, sums / np.maximum(counts, 1), 0.0)
+        del t
+        return ids, bags, means
+
+    def make_numpy(self) -> dict:
+        """One batch as numpy arrays: dense, labels, and per table (ids, bags)."""
+        B = self.B
+        nd = self.wl.dense.num_dense_features
+        x = self.rng.standard_normal((B, nd)).astype(np.float32)
+        z = x.astype(np.float64) @ self.teacher if nd else np.zeros(B)
+        sparse = np.zeros(B)
+        tables = {}
+        for t in self.wl.tables:
+            ids, bags, means = self._table_lookups(t.name)
+            tables[t.name] = (ids, bags)
+            sparse += means.reshape(-1, B).sum(axis=0)
+        z = z + sparse / np.sqrt(max(self.wl.num_pooled_features, 1))
+        y = (z > 0).astype(np.float32)
+        return {"dense": x, "labels": y, "tables": tables}
+
+    def shard_arrays(self, placement: Placement, ids: np.ndarray, bags: np.ndarray) -> list[tuple]:
+        """Per shard of a placement: (local ids, bags, offsets, num_bags) as numpy arrays."""
+        t = self.tables[placement.table]
+        F = len(self.features_of[t.name])
+        B = self.B
+        out = []
+        if placement.sharding == "data_parallel":
+            n_rep = len(placement.shards)
+            bounds = [B * i // n_rep for i in range(n_rep + 1)]
+            sample = bags % B
+            feature = bags // B
+            for r in range(n_rep):
+                s0, s1 = bounds[r], bounds[r + 1]
+                mask = (sample >= s0) & (sample < s1)
+                nb = F * (s1 - s0)
+                lb = feature[mask] * (s1 - s0) + (sample[mask] - s0)
+                out.append((ids[mask], lb, _offsets_from_bags(lb, nb), nb))
+            return out
+        nb = F * B
+        full = None
+        for s in placement.shards:
+            a, b = s.rows
+            if (a, b) == (0, t.rows):
+                if full is None:
+                    full = (ids, bags, _offsets_from_bags(bags, nb), nb)
+                out.append(full)
+                continue
+            mask = (ids >= a) & (ids < b)
+            lb = bags[mask]
+            out.append((ids[mask] - a, lb, _offsets_from_bags(lb, nb), nb))
+        return out
+
+    def make(self, device: torch.device) -> Batch:
+        """One batch, moved to ``device`` (and kept on the CPU for CPU-side consumers)."""
+        arrays = self.make_numpy()
+        shards: dict[tuple[str, int], ShardInput] = {}
+        for p in self.plan.placements:
+            ids, bags = arrays["tables"][p.table]
+            pieces = self.shard_arrays(p, ids, bags)
+            cache: dict[int, ShardInput] = {}  # shards with the same rows share one input (ids valid while alive)
+            for i, (lid, lb, off, nb) in enumerate(pieces):
+                key = id(lid)
+                if key not in cache:
+                    ic, bc, oc = (torch.from_numpy(np.ascontiguousarray(a)).to(INDEX_DTYPE) for a in (lid, lb, off))
+                    same = device.type == "cpu"
+                    cache[key] = ShardInput(
+                        ids=ic if same else ic.to(device), offsets=oc if same else oc.to(device),
+                        bags=bc if same else bc.to(device), ids_cpu=ic, offsets_cpu=oc, bags_cpu=bc, num_bags=nb)
+                shards[(p.table, i)] = cache[key]
+        return Batch(dense=torch.from_numpy(arrays["dense"]).to(device),
+                     labels=torch.from_numpy(arrays["labels"]).to(device), shards=shards,
+                     table_ids={k: v[0] for k, v in arrays["tables"].items()})
+
+
+def batch_bytes_estimate(workload: Workload, plan: Plan | None = None) -> float:
+    """Bytes of one batch on the device (indices for every shard, bags, offsets, dense features, labels)."""
+    B = workload.batch_size
+    total = B * (workload.dense.num_dense_features + 1) * 4.0
+    placements = {p.table: p for p in plan.placements} if plan else {}
+    for t in workload.tables:
+        L = B * workload.lookups_per_sample(t.name)
+        F = workload.outputs_per_sample(t.name)
+        p = placements.get(t.name)
+        pieces = 1
+        if p is not None and p.sharding != "data_parallel":
+            pieces = len({s.rows for s in p.shards})
+        # ids + bags (8 B each) over all row pieces (they partition the lookups), offsets per piece
+        total += 16.0 * L + 8.0 * F * B * pieces
+    return total

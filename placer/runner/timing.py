@@ -1,0 +1,82 @@
+"""Timers. Step times: CUDA events on a GPU (no synchronization inside the timed steps), perf_counter on the
+CPU. Phase times: a separate instrumented pass that synchronizes the device at every phase boundary."""
+from __future__ import annotations
+
+import statistics
+import time
+from collections import defaultdict
+
+import torch
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class StepTimer:
+    """Per-step wall times. ``start()``/``stop()`` around each step; ``times_s()`` after the last one."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self._events: list[tuple] = []
+        self._times: list[float] = []
+        self._t0 = 0.0
+
+    def start(self) -> None:
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            self._events.append((ev, None))
+        else:
+            self._t0 = time.perf_counter()
+
+    def stop(self) -> None:
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            self._events[-1] = (self._events[-1][0], ev)
+        else:
+            self._times.append(time.perf_counter() - self._t0)
+
+    def times_s(self) -> list[float]:
+        if self.cuda:
+            synchronize(self.device)
+            return [a.elapsed_time(b) / 1e3 for a, b in self._events]
+        return list(self._times)
+
+
+class PhaseTimer:
+    """Accumulates wall time per phase name; synchronizes the device before reading the clock."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.totals: dict[str, float] = defaultdict(float)
+        self._t = 0.0
+        self.steps = 0
+
+    def begin(self) -> None:
+        synchronize(self.device)
+        self._t = time.perf_counter()
+
+    def mark(self, phase: str) -> None:
+        """Charge the time since the last mark (or begin) to ``phase``."""
+        synchronize(self.device)
+        now = time.perf_counter()
+        self.totals[phase] += now - self._t
+        self._t = now
+
+    def per_step(self) -> dict[str, float]:
+        return {k: v / max(self.steps, 1) for k, v in self.totals.items()}
+
+
+def summarize(times: list[float]) -> dict[str, float]:
+    """median (the reported step time), mean, min, max, p90 and count of per-step times, seconds."""
+    if not times:
+        return {"median": float("nan"), "mean": float("nan"), "min": float("nan"), "max": float("nan"),
+                "p90": float("nan"), "count": 0}
+    ordered = sorted(times)
+    p90 = ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))]
+    return {"median": statistics.median(ordered), "mean": statistics.fmean(ordered), "min": ordered[0],
+            "max": ordered[-1], "p90": p90, "count": len(ordered)}
