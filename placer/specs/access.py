@@ -158,6 +158,8 @@ class CdfAccess(AccessModel):
             raise ValueError("cdf points must lie in [0, 1] x [0, 1]")
         if np.any(np.diff(x) < 0) or np.any(np.diff(y) < 0):
             raise ValueError("cdf points must be non-decreasing in both coordinates")
+        if np.any((x == 0) & (y > 0)):
+            raise ValueError("cdf points: row fraction 0 must have lookup fraction 0 (coverage(0) = 0)")
         if x[0] > 0:
             x, y = np.concatenate([[0.0], x]), np.concatenate([[0.0], y])
         if x[-1] < 1:
