@@ -19,6 +19,7 @@ COMMANDS = {
     "simulate": "evaluate any plan with the cost model: step time, phases, devices, bottleneck",
     "compare": "run every method on the same cost model and print them side by side",
     "run": "build a plan with PyTorch, train it on synthetic batches and measure it against the prediction",
+    "calibrate": "measure this machine with micro-benchmarks and write a hardware spec for it",
 }
 
 

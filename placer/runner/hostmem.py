@@ -7,8 +7,9 @@ Three mechanisms, reported as ``host_read_mechanism`` in every run:
   ``embedding_bag`` / ``index_select`` kernels gather rows straight across PCIe, and the optimizer's
   read-modify-write of cold rows runs on the GPU across PCIe too. Two ways to get the device view, tried in
   order: CuPy (``runtime.hostRegister`` + ``runtime.hostGetDevicePointer``, handed to PyTorch by DLPack), then
-  PyTorch alone (``torch.cuda.cudart().cudaHostRegister``; with unified virtual addressing the device pointer of
-  registered memory equals the host pointer, wrapped through ``__cuda_array_interface__``). Each is checked
+  PyTorch alone (``torch.cuda.cudart().cudaHostRegister``, the device pointer from cudaHostGetDevicePointer via
+  ctypes - under unified virtual addressing it equals the host pointer - wrapped through
+  ``__cuda_array_interface__``). Each is checked
   with a small read and write before it is used.
 - ``cpu_gather_copy``: no device view could be made (or it failed the check). The CPU gathers the needed rows
   from pinned host memory and copies them to the GPU (H2D), where they are pooled; gradients come back as
@@ -67,6 +68,26 @@ def _aligned_empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     raw = torch.empty(nbytes + PAGE, dtype=torch.uint8)
     offset = (-raw.data_ptr()) % PAGE
     return raw[offset:offset + numel * itemsize].view(dtype).view(*shape) if numel else raw[:0].view(dtype).view(*shape)
+
+
+def _host_get_device_pointer(ptr: int) -> int:
+    """cudaHostGetDevicePointer through ctypes on the CUDA runtime torch loaded; the host pointer itself when
+    the runtime library cannot be found (with unified virtual addressing the two are equal on Linux GPUs that
+    can use host pointers for registered memory, which the probe then verifies)."""
+    import ctypes
+
+    for name in ("libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so"):
+        try:
+            lib = ctypes.CDLL(name)
+            fn = lib.cudaHostGetDevicePointer
+        except (OSError, AttributeError):
+            continue
+        out = ctypes.c_void_p()
+        err = fn(ctypes.byref(out), ctypes.c_void_p(ptr), ctypes.c_uint(0))
+        if err != 0:
+            raise RuntimeError(f"cudaHostGetDevicePointer returned error {err}")
+        return int(out.value)
+    return int(ptr)
 
 
 def _cuda_error_code(err) -> int:
@@ -162,7 +183,7 @@ class HostMemory:
             if quiet:
                 return False
             raise
-        self._registered.append((way, ptr))
+        self._registered.append((way, ptr, cpu))  # the reference keeps the memory alive until unregistered
         return True
 
     def _map(self, cpu: torch.Tensor, way: str) -> torch.Tensor:
@@ -179,7 +200,8 @@ class HostMemory:
                                    memptr=cupy.cuda.MemoryPointer(mem, 0))
                 return torch.from_dlpack(arr)
         with torch.cuda.device(index):
-            return torch.as_tensor(_CudaArray(cpu.data_ptr(), tuple(cpu.shape), cpu.dtype, cpu), device=self.device)
+            dptr = _host_get_device_pointer(cpu.data_ptr())
+            return torch.as_tensor(_CudaArray(dptr, tuple(cpu.shape), cpu.dtype, cpu), device=self.device)
 
     def _probe(self, way: str) -> None:
         """Map a small buffer, read it with a gather kernel on the GPU and write it from the GPU."""
@@ -188,24 +210,29 @@ class HostMemory:
         rows, cols = 4096, 8
         cpu = _aligned_empty((rows, cols), torch.float32)
         cpu.copy_(torch.arange(rows * cols, dtype=torch.float32).view(rows, cols))
-        dev = self._map(cpu, way)
-        if dev.device.type != "cuda":
-            raise RuntimeError(f"mapped view is on {dev.device}, not CUDA")
-        idx = torch.tensor([0, 17, 4095, 1234], device=self.device)
-        got = torch.nn.functional.embedding_bag(idx, dev, torch.tensor([0, 2], device=self.device), mode="sum")
-        want = torch.nn.functional.embedding_bag(idx.cpu(), cpu, torch.tensor([0, 2]), mode="sum")
-        if not torch.equal(got.cpu(), want):
-            raise RuntimeError("GPU read of mapped host memory returned wrong values")
-        dev.mul_(2.0)
-        torch.cuda.synchronize(self.device)
-        if cpu[4095, 7].item() != 2.0 * (rows * cols - 1):
-            raise RuntimeError("GPU write to mapped host memory not visible on the host")
-        self.close()
+        try:
+            dev = self._map(cpu, way)
+            if dev.device.type != "cuda":
+                raise RuntimeError(f"mapped view is on {dev.device}, not CUDA")
+            idx = torch.tensor([0, 17, 4095, 1234], device=self.device)
+            got = torch.nn.functional.embedding_bag(idx, dev, torch.tensor([0, 2], device=self.device), mode="sum")
+            want = torch.nn.functional.embedding_bag(idx.cpu(), cpu, torch.tensor([0, 2]), mode="sum")
+            if not torch.equal(got.cpu(), want):
+                raise RuntimeError("GPU read of mapped host memory returned wrong values")
+            dev.mul_(2.0)
+            torch.cuda.synchronize(self.device)
+            if cpu[4095, 7].item() != 2.0 * (rows * cols - 1):
+                raise RuntimeError("GPU write to mapped host memory not visible on the host")
+            del dev
+        finally:
+            torch.cuda.synchronize(self.device)
+            self.close()
 
     def close(self) -> None:
-        """Unregister everything this object registered (call when the run is over)."""
+        """Unregister everything this object registered (call when the run is over: mapped device views stop
+        being valid). Registered buffers are kept alive until then, so no freed range stays registered."""
         while self._registered:
-            way, ptr = self._registered.pop()
+            way, ptr, _buffer = self._registered.pop()
             try:
                 if way == "cupy":
                     import cupy
@@ -214,3 +241,9 @@ class HostMemory:
                     torch.cuda.cudart().cudaHostUnregister(ptr)
             except Exception:  # noqa: BLE001 - best effort at teardown
                 pass
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter teardown
+            pass
