@@ -390,3 +390,18 @@ def test_cli_run_bad_device_is_bad_input(tmp_path, capsys, tiny, hw4):
     if torch.cuda.is_available():
         pytest.skip("CUDA present")
     assert main(["run", str(HW4), str(TINY), str(tmp_path / "plan.json"), "--device", "cuda"]) == 2
+
+
+def test_host_tables_on_a_worker_thread_give_the_same_training(tiny, hw4):
+    """GPU runs do CPU-lookup tables on a worker thread (overlap); forced here on the CPU, results must match."""
+    placements = [host(t) if i % 2 else tw(t, hbm=t.rows // 4) for i, t in enumerate(tiny.tables)]
+    plan = make_plan(tiny, hw4, placements)
+    runs = []
+    for overlap in (False, True):
+        tr = Trainer(plan, tiny, CPU, seed=5, pool_batches=2, overlap_host=overlap)
+        tr.train(3)
+        runs.append((tr.loss_history(), all_table_weights(tr)))
+        tr.close()
+    assert runs[0][0] == pytest.approx(runs[1][0], rel=1e-6)
+    for name in runs[0][1]:
+        torch.testing.assert_close(runs[0][1][name], runs[1][1][name])

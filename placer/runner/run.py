@@ -27,6 +27,7 @@ import os
 import platform
 import resource
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -110,7 +111,8 @@ class Trainer:
     """The plan built on one local device: shards, assemblers, dense model, optimizers, batch pool."""
 
     def __init__(self, plan: Plan, workload: Workload, device: torch.device, *, seed: int = 0,
-                 host_read: str = "auto", pool_batches: int = 4, perms: dict | None = None):
+                 host_read: str = "auto", pool_batches: int = 4, perms: dict | None = None,
+                 overlap_host: bool | None = None):
         self.plan = plan
         self.wl = workload
         self.device = device
@@ -151,6 +153,11 @@ class Trainer:
         self.gen.release_permutations()
         synchronize(device)
         self.losses: list[torch.Tensor] = []
+        # CPU-lookup tables run on a worker thread on GPU runs (on a CPU run both sides share the same cores)
+        has_host = any(sh.on_host for shards in self.shards.values() for sh in shards)
+        overlap = (device.type == "cuda") if overlap_host is None else overlap_host
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="placer-host") \
+            if (overlap and has_host) else None
 
     @property
     def gpu_devices_folded(self) -> int:
@@ -158,8 +165,27 @@ class Trainer:
 
     # ---- one step, phase by phase -------------------------------------------------------------------------
 
+    def _split_work(self, fn) -> None:
+        """Call ``fn(table, shard)`` for every shard: device shards on this thread, host (CPU-lookup) shards on
+        the worker thread when overlapping, so the CPU's gathers and updates run while the GPU works - the
+        overlap cost.py assumes inside a phase (its time is the busiest resource's, not the sum)."""
+        pairs = [(t, sh) for t, shards in self.shards.items() for sh in shards]
+        host_jobs = [(t, sh) for t, sh in pairs if sh.on_host] if self._worker is not None else []
+        future = self._worker.submit(lambda: [fn(t, sh) for t, sh in host_jobs]) if host_jobs else None
+        for t, sh in pairs:
+            if future is None or not sh.on_host:
+                fn(t, sh)
+        if future is not None:
+            future.result()
+
     def _forward_embeddings(self, batch: Batch) -> dict[str, list[torch.Tensor]]:
-        return {t: [sh.forward(batch.shards[(t, sh.index)]) for sh in shards] for t, shards in self.shards.items()}
+        out: dict[str, list] = {t: [None] * len(shards) for t, shards in self.shards.items()}
+
+        def fwd(t, sh):
+            out[t][sh.index] = sh.forward(batch.shards[(t, sh.index)])
+
+        self._split_work(fwd)
+        return out
 
     def _exchange(self, raw: dict[str, list[torch.Tensor]]):
         leaves: dict[str, list[torch.Tensor]] = {}
@@ -206,9 +232,7 @@ class Trainer:
                 gs.append(g)
             grads[t] = gs
         mark("backward_exchange")
-        for t, shards in self.shards.items():
-            for sh, g in zip(shards, grads[t]):
-                sh.backward(batch.shards[(t, sh.index)], g)
+        self._split_work(lambda t, sh: sh.backward(batch.shards[(t, sh.index)], grads[t][sh.index]))
         mark("embedding_backward")
         if self.replicas:
             for reps in self.replicas.values():
@@ -256,6 +280,9 @@ class Trainer:
         return {"device_tables": dev, "host_tables": host}
 
     def close(self) -> None:
+        if self._worker is not None:
+            self._worker.shutdown(wait=True)
+            self._worker = None
         self.host.close()
 
 
