@@ -18,6 +18,7 @@ COMMANDS = {
     "solve": "choose where every table lives (ILP or a baseline) and write the plan",
     "simulate": "evaluate any plan with the cost model: step time, phases, devices, bottleneck",
     "compare": "run every method on the same cost model and print them side by side",
+    "sweep": "what-if over GPU counts: throughput, scaling efficiency, GPUs needed for a target throughput",
     "run": "build a plan with PyTorch, train it on synthetic batches and measure it against the prediction",
     "calibrate": "measure this machine with micro-benchmarks and write a hardware spec for it",
 }

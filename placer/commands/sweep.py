@@ -1,0 +1,111 @@
+"""``placer sweep HW WL --gpus 8,16,32``: what-if over GPU counts; throughput, scaling efficiency, and
+``--target-throughput N``: the fewest GPUs that reach N samples/s."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from placer.commands._common import add_hw_wl, add_solver_options, solve_config
+from placer.report import make_console
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_hw_wl(p)
+    p.add_argument("--gpus", metavar="N,N,...",
+                   help="GPU counts to plan for, multiples of the template's GPUs per node "
+                        "(default: 1, 2 and 4 nodes of the spec's first node template)")
+    p.add_argument("--target-throughput", type=float, metavar="N",
+                   help="answer 'how many GPUs for N samples/s': the smallest count tried that reaches N")
+    p.add_argument("--search", action="store_true",
+                   help="with --target-throughput: ignore --gpus, start at one node and double the nodes until "
+                        "the target is reached or --max-gpus")
+    p.add_argument("--max-gpus", type=int, default=256, metavar="N", help="largest count --search tries (default 256)")
+    p.add_argument("--plot", metavar="PNG", help="write throughput and scaling efficiency vs GPUs to this PNG")
+    p.add_argument("--json", action="store_true", help="print the sweep as JSON instead of the table")
+    add_solver_options(p)
+
+
+def run(args) -> int:
+    from placer.errors import SpecError
+    from placer.specs import load_hardware, load_workload
+    from placer.sweep import (check_counts, doubling_counts, gpus_per_node, parse_counts, plot_sweep, run_sweep,
+                              target_answer, template_of)
+
+    config = solve_config(args)
+    if args.search and args.target_throughput is None:
+        raise SpecError("--search needs --target-throughput N")
+    if args.target_throughput is not None and args.target_throughput <= 0:
+        raise SpecError("--target-throughput must be positive (samples/s)")
+    wl = load_workload(args.workload)
+    spec = load_hardware(args.hardware)
+    per = gpus_per_node(spec)
+    if args.search:
+        counts = doubling_counts(spec, args.max_gpus)
+    elif args.gpus:
+        counts = parse_counts(args.gpus)
+    else:
+        counts = [per, 2 * per, 4 * per]
+    check_counts(spec, counts)  # refuse before solving anything
+    tname, _ = template_of(spec)
+    err = make_console(stderr=True)
+
+    def progress(p) -> None:
+        if p.planned:
+            err.print(f"  {p.gpus:>5} GPUs: {p.throughput_samples_per_s:,.0f} samples/s ({p.status}, "
+                      f"solved in {p.solve_wall_s:.1f} s)")
+        else:
+            err.print(f"  {p.gpus:>5} GPUs: {p.status}")
+
+    err.print(f"sweep {wl.name} on {', '.join(map(str, counts))} GPUs of template {tname} ({per} per node), "
+              f"method {config.method}" + (f", time limit {config.time_limit_s:g} s per count"
+                                           if config.method == "ilp" else ""))
+    points = run_sweep(spec, wl, counts, config, progress=progress,
+                       stop_at_throughput=args.target_throughput if args.search else None)
+    answer = target_answer(points, args.target_throughput, args.search) if args.target_throughput else None
+    title = f"{wl.name} on {tname} nodes ({per} GPUs each), {config.method}"
+    if args.plot:
+        plot_sweep(points, args.plot, title, target=args.target_throughput)
+    if args.json:
+        out = {"hardware": spec.name, "template": tname, "gpus_per_node": per, "workload": wl.name,
+               "method": config.method, "points": [p.as_dict() for p in points]}
+        if answer:
+            out["target"] = {"throughput_samples_per_s": args.target_throughput, "gpus": answer[0],
+                             "message": answer[1]}
+        sys.stdout.write(json.dumps(out, indent=1) + "\n")
+    else:
+        console = make_console()
+        _table(points, title, console)
+        if answer:
+            console.print(("[green]" if answer[0] else "[yellow]") + f"target {answer[1]}[/]")
+        if args.plot:
+            console.print(f"plot written to {args.plot}")
+    if not any(p.planned for p in points):
+        from placer.errors import InfeasibleError
+
+        notes = [p.note for p in points if p.note]
+        raise InfeasibleError("no GPU count has a plan" + (f": {notes[-1]}" if notes else ""))
+    return 0
+
+
+def _table(points, title: str, console) -> None:
+    from rich.table import Table
+
+    from placer.units import fmt_seconds
+
+    t = Table(title=f"sweep: {title}", title_justify="left")
+    for col, just in (("GPUs", "right"), ("nodes", "right"), ("step time", "right"), ("samples/s", "right"),
+                      ("speedup", "right"), ("efficiency", "right"), ("status", "left"), ("gap", "right"),
+                      ("solve", "right"), ("bottleneck", "left")):
+        t.add_column(col, justify=just)
+    for p in points:
+        if not p.planned:
+            t.add_row(str(p.gpus), str(p.nodes), "-", "-", "-", "-", p.status, "-", f"{p.solve_wall_s:.1f} s",
+                      (p.note or "")[:80])
+            continue
+        t.add_row(str(p.gpus), str(p.nodes), fmt_seconds(p.step_time_s), f"{p.throughput_samples_per_s:,.0f}",
+                  f"{p.speedup:.2f}x", f"{p.efficiency:.0%}", p.status,
+                  f"{p.gap:.2%}" if p.gap is not None else "-", f"{p.solve_wall_s:.1f} s", p.bottleneck or "")
+    console.print(t)
+    console.print("efficiency = throughput / (throughput at the smallest planned count x GPU ratio); "
+                  "100% is linear scaling")
