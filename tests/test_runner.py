@@ -405,3 +405,18 @@ def test_host_tables_on_a_worker_thread_give_the_same_training(tiny, hw4):
     assert runs[0][0] == pytest.approx(runs[1][0], rel=1e-6)
     for name in runs[0][1]:
         torch.testing.assert_close(runs[0][1][name], runs[1][1][name])
+
+
+def test_host_memory_helpers_on_cpu():
+    from placer.runner.hostmem import PAGE, HostMemory, _aligned_empty, _CudaArray
+    t = _aligned_empty((123, 7), torch.float16)
+    assert t.shape == (123, 7) and t.dtype == torch.float16 and t.data_ptr() % PAGE == 0
+    cai = _CudaArray(t.data_ptr(), tuple(t.shape), t.dtype, t).__cuda_array_interface__
+    assert cai["shape"] == (123, 7) and cai["typestr"] == "<f2" and cai["data"] == (t.data_ptr(), False)
+    mem = HostMemory(CPU)
+    h = mem.zeros((4, 3), torch.float32, gpu_readable=True)
+    assert mem.mechanism == "cpu" and h.dev is h.cpu and float(h.cpu.abs().sum()) == 0.0
+    forced = HostMemory(CPU, "cpu_gather_copy")
+    assert forced.mechanism == "cpu_gather_copy" and forced.empty((2, 2), torch.float32, gpu_readable=True).dev is None
+    with pytest.raises(ValueError):
+        HostMemory(CPU, "magic")
