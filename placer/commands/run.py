@@ -47,12 +47,30 @@ def run(args) -> int:
     config = RunConfig(device=args.device, steps=args.steps, warmup=args.warmup, scale=args.scale, seed=args.seed,
                        host_read=args.host_read, phase_steps=args.phase_steps, pool_batches=args.pool,
                        threads=args.threads)
+    _warn_if_oversubscribed(args)
     result = run_plan(hw, wl, plan, config, plan_file=args.plan)
     if args.json:
         sys.stdout.write(json.dumps(result, indent=1, default=_jsonable) + "\n")
     else:
         print_result(result, Console(highlight=False, soft_wrap=True))
     return 0
+
+
+def _warn_if_oversubscribed(args) -> None:
+    """OpenMP threads spin-wait: on a CPU already busy with other work, several torch threads can make each
+    step 10-100x slower. Say so (on stderr) when the load exceeds the cores and --threads was not given."""
+    import os
+
+    import torch
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if args.threads is not None or not device.startswith("cpu") or not hasattr(os, "getloadavg"):
+        return
+    load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    if load > cores:
+        Console(stderr=True, highlight=False).print(
+            f"[yellow]note:[/] load average {load:.1f} on {cores} cores: CPU timings with several torch threads "
+            "are unreliable on a busy machine; --threads 1 is steadier")
 
 
 def _jsonable(x):
