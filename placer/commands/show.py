@@ -3,6 +3,12 @@ from __future__ import annotations
 
 import argparse
 
+from rich.console import Console
+
+from placer.errors import SpecError
+from placer.specs.detect import detect_kind
+from placer.specs.loading import read_document
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="hardware spec or workload (YAML or JSON)")
@@ -10,4 +16,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    raise NotImplementedError("placer show: not written yet")
+    from placer import report_specs
+
+    console = Console(highlight=False, soft_wrap=False, width=max(Console().width, 140))
+    kind = detect_kind(read_document(args.file), args.file)
+    if kind == "hardware":
+        from placer.specs.hardware import load_hardware
+
+        spec = load_hardware(args.file)
+        topo = report_specs.show_hardware(spec, console)
+        if args.plot:
+            path = report_specs.plot_hardware(spec, args.plot, topo)
+            console.print(f"wrote {path}")
+    elif kind == "workload":
+        from placer.specs.workload import load_workload
+
+        wl = load_workload(args.file)
+        report_specs.show_workload(wl, console)
+        if args.plot:
+            path = report_specs.plot_workload(wl, args.plot)
+            console.print(f"wrote {path}")
+    else:
+        raise SpecError("placer show describes hardware specs and workloads; for a plan use placer check",
+                        file=args.file)
+    return 0
