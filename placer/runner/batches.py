@@ -59,6 +59,7 @@ class ShardInput:
 
     ids: torch.Tensor
     offsets: torch.Tensor
+    offsets32: torch.Tensor  # int32 copy, for int32 index kernels (the split shards' remapped slots)
     bags: torch.Tensor
     ids_cpu: torch.Tensor
     offsets_cpu: torch.Tensor
@@ -80,7 +81,7 @@ class Batch:
     def nbytes(self) -> int:
         total = self.dense.numel() * 4 + self.labels.numel() * 4
         for s in self.shards.values():
-            total += (s.ids.numel() + s.offsets.numel() + s.bags.numel()) * 8
+            total += (s.ids.numel() + s.offsets.numel() + s.bags.numel()) * 8 + s.offsets32.numel() * 4
         return total
 
 
@@ -200,6 +201,7 @@ class BatchGenerator:
                     same = device.type == "cpu"
                     cache[key] = ShardInput(
                         ids=ic if same else ic.to(device), offsets=oc if same else oc.to(device),
+                        offsets32=oc.to(device=device, dtype=torch.int32),
                         bags=bc if same else bc.to(device), ids_cpu=ic, offsets_cpu=oc, bags_cpu=bc, num_bags=nb)
                 shards[(p.table, i)] = cache[key]
         return Batch(dense=torch.from_numpy(arrays["dense"]).to(device),
@@ -220,5 +222,5 @@ def batch_bytes_estimate(workload: Workload, plan: Plan | None = None) -> float:
         if p is not None and p.sharding != "data_parallel":
             pieces = len({s.rows for s in p.shards})
         # ids + bags (8 B each) over all row pieces (they partition the lookups), offsets per piece
-        total += 16.0 * L + 8.0 * F * B * pieces
+        total += 16.0 * L + 12.0 * F * B * pieces
     return total

@@ -2,7 +2,7 @@
 
 Computed from the plan's shards as the runner builds them (every GPU of the plan folded onto the one local
 device): rows x cols x element bytes + optimizer state (fp32) for every block of rows, the padding row of each
-split part, the split shards' int32 remap, data-parallel gradients, the backward's per-lookup gradient rows of
+split part, the split shards' two int32 maps, data-parallel gradients, the backward's per-lookup gradient rows of
 the largest shard, pooled outputs, the dense model (cost.py's DenseModelCost, the whole global batch on one
 device), the batch pool on the device and its CPU copy, and the build's transient rank permutation. A margin
 is added (MARGIN_FRACTION + MARGIN_BYTES). On a CPU run, device and host needs both come out of RAM.
@@ -76,7 +76,7 @@ def estimate_needs(plan: Plan, workload: Workload, device_type: str, pool_batche
             need.add("device", "tables", (k + split) * row if k else 0)
             need.add("host", "tables", (n - k + split) * row if n - k else 0)
             if split:
-                need.add("device", "remap", n * 4)
+                need.add("device", "remap", n * 8)  # hot map + cold map, int32
                 need.add("host", "remap", n * 4)
             need.add("device", "pooled outputs", F * B * c * 4 * 3)
             largest_expand["device"] = max(largest_expand["device"], share * c * 4 * 2 * (1 + split))

@@ -62,7 +62,7 @@ class SparseRowOptimizer:
         ``weight`` and ``states`` may live in HBM, in RAM, or in host memory mapped for the GPU."""
         if ids.numel() == 0:
             return
-        ids = ids.to(weight.device)
+        ids = ids.to(device=weight.device, dtype=torch.int64)  # index_copy_ wants int64
         grad = grad.to(weight.device)
         w = weight.index_select(0, ids).float()
         new_states = self._math(w, [s.index_select(0, ids) for s in states], grad)

@@ -6,9 +6,10 @@ Kinds of shard (``Shard.kind``):
                ``embedding_bag`` kernel runs on a CUDA view of mapped pinned host memory, so every row crosses
                PCIe; under ``cpu_gather_copy`` the CPU gathers the rows and copies them to the device to be pooled.
 - ``split``:   the shard's own hottest hbm_rows rows in device memory, the rest in host memory (read as for
-               ``uvm``). An int32 remap on the device turns a local row id into a hot slot (>= 0) or a cold slot
-               (-1 - slot); each part is one ``embedding_bag`` whose other part's lookups point at a padding
-               row (``padding_idx``: skipped, not gathered), and the two pooled results are added.
+               ``uvm``). Two int32 maps on the device turn a local row id into its hot slot and its cold slot;
+               a row of the other part maps to that part's padding row, which ``embedding_bag`` skips
+               (``padding_idx``: not gathered, not summed). Two gathers of the maps, two ``embedding_bag``
+               calls, one add.
 - ``host``:    sharding "host": rows in (pinned, on CUDA) host memory; the CPU gathers and pools with the CPU
                ``embedding_bag``; the pooled result is copied to the device by the runner (the exchange).
 - ``replica``: one data-parallel replica: the whole table on the device, pooling only its own slice of the
@@ -162,7 +163,7 @@ class GpuShard(Shard):
         self.hot = self.hot_state = None
         self.cold = None
         self.cold_state = []
-        self.remap = self.remap_cpu = None
+        self.hot_map = self.cold_map = self.remap_cpu = None
         if k:
             self.hot = torch.zeros((k + pad, c), dtype=dtype, device=ctx.device)
             self.hot_state = self._alloc_states(k + pad, "device")
@@ -180,7 +181,11 @@ class GpuShard(Shard):
             cold_local = np.flatnonzero(~is_hot)
             remap[cold_local] = -1 - np.arange(n - k, dtype=np.int32)
             self.remap_cpu = torch.from_numpy(remap)
-            self.remap = self.remap_cpu.to(ctx.device)
+            # on the device: local id -> hot slot (k = the padding row for cold ids), and -> cold slot
+            # (n - k = padding for hot ids); int32, one gather each in the forward
+            self.hot_map = torch.where(self.remap_cpu >= 0, self.remap_cpu, k).to(ctx.device)
+            if self.cold.dev is not None:
+                self.cold_map = torch.where(self.remap_cpu < 0, -1 - self.remap_cpu, n - k).to(ctx.device)
         # initial weights, chunk by chunk
         index = ctx.workload.table_index[self.table]
         for j0, block in init_rows(ctx.seed, index, t.rows, t.dim, self.rows, self.cols, ctx.device):
@@ -207,14 +212,12 @@ class GpuShard(Shard):
                 return _bag(inp.ids, self.cold.dev, inp.offsets)
             return self._gather_copy(inp)
         n, k = self.n, self.k
-        m = self.remap.index_select(0, inp.ids)
-        is_hot = m >= 0
-        hot_idx = torch.where(is_hot, m, k).long()
-        out = _bag(hot_idx, self.hot, inp.offsets, padding_idx=k)
+        hot_idx = self.hot_map.index_select(0, inp.ids)
+        out = _bag(hot_idx, self.hot, inp.offsets32, padding_idx=k)
         cold_idx = None
-        if self.cold.dev is not None:
-            cold_idx = torch.where(is_hot, n - k, -1 - m).long()
-            out = out + _bag(cold_idx, self.cold.dev, inp.offsets, padding_idx=n - k)
+        if self.cold_map is not None:
+            cold_idx = self.cold_map.index_select(0, inp.ids)
+            out = out + _bag(cold_idx, self.cold.dev, inp.offsets32, padding_idx=n - k)
         else:
             out = out + self._gather_copy(inp)
         self._fwd = (inp, hot_idx, cold_idx)
@@ -258,15 +261,13 @@ class GpuShard(Shard):
         if self._fwd is not None and self._fwd[0] is inp:
             _, hot_idx, cold_idx = self._fwd
         else:
-            m = self.remap.index_select(0, inp.ids)
-            is_hot = m >= 0
-            hot_idx = torch.where(is_hot, m, self.k).long()
-            cold_idx = torch.where(is_hot, self.n - self.k, -1 - m).long() if self.cold.dev is not None else None
+            hot_idx = self.hot_map.index_select(0, inp.ids)
+            cold_idx = self.cold_map.index_select(0, inp.ids) if self.cold_map is not None else None
         self._fwd = None
         rows_g = grad.index_select(0, inp.bags)
         uniq, summed = aggregate(hot_idx, rows_g)  # includes the padding row: harmless, never read
         opt.update(self.hot, self.hot_state, uniq, summed)
-        if self.cold.dev is not None:
+        if cold_idx is not None:
             uniq, summed = aggregate(cold_idx, rows_g)
             opt.update(self.cold.dev, [s.dev for s in self.cold_state], uniq, summed)
         else:
@@ -297,7 +298,7 @@ class GpuShard(Shard):
 
     def memory_bytes(self) -> dict[str, int]:
         dev = _tensor_bytes(self.hot) + sum(_tensor_bytes(s) for s in (self.hot_state or [])) \
-            + _tensor_bytes(self.remap)
+            + _tensor_bytes(self.hot_map) + _tensor_bytes(self.cold_map)
         host = _tensor_bytes(self.cold) + sum(_tensor_bytes(s) for s in self.cold_state)
         return {"device": dev, "host": host}
 
