@@ -292,6 +292,9 @@ def plot_hardware(spec: HardwareSpec, path: str | Path, topo: Topology | None = 
     sub_nodes = list(pos)
     g = topo.graph.subgraph(sub_nodes).copy()
     labels = {d: d.split("/", 1)[1] for d in sub_nodes}
+    for d in sub_nodes:  # capacities on the memories
+        if topo.graph.nodes[d]["kind"] in ("gpu", "host"):
+            labels[d] += f"\n{topo.memories[d].capacity_bytes / 2**30:,.0f} GiB"
     summary_edges = []
     if n_nodes > 1:
         fx = width + 2.0
@@ -304,7 +307,7 @@ def plot_hardware(spec: HardwareSpec, path: str | Path, topo: Topology | None = 
         for i, node in enumerate(shown):
             box = f"{node} (summary)"
             t = topo.template_of[topo.gpus_of_node(node)[0]]
-            pos[box] = (fx + 2.6, 3.0 - 4.8 * i / max(len(shown) - 1, 1))
+            pos[box] = (fx + 2.6, 3.0 - 4.8 * i / (len(shown) - 1) if len(shown) > 1 else 0.6)
             labels[box] = f"{node}\n{t.gpus.count} GPU"
             g.add_node(box, kind="node")
             summary_edges.append((box, FABRIC, f"{t.nics.count} x {_num(t.nics.bw_GBps)} GB/s"))
@@ -338,7 +341,9 @@ def plot_hardware(spec: HardwareSpec, path: str | Path, topo: Topology | None = 
     handles.sort(key=lambda h: h.get_label())
     ax.legend(handles=handles, loc="upper left", fontsize=8, frameon=True)
     s = topo.summary()
-    ax.set_title(f"{spec.name}: {s['nodes']} node(s), {s['gpus']} GPUs, HBM {fmt_bytes(s['hbm_bytes'])}, "
+    models = sorted({t.gpus.model for _, t in spec.node_templates()})
+    ax.set_title(f"{spec.name}: {s['nodes']} node(s), {s['gpus']} x {' / '.join(models)}, "
+                 f"HBM {fmt_bytes(s['hbm_bytes'])}, "
                  f"host DRAM {fmt_bytes(s['dram_bytes'])}" + (f"  ({node0} drawn in full)" if n_nodes > 1 else ""),
                  fontsize=10)
     ax.axis("off")
