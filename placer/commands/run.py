@@ -22,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=50, help="timed training steps (default 50)")
     p.add_argument("--warmup", type=int, default=10, help="untimed warm-up steps first (default 10)")
     p.add_argument("--phase-steps", type=int, default=None, metavar="N",
-                   help="steps of the separate, synchronized per-phase pass (default min(steps, 10))")
+                   help="steps of the separate, synchronized per-phase pass (default min(steps, 20))")
     p.add_argument("--scale", type=float, default=1.0, metavar="S",
                    help="divide every table's rows by S; the plan and the prediction are scaled to match")
     p.add_argument("--seed", type=int, default=0, help="seed of weights and batches (default 0)")

@@ -335,7 +335,7 @@ def run_plan(hardware, workload: Workload, plan: Plan, config: RunConfig = RunCo
         timer = StepTimer(device)
         trainer.train(config.steps, timer, start=config.warmup)
         times = timer.times_s()
-        phase_steps = config.phase_steps if config.phase_steps is not None else min(config.steps, 10)
+        phase_steps = config.phase_steps if config.phase_steps is not None else min(config.steps, 20)
         phases = PhaseTimer(device)
         for i in range(phase_steps):
             batch = trainer.pool[(config.warmup + config.steps + i) % len(trainer.pool)]

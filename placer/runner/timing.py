@@ -48,16 +48,19 @@ class StepTimer:
 
 
 class PhaseTimer:
-    """Accumulates wall time per phase name; synchronizes the device before reading the clock."""
+    """Wall time per phase name and step; synchronizes the device before reading the clock. ``per_step`` gives
+    each phase's median over the steps (robust to a step disturbed by other work on the machine)."""
 
     def __init__(self, device: torch.device):
         self.device = device
         self.totals: dict[str, float] = defaultdict(float)
+        self.by_step: list[dict[str, float]] = []
         self._t = 0.0
         self.steps = 0
 
     def begin(self) -> None:
         synchronize(self.device)
+        self.by_step.append(defaultdict(float))
         self._t = time.perf_counter()
 
     def mark(self, phase: str) -> None:
@@ -65,10 +68,13 @@ class PhaseTimer:
         synchronize(self.device)
         now = time.perf_counter()
         self.totals[phase] += now - self._t
+        if self.by_step:
+            self.by_step[-1][phase] += now - self._t
         self._t = now
 
     def per_step(self) -> dict[str, float]:
-        return {k: v / max(self.steps, 1) for k, v in self.totals.items()}
+        phases = {k for step in self.by_step for k in step}
+        return {k: statistics.median(step.get(k, 0.0) for step in self.by_step) for k in phases}
 
 
 def summarize(times: list[float]) -> dict[str, float]:
