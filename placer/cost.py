@@ -20,10 +20,12 @@ Physics per GPU shard (n of the table's N rows, c of its d columns, k rows in HB
 - host (CPU lookup): the CPU gathers and pools at cpu_gather rate from DRAM, pooled results go to every
   GPU across PCIe (and the network), gradients come back, the CPU applies the sparse update.
 - data parallel: each GPU gathers for its own samples from a full replica; the table's dense gradient is
-  all-reduced in a ring (2(W-1)/W of its bytes through every ring hop) and the update streams the table.
+  all-reduced in rings (2(W-1)/W of its bytes through every ring hop; over several nodes one ring per rail,
+  see ring_orders) and the update streams the table. The dense model's gradient is all-reduced the same way.
 """
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -74,7 +76,10 @@ class Cost:
 class CostModel:
     """Prices placements of one workload on one machine. Pure: no state but caches of derived values."""
 
-    def __init__(self, topology: Topology, workload: Workload):
+    def __init__(self, topology: Topology, workload: Workload, include_exchange: bool = True):
+        """``include_exchange=False`` leaves out the all-to-all of pooled embeddings (FX/BX phases), for
+        callers that price it themselves from ``exchange_bytes_per_gpu`` (planner/scale.py)."""
+        self.include_exchange = include_exchange
         self.topo = topology
         self.wl = workload
         self.gpus = topology.gpus
@@ -83,7 +88,12 @@ class CostModel:
         self.samples_per_gpu = self.B / self.W
         self.tables: dict[str, TableSpec] = {t.name: t for t in workload.tables}
         self.state_factor = workload.optimizer_state_factor
+        self.lookups_per_sample = {t.name: workload.lookups_per_sample(t.name) for t in workload.tables}
+        self.outputs_per_sample = {t.name: workload.outputs_per_sample(t.name) for t in workload.tables}
         self._rate = {name: r.rate for name, r in topology.resources.items()}
+        self._exchange_cache: dict[tuple[str, bool], list[tuple[str, float]]] = {}
+        self._ring_cache: dict[tuple[str, ...], list[tuple[str, float]]] = {}
+        self._access_cache: dict[tuple, object] = {}
 
     # ---- helpers -------------------------------------------------------------------------------------------
 
@@ -91,15 +101,35 @@ class CostModel:
         """Bytes from ``src`` to ``dst`` load every directed link on their route."""
         if n_bytes <= 0 or src == dst:
             return
-        for link in self.topo.route(src, dst):
-            cost.add_load(phase, link, n_bytes / efficiency / self._rate[link])
+        for link, share in self.topo.route_shares(src, dst):
+            cost.add_load(phase, link, share * n_bytes / efficiency / self._rate[link])
+
+    def _unit_exchange(self, device: str, outgoing: bool) -> list[tuple[str, float]]:
+        """(link, seconds per byte) for sending one byte from ``device`` to every GPU (outgoing) or from
+        every GPU to ``device``; cached, so an all-to-all costs one pass over the links it touches."""
+        key = (device, outgoing)
+        if key not in self._exchange_cache:
+            acc: dict[str, float] = defaultdict(float)
+            for h in self.gpus:
+                for link, share in (self.topo.route_shares(device, h) if outgoing else self.topo.route_shares(h, device)):
+                    acc[link] += share / self._rate[link]
+            self._exchange_cache[key] = list(acc.items())
+        return self._exchange_cache[key]
+
+    def _exchange(self, cost: Cost, phase: int, device: str, per_gpu_bytes: float, outgoing: bool) -> None:
+        """``per_gpu_bytes`` from ``device`` to every GPU (outgoing) or from every GPU to ``device``."""
+        if per_gpu_bytes <= 0 or not self.include_exchange:
+            return
+        loads = cost.loads
+        for link, seconds_per_byte in self._unit_exchange(device, outgoing):
+            loads[(phase, link)] += per_gpu_bytes * seconds_per_byte
 
     def _on(self, cost: Cost, phase: int, device: str, kind: str, amount: float) -> None:
         name = f"{device}:{kind}"
         cost.add_load(phase, name, amount / self._rate[name])
 
     def lookups_per_step(self, table: str) -> float:
-        return self.B * self.wl.lookups_per_sample(table)
+        return self.B * self.lookups_per_sample[table]
 
     # ---- placements ----------------------------------------------------------------------------------------
 
@@ -113,7 +143,8 @@ class CostModel:
                 self._host_shard(cost, t, s, e)
         elif p.sharding == "data_parallel":
             for s in p.shards:
-                self._replica(cost, t, s, e, [r.device for r in p.shards])
+                self._replica(cost, t, s, e)
+            self._allreduce(cost, tuple(s.device for s in p.shards), t.rows * t.dim * POOLED_BYTES)
         else:
             for s in p.shards:
                 self._gpu_shard(cost, t, s, e)
@@ -128,9 +159,9 @@ class CostModel:
         state_bytes = self.state_factor[t.name] * c * STATE_BYTES
         lookups = self.lookups_per_step(t.name) * n / t.rows
         hot_frac = k / n
-        hit = float(access.coverage(hot_frac))
+        hit = self._coverage(t.name, hot_frac)
         split = "split" if 0 < k < n else "plain"
-        outputs = self.wl.outputs_per_sample(t.name)
+        outputs = self.outputs_per_sample[t.name]
         out_bytes_all = self.B * outputs * c * POOLED_BYTES
 
         # forward: gathers
@@ -141,10 +172,9 @@ class CostModel:
             self._on(cost, FWD, host, "dram", miss_bytes)
         self._on(cost, FWD, g, "launch", LAUNCHES_FWD[split])
         # exchange of pooled outputs and their gradients with the sample owners
-        per_owner = self.samples_per_gpu * outputs * c * POOLED_BYTES
-        for h in self.gpus:
-            self._send(cost, FX, g, h, per_owner)
-            self._send(cost, BX, h, g, per_owner)
+        per_owner = self.exchange_bytes_per_gpu(t.name, c)
+        self._exchange(cost, FX, g, per_owner, outgoing=True)
+        self._exchange(cost, BX, g, per_owner, outgoing=False)
         # backward: expand gradients per lookup, update distinct rows in place
         grad_bytes = lookups * c * POOLED_BYTES
         uniq_hot, uniq_cold = self._unique_split(t, n, lookups, hot_frac)
@@ -161,11 +191,24 @@ class CostModel:
         cost.add_memory(g, k * rmw)
         cost.add_memory(host, (n - k) * rmw)
 
+    def exchange_bytes_per_gpu(self, table: str, cols: int) -> float:
+        """Bytes of pooled embeddings (``cols`` wide) a shard sends to each GPU per step, and gets back as
+        gradients: the GPU's samples x the table's features x cols x 4."""
+        return self.samples_per_gpu * self.outputs_per_sample[table] * cols * POOLED_BYTES
+
+    def _coverage(self, table: str, hot_frac: float) -> float:
+        key = ("coverage", table, hot_frac)
+        if key not in self._access_cache:
+            self._access_cache[key] = float(self.wl.access_models[table].coverage(hot_frac))
+        return self._access_cache[key]
+
     def _unique_split(self, t: TableSpec, n: int, lookups: float, hot_frac: float) -> tuple[float, float]:
         """Distinct rows a shard of n rows touches per step, (in HBM, in host memory)."""
-        access = self.wl.access_models[t.name]
-        total_lookups = self.lookups_per_step(t.name)
-        hot, cold = access.unique_rows_split(total_lookups, hot_frac)
+        key = ("unique", t.name, hot_frac)
+        if key not in self._access_cache:
+            access = self.wl.access_models[t.name]
+            self._access_cache[key] = access.unique_rows_split(self.lookups_per_step(t.name), hot_frac)
+        hot, cold = self._access_cache[key]
         share = n / t.rows
         return hot * share, cold * share
 
@@ -178,37 +221,68 @@ class CostModel:
         gathered = lookups * row_bytes
         self._on(cost, FWD, host, "cpu", gathered)
         self._on(cost, FWD, host, "dram", gathered)
-        per_owner = self.samples_per_gpu * self.wl.outputs_per_sample(t.name) * c * POOLED_BYTES
+        per_owner = self.exchange_bytes_per_gpu(t.name, c)
+        self._exchange(cost, FX, host, per_owner, outgoing=True)
+        self._exchange(cost, BX, host, per_owner, outgoing=False)
         for h in self.gpus:
-            self._send(cost, FX, host, h, per_owner)
-            self._send(cost, BX, h, host, per_owner)
             self._on(cost, FX, h, "launch", 1)
             self._on(cost, BX, h, "launch", 1)
-        uniq = self.wl.access_models[t.name].expected_unique_rows(self.lookups_per_step(t.name)) * n / t.rows
+        uniq = sum(self._unique_split(t, n, lookups, 1.0))
         update = lookups * c * POOLED_BYTES + 2 * uniq * (row_bytes + state_bytes)
         self._on(cost, BWD, host, "cpu", update)
         self._on(cost, BWD, host, "dram", update)
         cost.add_memory(host, n * (row_bytes + state_bytes))
 
-    def _replica(self, cost: Cost, t: TableSpec, s: Shard, e: int, ring: list[str]) -> None:
+    def _replica(self, cost: Cost, t: TableSpec, s: Shard, e: int) -> None:
+        """One data-parallel replica's own work (its all-reduce is priced once per table, see _allreduce)."""
         g = s.device
         gspec = self.topo.gpu_spec(g)
         n, c = s.num_rows, s.num_cols
         row_bytes = c * e
         state_bytes = self.state_factor[t.name] * c * STATE_BYTES
-        local_lookups = self.wl.lookups_per_sample(t.name) * self.samples_per_gpu
-        outputs = self.samples_per_gpu * self.wl.outputs_per_sample(t.name) * c * POOLED_BYTES
+        local_lookups = self.lookups_per_sample[t.name] * self.samples_per_gpu
+        outputs = self.samples_per_gpu * self.outputs_per_sample[t.name] * c * POOLED_BYTES
         grad_table = n * c * POOLED_BYTES
         self._on(cost, FWD, g, "hbm", local_lookups * row_bytes / gspec.hbm_gather_efficiency + outputs)
         self._on(cost, FWD, g, "launch", 1)
         # dense gradient of the replica: zero, scatter, all-reduce, stream the update over the table
         self._on(cost, BWD, g, "hbm", 2 * grad_table + 2 * n * (row_bytes + state_bytes) + outputs)
         self._on(cost, BWD, g, "launch", 4)
-        if len(ring) > 1:
-            nxt = ring[(ring.index(g) + 1) % len(ring)]
-            self._send(cost, AR, g, nxt, 2 * (len(ring) - 1) / len(ring) * grad_table)
-            self._on(cost, AR, g, "launch", 1)
         cost.add_memory(g, n * (row_bytes + state_bytes) + grad_table)
+
+    def ring_orders(self, gpus: tuple[str, ...]) -> list[list[str]]:
+        """The rings an all-reduce over ``gpus`` runs, each carrying an equal share of the bytes.
+
+        Within one node: one ring in GPU order. Over several nodes with G GPUs each (NCCL-style multi-rail):
+        G rings, ring r visiting each node's GPUs rotated by r, so that every node is left through a
+        different GPU (and its rail NIC) by each ring."""
+        nodes: dict[str, list[str]] = {}
+        for g in gpus:
+            nodes.setdefault(self.topo.node_of[g], []).append(g)
+        sizes = {len(v) for v in nodes.values()}
+        if len(nodes) == 1 or len(sizes) != 1:
+            return [list(gpus)]
+        per = sizes.pop()
+        return [[local[(i + r) % per] for local in nodes.values() for i in range(per)] for r in range(per)]
+
+    def _allreduce(self, cost: Cost, gpus: tuple[str, ...], n_bytes: float) -> None:
+        """Ring all-reduce of ``n_bytes`` over ``gpus``: 2(W-1)/W of the bytes cross every ring hop."""
+        W = len(gpus)
+        if W < 2 or n_bytes <= 0:
+            return
+        if gpus not in self._ring_cache:
+            acc: dict[str, float] = defaultdict(float)
+            rings = self.ring_orders(gpus)
+            for ring in rings:
+                for i, g in enumerate(ring):
+                    for link, share in self.topo.route_shares(g, ring[(i + 1) % W]):
+                        acc[link] += share * 2 * (W - 1) / W / len(rings) / self._rate[link]
+            self._ring_cache[gpus] = list(acc.items())
+        loads = cost.loads
+        for link, seconds_per_byte in self._ring_cache[gpus]:
+            loads[(AR, link)] += n_bytes * seconds_per_byte
+        for g in gpus:
+            self._on(cost, AR, g, "launch", 1)
 
     # ---- the part that does not depend on the placement -----------------------------------------------------
 
@@ -221,26 +295,26 @@ class CostModel:
         """Dense compute, dense all-reduce and HBM held by the dense model on every GPU (placement-free)."""
         cost = Cost()
         d = self.dense
-        for i, g in enumerate(self.gpus):
+        for g in self.gpus:
             self._on(cost, DENSE, g, "compute", 3 * d.flops_per_sample * self.samples_per_gpu)
             self._on(cost, DENSE, g, "launch", d.launches)
-            if self.W > 1:
-                nxt = self.gpus[(i + 1) % self.W]
-                self._send(cost, AR, g, nxt, 2 * (self.W - 1) / self.W * d.params * 4)
-                self._on(cost, AR, g, "launch", 1)
             cost.add_memory(g, d.hbm_bytes(self.samples_per_gpu, self.wl.optimizer.name))
+        self._allreduce(cost, tuple(self.gpus), d.params * 4)
         return cost
 
     @cached_property
     def fixed_latency_s(self) -> dict[int, float]:
-        """Latency per phase that no bandwidth hides: the farthest exchange path, the all-reduce ring hops."""
+        """Latency per phase that no bandwidth hides: the farthest exchange path; for the all-reduce, the
+        lesser of a ring's 2(W-1) and a tree's 2 ceil(log2 W) hops of the slowest ring hop."""
         out = {p: 0.0 for p in range(len(PHASES))}
         if self.W > 1:
             g0 = self.gpus[0]
             farthest = max(self.topo.path_latency_s(g0, h) for h in self.gpus[1:])
             out[FX] = out[BX] = farthest
-            hop = max(self.topo.path_latency_s(g, self.gpus[(i + 1) % self.W]) for i, g in enumerate(self.gpus))
-            out[AR] = 2 * (self.W - 1) * hop
+            ring = self.ring_orders(tuple(self.gpus))[0]
+            hop = max(self.topo.path_latency_s(g, ring[(i + 1) % self.W]) for i, g in enumerate(ring))
+            # NCCL picks a tree when latency dominates: 2 log2(W) hops instead of the ring's 2(W-1)
+            out[AR] = 2 * min(self.W - 1, math.ceil(math.log2(self.W))) * hop
         return out
 
     @cached_property

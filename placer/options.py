@@ -29,6 +29,21 @@ class OptionConfig:
     data_parallel: bool = True
     host: bool = True
     fp16: bool = True
+    canonical: bool = False  # one representative per symmetry class: node0/gpu0, node0, node0's first block
+    all_gpu_kinds: bool = True  # row-wise over all GPUs (several nodes) and data-parallel
+
+
+def _first(items: list, canonical: bool) -> list:
+    return items[:1] if canonical else items
+
+
+def _shard(**kw) -> Shard:
+    """A Shard built without validation: options are correct by construction and there are many."""
+    return Shard.model_construct(**kw)
+
+
+def _placement(**kw) -> Placement:
+    return Placement.model_construct(**kw)
 
 
 def precisions(t: TableSpec, cfg: OptionConfig) -> list[str]:
@@ -59,50 +74,68 @@ def row_split(rows: int, pieces: int) -> list[tuple[int, int]]:
     return [r for r in out if r[1] > r[0]]
 
 
+def data_parallel_allowed(t: TableSpec, precision: str, topo: Topology, cfg: OptionConfig) -> bool:
+    return cfg.data_parallel and len(topo.gpus) > 1 and t.size_bytes(precision) <= DATA_PARALLEL_MAX_BYTES
+
+
+def row_wise_placement(t: TableSpec, gpus: list[str], precision: str, hot_fraction: float,
+                       first_only: bool = False) -> Placement | None:
+    """Row-wise over ``gpus`` (near-equal id ranges), each shard's hottest ``hot_fraction`` in HBM.
+    ``first_only``: just the first shard (a probe for pricing symmetric options)."""
+    if t.rows < len(gpus):
+        return None
+    ranges = row_split(t.rows, len(gpus))
+    shards = []
+    for g, (a, b) in list(zip(gpus, ranges))[:1 if first_only else None]:
+        k = int(round(hot_fraction * (b - a)))
+        shards.append(_shard(device=g, rows=(a, b), cols=(0, t.dim), hbm_rows=k, host_rows=b - a - k))
+    return _placement(table=t.name, sharding="row_wise", precision=precision, shards=shards)
+
+
+def data_parallel_placement(t: TableSpec, gpus: list[str], precision: str) -> Placement:
+    return _placement(table=t.name, sharding="data_parallel", precision=precision, shards=[
+        _shard(device=g, rows=(0, t.rows), cols=(0, t.dim), hbm_rows=t.rows, host_rows=0) for g in gpus])
+
+
 def table_options(t: TableSpec, topo: Topology, wl: Workload, cfg: OptionConfig = OptionConfig()) -> list[Placement]:
     """Every candidate placement of one table."""
     out: list[Placement] = []
+    seen_row_wise: set = set()
     full_rows, full_cols = (0, t.rows), (0, t.dim)
     for prec in precisions(t, cfg):
-        for g in topo.gpus:
+        for g in _first(topo.gpus, cfg.canonical):
             for k in hot_rows_levels(t.rows, cfg.hot_levels):
-                out.append(Placement(table=t.name, sharding="table_wise", precision=prec, shards=[
-                    Shard(device=g, rows=full_rows, cols=full_cols, hbm_rows=k, host_rows=t.rows - k)]))
+                out.append(_placement(table=t.name, sharding="table_wise", precision=prec, shards=[
+                    _shard(device=g, rows=full_rows, cols=full_cols, hbm_rows=k, host_rows=t.rows - k)]))
         if cfg.row_wise:
-            groups = [topo.gpus_of_node(n) for n in topo.nodes if len(topo.gpus_of_node(n)) > 1]
-            if len(topo.nodes) > 1:
+            groups = [topo.gpus_of_node(n) for n in _first(topo.nodes, cfg.canonical) if len(topo.gpus_of_node(n)) > 1]
+            if len(topo.nodes) > 1 and cfg.all_gpu_kinds:
                 groups.append(list(topo.gpus))
             for group in groups:
-                ranges = row_split(t.rows, len(group))
-                if len(ranges) < len(group):
-                    continue
                 for f in cfg.hot_levels:
-                    shards = []
-                    for g, (a, b) in zip(group, ranges):
-                        k = int(round(f * (b - a)))
-                        shards.append(Shard(device=g, rows=(a, b), cols=full_cols, hbm_rows=k, host_rows=b - a - k))
-                    p = Placement(table=t.name, sharding="row_wise", precision=prec, shards=shards)
-                    if p not in out:
+                    p = row_wise_placement(t, group, prec, f)
+                    key = p and (len(group), group[0], tuple(s.hbm_rows for s in p.shards))
+                    if p is not None and key not in seen_row_wise:
+                        seen_row_wise.add(key)
                         out.append(p)
         if cfg.column_wise:
             for pieces in COLUMN_PIECES:
                 if t.dim % pieces or t.dim // pieces < MIN_COLUMN_PIECE:
                     continue
                 width = t.dim // pieces
-                for node in topo.nodes:
+                for node in _first(topo.nodes, cfg.canonical):
                     gpus = topo.gpus_of_node(node)
-                    for start in range(0, len(gpus) - pieces + 1, pieces):
+                    for start in _first(list(range(0, len(gpus) - pieces + 1, pieces)), cfg.canonical):
                         block = gpus[start:start + pieces]
-                        out.append(Placement(table=t.name, sharding="column_wise", precision=prec, shards=[
-                            Shard(device=g, rows=full_rows, cols=(i * width, (i + 1) * width), hbm_rows=t.rows,
+                        out.append(_placement(table=t.name, sharding="column_wise", precision=prec, shards=[
+                            _shard(device=g, rows=full_rows, cols=(i * width, (i + 1) * width), hbm_rows=t.rows,
                                   host_rows=0) for i, g in enumerate(block)]))
-        if cfg.data_parallel and len(topo.gpus) > 1 and t.size_bytes(prec) <= DATA_PARALLEL_MAX_BYTES:
-            out.append(Placement(table=t.name, sharding="data_parallel", precision=prec, shards=[
-                Shard(device=g, rows=full_rows, cols=full_cols, hbm_rows=t.rows, host_rows=0) for g in topo.gpus]))
+        if cfg.all_gpu_kinds and data_parallel_allowed(t, prec, topo, cfg):
+            out.append(data_parallel_placement(t, topo.gpus, prec))
         if cfg.host:
-            for host in topo.hosts:
-                out.append(Placement(table=t.name, sharding="host", precision=prec, shards=[
-                    Shard(device=host, rows=full_rows, cols=full_cols, hbm_rows=0, host_rows=t.rows)]))
+            for host in _first(topo.hosts, cfg.canonical):
+                out.append(_placement(table=t.name, sharding="host", precision=prec, shards=[
+                    _shard(device=host, rows=full_rows, cols=full_cols, hbm_rows=0, host_rows=t.rows)]))
     return out
 
 

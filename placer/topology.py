@@ -118,7 +118,8 @@ class Topology:
 
     def _add_link(self, a: str, b: str, kind: str, bw_GBps: float, latency_us: float, efficiency: float) -> None:
         rate = gbps_to_bytes_per_s(bw_GBps) * efficiency
-        self.graph.add_edge(a, b, kind=kind, bw_Bps=rate, latency_s=us_to_s(latency_us), weight=1.0 / rate)
+        # integer weights (1e15 / rate) so that equal-cost paths tie exactly (see route)
+        self.graph.add_edge(a, b, kind=kind, bw_Bps=rate, latency_s=us_to_s(latency_us), weight=round(1e15 / rate))
         for u, v in ((a, b), (b, a)):
             name = link_resource_name(u, v)
             self.resources[name] = Resource(name, "link", u, rate, "B/s")
@@ -156,8 +157,15 @@ class Topology:
         return self.template_of[host].host
 
     def route(self, src: str, dst: str) -> tuple[str, ...]:
-        """Directed link resource names that traffic from ``src`` to ``dst`` crosses (empty if src == dst)."""
-        return _route(self, src, dst)
+        """Directed link resources of one shortest path from ``src`` to ``dst`` (empty if src == dst)."""
+        nodes = _path_nodes(self, src, dst)
+        return tuple(link_resource_name(u, v) for u, v in zip(nodes, nodes[1:]))
+
+    def route_shares(self, src: str, dst: str) -> tuple[tuple[str, float], ...]:
+        """(directed link resource, share of the traffic) for traffic from ``src`` to ``dst``: what the cost
+        model loads. Traffic takes the paths of least summed 1/bandwidth; where several tie (a host reaching
+        another node through any of its node's NICs), it is split equally at every hop (ECMP)."""
+        return _route_shares(self, src, dst)
 
     def path_latency_s(self, src: str, dst: str) -> float:
         """Summed link latency from ``src`` to ``dst``, seconds."""
@@ -166,8 +174,7 @@ class Topology:
 
     def bottleneck_bw(self, src: str, dst: str) -> float:
         """Lowest per-direction bandwidth (bytes/s) on the path from ``src`` to ``dst``; inf if same device."""
-        names = self.route(src, dst)
-        return min((self.resources[n].rate for n in names), default=float("inf"))
+        return min((self.resources[n].rate for n in self.route(src, dst)), default=float("inf"))
 
     def summary(self) -> dict:
         """Counts and totals for one-line descriptions."""
@@ -200,10 +207,28 @@ def _paths_from(topo: Topology, src: str) -> dict[str, list[str]]:
     return cache[src]
 
 
-def _route(topo: Topology, src: str, dst: str) -> tuple[str, ...]:
+def _route_shares(topo: Topology, src: str, dst: str) -> tuple[tuple[str, float], ...]:
     if src == dst:
         return ()
-    nodes = _path_nodes(topo, src, dst)
-    return tuple(link_resource_name(u, v) for u, v in zip(nodes, nodes[1:]))
-
-
+    cache = topo.__dict__.setdefault("_pred_cache", {})
+    if src not in cache:
+        cache[src] = nx.dijkstra_predecessor_and_distance(topo.graph, src, weight="weight")
+    pred, dist = cache[src]
+    # the shortest-path DAG from src to dst, walked from dst back in order of decreasing distance, so that
+    # each device passes on all the flow it receives, split equally over its predecessors
+    dag, stack = {dst}, [dst]
+    while stack:
+        for u in pred.get(stack.pop(), []):
+            if u not in dag:
+                dag.add(u)
+                stack.append(u)
+    flow = dict.fromkeys(dag, 0.0)
+    flow[dst] = 1.0
+    shares: dict[str, float] = {}
+    for v in sorted(dag, key=lambda n: -dist[n]):
+        ps = pred.get(v, [])
+        for u in ps:
+            share = flow[v] / len(ps)
+            shares[link_resource_name(u, v)] = share
+            flow[u] += share
+    return tuple(shares.items())

@@ -89,13 +89,46 @@ def host_cpu(model: CostModel, seed: int = 0) -> list[Placement]:
     return [out[t.name] for t in model.wl.tables]
 
 
+#: With more GPUs than this, the "GPU where the step time grows least" is found through the cluster's
+#: symmetry (comparing the loads on each GPU's own resources; see planner/scale.py) instead of pricing
+#: the table on every GPU.
+SYMMETRIC_PICK_MIN_GPUS = 9
+
+
+def _symmetric_picker(model: CostModel):
+    if len(model.topo.gpus) < SYMMETRIC_PICK_MIN_GPUS:
+        return None
+    from placer.options import OptionConfig
+    from placer.planner.scale import TwoStagePlanner
+    from placer.planner.symmetry import Symmetry
+
+    sym = Symmetry.of(model.topo)
+    return TwoStagePlanner(model, sym, OptionConfig()) if sym else None
+
+
+def _least_step_gpu(model: CostModel, acc: Accumulator, t: TableSpec, hbm_rows: int, picker) -> Placement | None:
+    """Table-wise with ``hbm_rows`` in HBM on the GPU where the step time grows least and it fits."""
+    if picker is not None:
+        return picker.place(acc, _table_wise(t, model.topo.gpus[0], hbm_rows, _precision(t)))
+    cands = sorted((_table_wise(t, g, hbm_rows, _precision(t)) for g in model.topo.gpus),
+                   key=lambda p: acc.step_with(model.placement_cost(p)))
+    for p in cands:
+        c = model.placement_cost(p)
+        if acc.fits(c):
+            acc.add(c)
+            return p
+    return None
+
+
 def uvm(model: CostModel, seed: int = 0) -> list[Placement]:
     acc = Accumulator(model)
+    picker = _symmetric_picker(model)
     out = {}
     for t in _by_size(model):
-        cands = sorted((_table_wise(t, g, 0, _precision(t)) for g in model.topo.gpus),
-                       key=lambda p: acc.step_with(model.placement_cost(p)))
-        out[t.name] = _place_first_fit(model, acc, cands, t)
+        p = _least_step_gpu(model, acc, t, 0, picker)
+        if p is None:
+            raise InfeasibleError(f"baseline: table {t.name!r} fits nowhere")
+        out[t.name] = p
     return [out[t.name] for t in model.wl.tables]
 
 
@@ -107,11 +140,11 @@ def _gpu_or_host(model: CostModel, acc: Accumulator, t: TableSpec, gpus: list[st
 
 def greedy_size(model: CostModel, seed: int = 0) -> list[Placement]:
     acc = Accumulator(model)
+    picker = _symmetric_picker(model)
     out = {}
     for t in _by_size(model):
-        gpus = sorted(model.topo.gpus,
-                      key=lambda g: acc.step_with(model.placement_cost(_table_wise(t, g, t.rows, _precision(t)))))
-        out[t.name] = _gpu_or_host(model, acc, t, gpus)
+        p = _least_step_gpu(model, acc, t, t.rows, picker)
+        out[t.name] = p if p is not None else _gpu_or_host(model, acc, t, [])
     return [out[t.name] for t in model.wl.tables]
 
 

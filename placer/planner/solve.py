@@ -11,6 +11,8 @@ from placer.plan import Placement, Plan, SolverInfo, SpecRef
 from placer.planner import ilp
 from placer.planner.baselines import BASELINES, run_baseline
 from placer.planner.problem import Problem, build_problem
+from placer.planner.scale import solve_two_stage
+from placer.planner.symmetry import Symmetry
 from placer.simulate import predict
 from placer.specs.workload import Workload
 from placer.topology import Topology
@@ -56,8 +58,16 @@ def solve(topology: Topology, workload: Workload, config: SolveConfig = SolveCon
     return solve_ilp(model, config)
 
 
+#: Above this many GPUs a homogeneous cluster is planned in two stages (planner/scale.py).
+FULL_ILP_MAX_GPUS = 8
+
+
 def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
     t0 = time.perf_counter()
+    if len(model.topo.gpus) > FULL_ILP_MAX_GPUS:
+        sym = Symmetry.of(model.topo)
+        if sym is not None:
+            return _solve_two_stage(model, sym, config, t0)
     options = all_options(model.topo, model.wl, config.options)
     baselines = _feasible_baselines(model, config.seed)
     for _, placements in baselines.items():  # every baseline's choice is on the menu: ILP <= each baseline
@@ -148,3 +158,40 @@ def explain_infeasible(model: CostModel, problem: Problem, names: list[str], opt
         raise InfeasibleError("does not fit: " + _capacity_sentence(model, problem)
                               + f". Short by {(need - hold) / GiB:,.1f} GiB: add host DRAM or GPUs, "
                               "allow fp16 storage, or use a smaller optimizer state.")
+
+
+def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, t0: float) -> Plan:
+    """Aggregated ILP + assignment; the plan is the better of it and every baseline, priced exactly."""
+    placements, bound, stage1, _ = solve_two_stage(model, sym, config.options, time_limit_s=config.time_limit_s,
+                                                   gap=config.gap, backend=config.solver, threads=config.threads)
+    if stage1.status == "infeasible":
+        raise InfeasibleError("no placement fits in memory: " + _capacity_sentence_simple(model))
+    candidates: list[tuple[float, str, list[Placement]]] = []
+    hw, wl = _refs(model.topo, model.wl)
+    for name, pl in ([("two_stage", placements)] if placements else []) + list(
+            _feasible_baselines(model, config.seed).items()):
+        plan = Plan(hardware=hw, workload=wl, method="ilp", placements=pl)
+        candidates.append((predict(model, plan)["step_time_s"], name, pl))
+    if not candidates:
+        raise PlacerError("the two-stage planner found no assignment and no baseline fits "
+                          "(try --solver highs or a longer --time-limit)")
+    step, source, best = min(candidates, key=lambda c: c[0])
+    gap = max(0.0, (step - bound) / step)
+    status = "optimal" if gap <= config.gap else "feasible"
+    info = SolverInfo(
+        backend=f"{config.solver} (two-stage)", status=status, objective_step_time_s=step,
+        lower_bound_step_time_s=min(bound, step), gap=gap, gap_tolerance=config.gap,
+        time_limit_s=config.time_limit_s, wall_s=time.perf_counter() - t0,
+        num_variables=stage1.num_variables, num_constraints=stage1.num_constraints, warm_start="none",
+        note=(f"two-stage: aggregated ILP over symmetry classes ({stage1.status}) gives the bound; "
+              f"plan from {source}" + ("; optimal = within gap_tolerance of that bound" if status == "optimal"
+                                       else "")))
+    return make_plan(model, "ilp", best, info)
+
+
+def _capacity_sentence_simple(model: CostModel) -> str:
+    need = sum(t.size_bytes() * (1 + model.state_factor[t.name] * 4 / max(t.row_bytes() / t.dim, 1))
+               for t in model.wl.tables)
+    hold = sum(max(v, 0.0) for v in model.usable_memory.values())
+    return (f"tables need {need / GiB:,.1f} GiB at their own precision (optimizer state included); the "
+            f"{len(model.topo.gpus)} GPU(s) + {len(model.topo.hosts)} host(s) hold {hold / GiB:,.1f} GiB for tables")

@@ -1,0 +1,367 @@
+"""Two-stage planning for large homogeneous clusters (many identical GPUs).
+
+The full ILP has one binary per (table, option, device): 856 tables x 128 GPUs is over a million, and the
+identical GPUs make its relaxation weak. Here instead:
+
+Stage 1, an aggregated ILP over *kinds* (an option on the canonical device node0/gpu0, node0, ...; the
+symmetry maps it onto any other). For every resource class c (all HBMs, all NIC->fabric links, ...) with
+|c| members, the busiest member carries at least the class average, and at least the load one table's
+kind alone puts on a member on top of the smallest base load there:
+
+    y_p >= (base[p,c] + sum_k x_k total_k[p,c]) / |c|        for every phase p, class c
+    y_p >= sum_{k of t} x_k max_c (base_min[p,c] + peak_k[p,c])  for every table t, phase p
+    sum_k x_k mem_k[c] <= |c| * usable(c)                     for every memory class c
+
+Every full plan satisfies these, so stage 1's optimum, and any valid bound on it, bounds the full
+problem from below: that is the lower bound reported with the plan.
+
+Stage 2 assigns devices to the chosen kinds, largest first, each onto the device where the predicted step
+time grows least among those where it fits (the loads on the device's own resources are compared exactly;
+the spread part of its exchange is the same wherever it goes), then improves by moving tables off the
+bottleneck. The plan is then priced exactly by the simulator; the gap is (plan - bound) / plan.
+"""
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from placer.cost import BX, FX, PHASES, Cost, CostModel
+from placer.options import (OptionConfig, data_parallel_allowed, data_parallel_placement, precisions,
+                             row_wise_placement, table_options)
+from placer.plan import Placement, Shard
+from placer.planner import ilp
+from placer.planner.baselines import Accumulator
+from placer.planner.problem import Problem
+from placer.planner.symmetry import Symmetry, resource_class
+
+FAMILY = {"table_wise": "gpu", "host": "node", "row_wise": "node", "column_wise": "block", "data_parallel": "all"}
+
+
+@dataclass
+class Kind:
+    """One canonical option of one table, with what stage 1 and stage 2 need to know of it."""
+
+    table: int
+    placement: Placement
+    family: str  # gpu | node | block | all (no choice of devices)
+    totals: dict[tuple[int, str], float]  # (phase, class) -> seconds summed over the class
+    peak: list[float]  # per phase: max over classes of base_min + the kind's load on one member
+    mem_totals: dict[str, float]  # memory class -> bytes
+    own: list[tuple[int, str, float]] = field(default_factory=list)  # canonical (phase, resource, s)
+    own_mem: list[tuple[str, float]] = field(default_factory=list)  # canonical (memory, bytes)
+    hbm_bytes: float = 0.0
+    build: Callable[[], Placement] | None = None  # for "all" kinds: the full placement, built when chosen
+
+    def full_placement(self) -> Placement:
+        return self.build() if self.build is not None else self.placement
+
+    @property
+    def weight(self) -> float:
+        return sum(self.peak)
+
+
+def prune_dominated(kinds: list[Kind]) -> list[Kind]:
+    """Drop kinds that another kind of the same table beats or ties in every load, peak and memory
+    (an optimal plan never needs them; ties keep the first)."""
+    if len(kinds) < 2:
+        return kinds
+    load_keys = sorted({k for kind in kinds for k in kind.totals})
+    mem_keys = sorted({k for kind in kinds for k in kind.mem_totals})
+    m = np.array([[kind.totals.get(k, 0.0) for k in load_keys] + list(kind.peak)
+                  + [kind.mem_totals.get(k, 0.0) for k in mem_keys] for kind in kinds])
+    keep = []
+    for i in range(len(kinds)):
+        le = np.all(m <= m[i] * (1 + 1e-12) + 1e-18, axis=1)  # rows no worse than i anywhere
+        lt = np.any(m < m[i] * (1 - 1e-12) - 1e-18, axis=1)  # ... and strictly better somewhere
+        dominated = np.any(le & lt) or np.any(le[:i] & ~lt[:i])  # beaten, or tied by an earlier kind
+        if not dominated:
+            keep.append(kinds[i])
+    return keep
+
+
+def _endpoints(name: str) -> list[str]:
+    return name.split(":")[0].split("->")
+
+
+class TwoStagePlanner:
+    def __init__(self, model: CostModel, sym: Symmetry, cfg: OptionConfig):
+        self.model, self.sym, self.topo = model, sym, model.topo
+        self.cfg = cfg
+        self.local = CostModel(model.topo, model.wl, include_exchange=False)
+        self._exchange_cache: dict = {}
+        self._allreduce_folded: dict | None = None
+        base = model.base_cost
+        self.base_total: dict[tuple[int, str], float] = defaultdict(float)
+        members: dict[tuple[int, str], list[float]] = defaultdict(list)
+        for (p, r), v in base.loads.items():
+            self.base_total[(p, resource_class(r))] += v
+            members[(p, resource_class(r))].append(v)
+        self.base_min = {k: (min(v) if len(v) == sym.class_size[k[1]] else 0.0) for k, v in members.items()}
+        usable = model.usable_memory
+        self.mem_usable: dict[str, float] = {}
+        for m, v in usable.items():
+            c = resource_class(m)
+            self.mem_usable[c] = min(self.mem_usable.get(c, float("inf")), v)
+
+    # ---- stage 1 ----------------------------------------------------------------------------------------------
+
+    def kinds(self) -> list[list[Kind]]:
+        """Every table's canonical options, folded. Options over all GPUs are priced from one shard or
+        replica (the others are its relabelings) and built in full only if chosen."""
+        cfg = OptionConfig(**{**self.cfg.__dict__, "canonical": True, "all_gpu_kinds": False})
+        gpus = list(self.topo.gpus)
+        out = []
+        for ti, t in enumerate(self.model.wl.tables):
+            ks = [self._kind(ti, p) for p in table_options(t, self.topo, self.model.wl, cfg)]
+            for prec in precisions(t, self.cfg):
+                if self.cfg.row_wise and len(self.topo.nodes) > 1:
+                    seen = set()
+                    for f in self.cfg.hot_levels:
+                        probe = row_wise_placement(t, gpus, prec, f, first_only=True)
+                        if probe is None or probe.shards[0].hbm_rows in seen:
+                            continue
+                        seen.add(probe.shards[0].hbm_rows)
+                        ks.append(self._kind(ti, probe, repeat=len(gpus),
+                                             build=lambda t=t, prec=prec, f=f: row_wise_placement(t, gpus, prec, f)))
+                if data_parallel_allowed(t, prec, self.topo, self.cfg):
+                    probe = data_parallel_placement(t, gpus[:1], prec)
+                    ks.append(self._kind(ti, probe, repeat=len(gpus),
+                                         build=lambda t=t, prec=prec: data_parallel_placement(t, gpus, prec)))
+            out.append(prune_dominated([k for k in ks if k is not None]))
+        return out
+
+    def _folded_exchange(self, device: str, outgoing: bool):
+        """The all-to-all of one byte per GPU from (or to) ``device``, folded: ({(phase, class): total},
+        {(phase, class): busiest member}, [(phase, resource, s) on the device's own resources])."""
+        key = (device, outgoing)
+        if key not in self._exchange_cache:
+            phase = FX if outgoing else BX
+            tokens = self._own_tokens(device)
+            totals: dict[tuple[int, str], float] = defaultdict(float)
+            peak: dict[tuple[int, str], float] = {}
+            own = []
+            for link, spb in self.model._unit_exchange(device, outgoing):
+                c = (phase, resource_class(link))
+                totals[c] += spb
+                peak[c] = max(peak.get(c, 0.0), spb)
+                if not tokens.isdisjoint(_endpoints(link)):
+                    own.append((phase, link, spb))
+            self._exchange_cache[key] = (dict(totals), peak, own)
+        return self._exchange_cache[key]
+
+    def _folded_allreduce(self) -> dict[tuple[int, str], float]:
+        """Seconds per byte of a ring all-reduce over all GPUs, summed per class (with its launches)."""
+        if self._allreduce_folded is None:
+            probe = Cost()
+            self.model._allreduce(probe, tuple(self.topo.gpus), 1.0)
+            folded: dict[tuple[int, str], float] = defaultdict(float)
+            for (ph, r), v in probe.loads.items():
+                if not r.endswith(":launch"):
+                    folded[(ph, resource_class(r))] += v
+            self._allreduce_folded = dict(folded)
+            self._allreduce_launch = {(ph, resource_class(r)): v for (ph, r), v in probe.loads.items()
+                                      if r.endswith(":launch")}
+        return self._allreduce_folded
+
+    def _own_tokens(self, device: str) -> set[str]:
+        """Devices whose resources a shard on ``device`` loads directly, moving with it under the symmetry:
+        a GPU, its host and its rail NIC; a host, its node's GPUs and NICs (its way out of the node)."""
+        tokens = {device, self.topo.host_of(device)}
+        if device in self.topo.gpus:
+            tokens.add(device.replace("/gpu", "/nic"))
+        else:
+            node = self.topo.node_of[device]
+            for g in self.topo.gpus_of_node(node):
+                tokens.update((g, g.replace("/gpu", "/nic")))
+        return tokens
+
+    def _kind(self, ti: int, p: Placement, repeat: int = 1, build=None) -> Kind | None:
+        """Fold one canonical option's cost into symmetry classes (exchange added from cached vectors).
+        ``repeat`` > 1: ``p`` is one shard (or replica) of an option over all GPUs, repeated by symmetry."""
+        model, sym = self.local, self.sym
+        family = "all" if repeat > 1 else FAMILY[p.sharding]
+        shards = p.shards
+        cost = model.placement_cost(p)
+        if any(b > self.mem_usable[resource_class(m)] for m, b in cost.memory.items()):
+            return None
+        totals: dict[tuple[int, str], float] = defaultdict(float)
+        peak_member: dict[tuple[int, str], float] = {}
+        own: dict[tuple[int, str], float] = defaultdict(float)
+        tokens = set().union(*(self._own_tokens(s.device) for s in p.shards)) if family != "all" else set()
+        for (ph, r), v in cost.loads.items():
+            key = (ph, resource_class(r))
+            totals[key] += v * repeat
+            peak_member[key] = max(peak_member.get(key, 0.0), v)
+            if tokens and not tokens.isdisjoint(_endpoints(r)):
+                own[(ph, r)] += v
+        if p.sharding == "data_parallel":  # ring all-reduce of the table's gradient over every GPU
+            grad = model.tables[p.table].rows * model.tables[p.table].dim * 4
+            for key, v in self._folded_allreduce().items():
+                totals[key] += v * grad
+            for key, v in self._allreduce_launch.items():
+                totals[key] += v
+        else:
+            per_gpu = self.model.exchange_bytes_per_gpu(p.table, shards[0].num_cols)
+            for sh in shards:
+                for outgoing in (True, False):
+                    ex_totals, ex_peak, ex_own = self._folded_exchange(sh.device, outgoing)
+                    for key, v in ex_totals.items():
+                        totals[key] += v * per_gpu * repeat
+                    for key, v in ex_peak.items():
+                        peak_member[key] = max(peak_member.get(key, 0.0), v * per_gpu)
+                    if family != "all":
+                        for ph, r, v in ex_own:
+                            own[(ph, r)] += v * per_gpu
+        mem_totals: dict[str, float] = defaultdict(float)
+        for m, b in cost.memory.items():
+            mem_totals[resource_class(m)] += b * repeat
+        if family == "all":  # by symmetry every member of a class carries the same
+            peak_member = {k: v / sym.class_size[k[1]] for k, v in totals.items()}
+        else:  # any member carries at least the class average
+            for k, v in totals.items():
+                peak_member[k] = max(peak_member.get(k, 0.0), v / sym.class_size[k[1]])
+        peak = [0.0] * len(PHASES)
+        for (ph, c), v in peak_member.items():
+            peak[ph] = max(peak[ph], self.base_min.get((ph, c), 0.0) + v)
+        kind = Kind(ti, p, family, dict(totals), peak, dict(mem_totals),
+                    hbm_bytes=sum(b for m, b in cost.memory.items() if m in self.topo.gpus) * repeat, build=build)
+        if family != "all":
+            kind.own = [(ph, r, v) for (ph, r), v in own.items()]
+            kind.own_mem = list(cost.memory.items())
+        return kind
+
+    def stage1(self, kinds: list[list[Kind]], time_limit_s: float, gap: float, backend: str,
+               threads: int | None) -> ilp.IlpResult:
+        flat = [k for ks in kinds for k in ks]
+        groups, oid = [], 0
+        for ks in kinds:
+            groups.append(list(range(oid, oid + len(ks))))
+            oid += len(ks)
+        load_cols: dict[tuple[int, str], tuple[list[int], list[float]]] = defaultdict(lambda: ([], []))
+        for i, k in enumerate(flat):
+            for (ph, c), v in k.totals.items():
+                ids, vals = load_cols[(ph, c)]
+                ids.append(i)
+                vals.append(v / self.sym.class_size[c])
+        for ti, ks in enumerate(kinds):
+            for ph in range(len(PHASES)):
+                if any(k.peak[ph] for k in ks):
+                    load_cols[(ph, f"table:{ti}")] = (groups[ti], [k.peak[ph] for k in ks])
+        load_base = {(ph, c): v / self.sym.class_size[c] for (ph, c), v in self.base_total.items()}
+        mem_cols: dict[str, tuple[list[int], list[float]]] = defaultdict(lambda: ([], []))
+        for i, k in enumerate(flat):
+            for c, b in k.mem_totals.items():
+                ids, vals = mem_cols[c]
+                ids.append(i)
+                vals.append(b)
+        problem = Problem(
+            groups=groups, num_phases=len(PHASES),
+            load_rows={k: (np.asarray(i, dtype=np.int64), np.asarray(v)) for k, (i, v) in load_cols.items()},
+            load_base=load_base,
+            mem_rows={k: (np.asarray(i, dtype=np.int64), np.asarray(v)) for k, (i, v) in mem_cols.items()},
+            mem_capacity={c: self.sym.class_size[c] * self.mem_usable[c] for c in mem_cols},
+            fixed_s=sum(self.model.fixed_latency_s.values()))
+        self.stage1_problem = problem
+        return ilp.solve(problem, backend=backend, time_limit_s=time_limit_s, gap=gap, threads=threads)
+
+    # ---- stage 2 ----------------------------------------------------------------------------------------------
+
+    def candidates(self, kind: Kind) -> list[tuple]:
+        sym, topo = self.sym, self.topo
+        if kind.family == "gpu":
+            return [sym.gpu_key(g) for g in topo.gpus]
+        if kind.family == "node":
+            return [sym.node_key(n) for n in topo.nodes]
+        if kind.family == "block":
+            pieces = len(kind.placement.shards)
+            blocks = sym.gpus_per_node // pieces
+            return [sym.block_key(n, b, pieces) for n in topo.nodes for b in range(blocks)]
+        return [(0, ())]
+
+    def relabeled(self, kind: Kind, key: tuple) -> Placement:
+        if key == (0, ()):
+            return kind.placement
+        rl = self.sym.relabel
+        return kind.placement.model_copy(update={"shards": [
+            s.model_copy(update={"device": rl(key, s.device)}) for s in kind.placement.shards]})
+
+    def assign(self, chosen: list[Kind], fallbacks: list[list[Kind]]) -> tuple[list[Placement], Accumulator]:
+        model = self.model
+        acc = Accumulator(model)
+        placed: dict[int, Placement] = {}
+        for k in [k for k in chosen if k.family == "all"]:
+            full = k.full_placement()
+            c = model.placement_cost(full)
+            if acc.fits(c):
+                acc.add(c)
+                placed[k.table] = full
+        order = sorted((k for k in chosen if k.family != "all"), key=lambda k: -k.weight)
+        for k in order:
+            tries = [k] + [f for f in fallbacks[k.table] if f.family != "all" and f.hbm_bytes < k.hbm_bytes]
+            tries += [f for f in fallbacks[k.table] if f.placement.sharding == "host"]
+            for cand_kind in tries:
+                p = self._best_device(acc, cand_kind)
+                if p is not None:
+                    placed[k.table] = p
+                    break
+            else:
+                return [], acc
+        for k in chosen:  # "all" kinds that did not fit in the first pass
+            if k.table not in placed:
+                for f in fallbacks[k.table]:
+                    if f.family != "all":
+                        p = self._best_device(acc, f)
+                        if p is not None:
+                            placed[k.table] = p
+                            break
+                else:
+                    return [], acc
+        return [placed[i] for i in range(len(model.wl.tables))], acc
+
+    def place(self, acc: Accumulator, canonical: Placement) -> Placement | None:
+        """Put a canonical placement on its best device (as stage 2 does); None if it fits nowhere."""
+        kind = self._kind(0, canonical)
+        return None if kind is None else self._best_device(acc, kind)
+
+    def _best_device(self, acc: Accumulator, kind: Kind) -> Placement | None:
+        rl = self.sym.relabel
+        usable = self.model.usable_memory
+        best, best_key = None, None
+        for key in self.candidates(kind):
+            if any(acc.memory[rl(key, m)] + b > usable[rl(key, m)] for m, b in kind.own_mem):
+                continue
+            new_max = list(acc.phase_max)
+            for ph, r, v in kind.own:
+                val = acc.loads[(ph, rl(key, r))] + v
+                if val > new_max[ph]:
+                    new_max[ph] = val
+            step = sum(new_max)
+            if best is None or step < best - 1e-15:
+                best, best_key = step, key
+        if best_key is None:
+            return None
+        p = self.relabeled(kind, best_key)
+        c = self.model.placement_cost(p)
+        if not acc.fits(c):
+            return None
+        acc.add(c)
+        return p
+
+
+def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, time_limit_s: float, gap: float,
+                    backend: str, threads: int | None):
+    """(placements or None, lower bound in s, stage-1 result, wall s)."""
+    t0 = time.perf_counter()
+    planner = TwoStagePlanner(model, sym, cfg)
+    kinds = planner.kinds()
+    result = planner.stage1(kinds, time_limit_s=time_limit_s * 0.6, gap=gap, backend=backend, threads=threads)
+    if result.chosen is None:
+        return None, result.lower_bound_s, result, time.perf_counter() - t0
+    flat = [k for ks in kinds for k in ks]
+    chosen = [flat[i] for i in result.chosen]
+    placements, _ = planner.assign(chosen, kinds)
+    return placements or None, result.lower_bound_s, result, time.perf_counter() - t0
