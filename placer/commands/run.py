@@ -30,6 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="how the GPU reads host rows (default auto: uva when it works, else cpu_gather_copy)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--pool", type=int, default=None, metavar="N", help="batches generated ahead (default <= 8)")
+    p.add_argument("--nproc", type=int, default=None, metavar="N",
+                   help="run N processes with torch.distributed (gloo on cpu, NCCL on cuda): plan GPU i on rank "
+                        "i mod N, the real all-to-all between them (default: one process, no torch.distributed)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -48,6 +51,13 @@ def run(args) -> int:
                        host_read=args.host_read, phase_steps=args.phase_steps, pool_batches=args.pool,
                        threads=args.threads)
     _warn_if_oversubscribed(args)
+    if getattr(args, "nproc", None) is not None:
+        from placer.runner.distributed import emit, launch
+
+        code, result = launch(args, args.nproc)
+        if code == 0:
+            emit(result, args)
+        return code
     result = run_plan(hw, wl, plan, config, plan_file=args.plan)
     if args.json:
         sys.stdout.write(json.dumps(result, indent=1, default=_jsonable) + "\n")
@@ -91,7 +101,11 @@ def print_result(r: dict, console: Console) -> None:
                   f"for {escape(r['hardware'])}; ran on {escape(r['device'])} ({escape(r['device_name'])}), torch "
                   f"{escape(r['torch_version'])}; host reads: {r['host_read_mechanism']}; {r['steps']} steps after "
                   f"{r['warmup']} warm-up" + (f"; rows / {r['scale']:g}" if r["scale"] != 1 else ""))
-    if r.get("devices_folded", 1) > 1:
+    if r.get("nproc"):
+        console.print(f"{r['nproc']} processes ({r['backend']}); plan GPU i on rank i mod {r['nproc']}"
+                      + (f", up to {r['devices_folded']} plan GPUs per rank: a rank's step is their summed work"
+                         if r.get("devices_folded", 1) > 1 else ""))
+    elif r.get("devices_folded", 1) > 1:
         console.print(f"[yellow]note:[/] the plan's {r['devices_folded']} GPUs all ran on this one device, one "
                       "after another: the measured step is their summed work")
     t = Table(title_justify="left")

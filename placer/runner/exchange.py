@@ -1,0 +1,179 @@
+"""The all-to-all of pooled embeddings between ranks, forward and backward, as one autograd Function.
+
+Every rank owns a contiguous slice of the global batch (``sample_slices``: rank r owns samples
+[B*r/N, B*(r+1)/N)). A shard (table_wise, row_wise or column_wise piece, or a host table) pools its lookups
+for the WHOLE global batch on the rank that owns it: an (F*B, c) tensor, bag f*B + s = feature f of sample s.
+The forward exchange sends each rank the (F, n_r, c) slice of every shard's output for the samples it owns,
+with one ``torch.distributed.all_to_all_single`` over a flat fp32 buffer with explicit split sizes (the
+piece a rank keeps for itself is part of the same call: the collective copies it locally). The owner then
+assembles each table: row-wise partial sums added, column-wise pieces concatenated (``TableAssembler``).
+
+The backward is the same collective in reverse: the owners' gradients of the pooled slices go back to the
+shards' ranks, which concatenate them over the sample slices into the (F*B, c) gradient of their output.
+
+Layout of the flat buffers (every rank derives it from the plan alone, so they agree):
+- send, on rank q: for each destination r in rank order, for each shard q owns in plan order, the
+  (F, n_r, c) slice, row-major;
+- receive, on rank r: for each source q in rank order, for each shard q owns in plan order, (F, n_r, c).
+
+Data-parallel tables do not take part: each rank's replica pools its own samples (no exchange).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+
+def sample_slices(batch: int, world: int) -> list[tuple[int, int]]:
+    """[start, stop) of the samples each rank owns: contiguous, sizes differ by at most one."""
+    return [(batch * r // world, batch * (r + 1) // world) for r in range(world)]
+
+
+@dataclass(frozen=True)
+class ExchangeKey:
+    """One shard in the exchange: (table, shard index in its placement), its owner rank, features, columns."""
+
+    table: str
+    index: int
+    owner: int
+    features: int
+    cols: int
+
+
+@dataclass
+class ExchangeRecorder:
+    """Wall times of the collective itself (device synchronized before and after), when ``active``."""
+
+    device: torch.device
+    active: bool = False
+    times: dict[str, list[float]] = field(default_factory=dict)
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def run(self, name: str, fn) -> None:
+        if not self.active:
+            fn()
+            return
+        self.sync()
+        t0 = time.perf_counter()
+        fn()
+        self.sync()
+        self.times.setdefault(name, []).append(time.perf_counter() - t0)
+
+
+class AllToAllLayout:
+    """Split sizes, packing and unpacking of the exchange for one rank (see the module docstring)."""
+
+    def __init__(self, keys: list[ExchangeKey], slices: list[tuple[int, int]], rank: int, batch: int,
+                 device: torch.device, group=None):
+        self.keys = list(keys)
+        self.slices = slices
+        self.world = len(slices)
+        self.rank = rank
+        self.B = batch
+        self.device = device
+        self.group = group
+        self.local = [k for k in self.keys if k.owner == rank]
+        self.n_of = [b - a for a, b in slices]
+        n_me = self.n_of[rank]
+        self.send_splits = [sum(k.features * n * k.cols for k in self.local) for n in self.n_of]
+        self.recv_order = [k for q in range(self.world) for k in self.keys if k.owner == q]
+        self.recv_splits = [sum(k.features * n_me * k.cols for k in self.keys if k.owner == q)
+                            for q in range(self.world)]
+        self.recv_sizes = [k.features * n_me * k.cols for k in self.recv_order]
+        # what this rank sends to / receives from OTHER ranks per step, bytes (fp32)
+        self.bytes_out = 4 * sum(s for r, s in enumerate(self.send_splits) if r != rank)
+        self.bytes_in = 4 * sum(s for q, s in enumerate(self.recv_splits) if q != rank)
+
+    @property
+    def empty(self) -> bool:
+        return not self.keys
+
+    def pack(self, outs: list[torch.Tensor]) -> torch.Tensor:
+        """Flat send buffer from the local shards' (F*B, c) outputs (in ``self.local`` order)."""
+        pieces = []
+        for a, b in self.slices:
+            for k, o in zip(self.local, outs):
+                pieces.append(o.reshape(k.features, self.B, k.cols)[:, a:b].reshape(-1))
+        if not pieces:
+            return torch.zeros(0, dtype=torch.float32, device=self.device)
+        return torch.cat(pieces)
+
+    def unpack(self, recv: torch.Tensor) -> list[torch.Tensor]:
+        """(F, n_me, c) per received shard, in ``self.recv_order``."""
+        n = self.n_of[self.rank]
+        return [c.view(k.features, n, k.cols) for k, c in zip(self.recv_order, recv.split(self.recv_sizes))]
+
+    def unpack_grads(self, back: torch.Tensor) -> list[torch.Tensor]:
+        """The (F*B, c) gradient of every local shard's output from the reverse exchange's flat buffer."""
+        sizes = [k.features * n * k.cols for n in self.n_of for k in self.local]
+        chunks = back.split(sizes) if sizes else []
+        per_key: list[list[torch.Tensor]] = [[] for _ in self.local]
+        it = iter(chunks)
+        for n in self.n_of:
+            for j, k in enumerate(self.local):
+                per_key[j].append(next(it).view(k.features, n, k.cols))
+        return [torch.cat(parts, dim=1).reshape(k.features * self.B, k.cols)
+                for k, parts in zip(self.local, per_key)]
+
+    def all_to_all(self, send: torch.Tensor, out_splits: list[int], in_splits: list[int]) -> torch.Tensor:
+        out = torch.empty(sum(out_splits), dtype=torch.float32, device=self.device)
+        dist.all_to_all_single(out, send, output_split_sizes=out_splits, input_split_sizes=in_splits,
+                               group=self.group)
+        return out
+
+
+class PooledAllToAll(torch.autograd.Function):
+    """Forward: local shards' pooled outputs -> this rank's (F, n_me, c) slices of every shard.
+    Backward: the slices' gradients -> the (F*B, c) gradients of the local outputs (the reverse all-to-all).
+
+    ``anchor`` is a zero-size tensor that requires grad, so that every rank, including one that owns no
+    shard, runs the backward (the collective needs every rank)."""
+
+    @staticmethod
+    def forward(ctx, layout: AllToAllLayout, recorder: ExchangeRecorder | None, anchor: torch.Tensor,
+                *outs: torch.Tensor):
+        ctx.layout = layout
+        ctx.recorder = recorder
+        ctx.anchor_shape = anchor.shape
+        send = layout.pack([o.float() for o in outs])
+        result = {}
+
+        def go():
+            result["recv"] = layout.all_to_all(send, layout.recv_splits, layout.send_splits)
+
+        (recorder.run("forward_all_to_all", go) if recorder else go())
+        return tuple(layout.unpack(result["recv"]))
+
+    @staticmethod
+    def backward(ctx, *grads: torch.Tensor):
+        layout: AllToAllLayout = ctx.layout
+        parts = []
+        for k, g in zip(layout.recv_order, grads):
+            if g is None:
+                g = torch.zeros((k.features, layout.n_of[layout.rank], k.cols), dtype=torch.float32,
+                                device=layout.device)
+            parts.append(g.reshape(-1).float())
+        send = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float32, device=layout.device)
+        result = {}
+
+        def go():
+            result["back"] = layout.all_to_all(send, layout.send_splits, layout.recv_splits)
+
+        (ctx.recorder.run("backward_all_to_all", go) if ctx.recorder else go())
+        grads_out = layout.unpack_grads(result["back"])
+        anchor_grad = torch.zeros(ctx.anchor_shape, device=layout.device)
+        return (None, None, anchor_grad, *grads_out)
+
+
+def exchange(layout: AllToAllLayout, outs: list[torch.Tensor], recorder: ExchangeRecorder | None = None
+             ) -> list[torch.Tensor]:
+    """Autograd-aware all-to-all (see PooledAllToAll); returns the received (F, n_me, c) slices in
+    ``layout.recv_order``."""
+    anchor = torch.zeros(0, device=layout.device, requires_grad=True)
+    return list(PooledAllToAll.apply(layout, recorder, anchor, *outs))
