@@ -52,6 +52,28 @@ class Accumulator:
         for m, b in cost.memory.items():
             self.memory[m] += b
 
+    def remove(self, cost: Cost) -> None:
+        """Take a placement's cost back out (phase maxima recomputed for the phases it touched)."""
+        for key, v in cost.loads.items():
+            self.loads[key] -= v
+        for m, b in cost.memory.items():
+            self.memory[m] -= b
+        for p in {key[0] for key in cost.loads}:
+            self.phase_max[p] = max((v for (ph, _), v in self.loads.items() if ph == p), default=0.0)
+
+    @property
+    def step(self) -> float:
+        """Step time so far without fixed latencies, seconds."""
+        return sum(self.phase_max)
+
+    def bottlenecks(self) -> list[str]:
+        """The busiest resource of every phase."""
+        best: dict[int, tuple[float, str]] = {}
+        for (p, r), v in self.loads.items():
+            if v > best.get(p, (-1.0, ""))[0]:
+                best[p] = (v, r)
+        return [r for _, r in best.values()]
+
 
 def _table_wise(t: TableSpec, gpu: str, hbm_rows: int, precision: str = "fp32") -> Placement:
     return Placement(table=t.name, sharding="table_wise", precision=precision, shards=[

@@ -87,6 +87,7 @@ def solve(problem: Problem, *, backend: str = "cbc", time_limit_s: float = 60.0,
             var.setInitialValue(1.0 if i in chosen else 0.0)
         warm = "given to cbc" if backend == "cbc" else "highs objective cutoff at its step time"
     log_path = None
+    time_limit_s = max(1.0, time_limit_s - (time.perf_counter() - t0))  # the limit covers building the model
     if backend == "cbc":
         fd, log_path = tempfile.mkstemp(prefix="placer-cbc-", suffix=".log")
         os.close(fd)

@@ -29,7 +29,7 @@ from typing import Callable
 
 import numpy as np
 
-from placer.cost import BX, FX, PHASES, Cost, CostModel
+from placer.cost import AR, BX, FX, PHASES, Cost, CostModel
 from placer.options import (OptionConfig, data_parallel_allowed, data_parallel_placement, precisions,
                              row_wise_placement, table_options)
 from placer.plan import Placement, Shard
@@ -252,6 +252,20 @@ class TwoStagePlanner:
                 if any(k.peak[ph] for k in ks):
                     load_cols[(ph, f"table:{ti}")] = (groups[ti], [k.peak[ph] for k in ks])
         load_base = {(ph, c): v / self.sym.class_size[c] for (ph, c), v in self.base_total.items()}
+        # The all-reduce rings are not symmetric (they wrap around the nodes), but every all-reduce over all
+        # GPUs loads the links in the same proportions: on the link the dense model's all-reduce loads most,
+        # the load is exactly base + sum of the data-parallel tables' bytes x that link's seconds per byte.
+        ar_links = {r: v for (ph, r), v in self.model.base_cost.loads.items() if ph == AR and "->" in r}
+        if ar_links:
+            worst = max(ar_links, key=ar_links.get)
+            unit = dict(self.model._ring_cache.get(tuple(self.topo.gpus), []))
+            ids = [i for i, k in enumerate(flat) if k.placement.sharding == "data_parallel" and k.family == "all"]
+            key = (AR, f"exact:{worst}")
+            load_base[key] = ar_links[worst]
+            if ids and worst in unit:
+                load_cols[key] = (ids, [self.model.tables[flat[i].placement.table].rows
+                                        * self.model.tables[flat[i].placement.table].dim * 4 * unit[worst]
+                                        for i in ids])
         mem_cols: dict[str, tuple[list[int], list[float]]] = defaultdict(lambda: ([], []))
         for i, k in enumerate(flat):
             for c, b in k.mem_totals.items():
@@ -290,9 +304,12 @@ class TwoStagePlanner:
             s.model_copy(update={"device": rl(key, s.device)}) for s in kind.placement.shards]})
 
     def assign(self, chosen: list[Kind], fallbacks: list[list[Kind]]) -> tuple[list[Placement], Accumulator]:
+        """Devices for the chosen kinds, largest first; a kind that fits nowhere falls back to the same
+        table's kinds with less HBM, then host. Returns ([], acc) if some table fits nowhere."""
         model = self.model
         acc = Accumulator(model)
         placed: dict[int, Placement] = {}
+        self.where: dict[int, tuple[Kind, tuple]] = {}
         for k in [k for k in chosen if k.family == "all"]:
             full = k.full_placement()
             c = model.placement_cost(full)
@@ -300,38 +317,69 @@ class TwoStagePlanner:
                 acc.add(c)
                 placed[k.table] = full
         order = sorted((k for k in chosen if k.family != "all"), key=lambda k: -k.weight)
+        order += [k for k in chosen if k.family == "all" and k.table not in placed]
         for k in order:
-            tries = [k] + [f for f in fallbacks[k.table] if f.family != "all" and f.hbm_bytes < k.hbm_bytes]
+            tries = [k] if k.family != "all" else []
+            tries += [f for f in fallbacks[k.table] if f.family != "all" and f.hbm_bytes < k.hbm_bytes]
             tries += [f for f in fallbacks[k.table] if f.placement.sharding == "host"]
             for cand_kind in tries:
-                p = self._best_device(acc, cand_kind)
-                if p is not None:
-                    placed[k.table] = p
+                got = self._best_device(acc, cand_kind)
+                if got is not None:
+                    placed[k.table] = got[0]
+                    self.where[k.table] = (cand_kind, got[1])
                     break
             else:
                 return [], acc
-        for k in chosen:  # "all" kinds that did not fit in the first pass
-            if k.table not in placed:
-                for f in fallbacks[k.table]:
-                    if f.family != "all":
-                        p = self._best_device(acc, f)
-                        if p is not None:
-                            placed[k.table] = p
-                            break
-                else:
-                    return [], acc
         return [placed[i] for i in range(len(model.wl.tables))], acc
+
+    def improve(self, placements: list[Placement], acc: Accumulator, deadline: float) -> int:
+        """Move tables off the busiest resources while the step time falls (first improvement).
+        Returns the number of moves; ``placements`` and ``acc`` are updated in place."""
+        model, moves = self.model, 0
+        while time.perf_counter() < deadline:
+            step = acc.step
+            hot = {e for r in acc.bottlenecks() for e in _endpoints(r)}
+            hot |= {e.replace("/nic", "/gpu") for e in hot if "/nic" in e}
+            on_hot = [ti for ti, (kind, key) in self.where.items()
+                      if any(s.device in hot or self.topo.host_of(s.device) in hot for s in placements[ti].shards)]
+            on_hot.sort(key=lambda ti: -self.where[ti][0].weight)
+            moved = False
+            for ti in on_hot:
+                if time.perf_counter() >= deadline:
+                    break
+                kind, key = self.where[ti]
+                old = placements[ti]
+                old_cost = model.placement_cost(old)
+                acc.remove(old_cost)
+                got = self._best_device(acc, kind, exclude=key)
+                if got is not None and acc.step < step * (1 - 1e-9):
+                    placements[ti] = got[0]
+                    self.where[ti] = (kind, got[1])
+                    moves += 1
+                    moved = True
+                    break
+                if got is not None:
+                    acc.remove(model.placement_cost(got[0]))
+                acc.add(old_cost)
+            if not moved:
+                break
+        return moves
 
     def place(self, acc: Accumulator, canonical: Placement) -> Placement | None:
         """Put a canonical placement on its best device (as stage 2 does); None if it fits nowhere."""
         kind = self._kind(0, canonical)
-        return None if kind is None else self._best_device(acc, kind)
+        got = None if kind is None else self._best_device(acc, kind)
+        return None if got is None else got[0]
 
-    def _best_device(self, acc: Accumulator, kind: Kind) -> Placement | None:
+    def _best_device(self, acc: Accumulator, kind: Kind, exclude: tuple | None = None):
+        """(placement, symmetry key) of ``kind`` on the device where the step grows least and it fits,
+        added to ``acc``; None if it fits nowhere."""
         rl = self.sym.relabel
         usable = self.model.usable_memory
         best, best_key = None, None
         for key in self.candidates(kind):
+            if key == exclude:
+                continue
             if any(acc.memory[rl(key, m)] + b > usable[rl(key, m)] for m, b in kind.own_mem):
                 continue
             new_max = list(acc.phase_max)
@@ -349,19 +397,25 @@ class TwoStagePlanner:
         if not acc.fits(c):
             return None
         acc.add(c)
-        return p
+        return p, best_key
 
 
 def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, time_limit_s: float, gap: float,
                     backend: str, threads: int | None):
-    """(placements or None, lower bound in s, stage-1 result, wall s)."""
+    """(placements or None, lower bound in s, stage-1 result, wall s). Stage 1 gets the time the kinds
+    leave of ``time_limit_s``, less a reserve for stage 2."""
     t0 = time.perf_counter()
     planner = TwoStagePlanner(model, sym, cfg)
     kinds = planner.kinds()
-    result = planner.stage1(kinds, time_limit_s=time_limit_s * 0.6, gap=gap, backend=backend, threads=threads)
+    spent = time.perf_counter() - t0
+    reserve = min(0.3 * time_limit_s, 20.0)  # model build (PuLP) + stage 2 + pricing the plan
+    result = planner.stage1(kinds, time_limit_s=max(5.0, time_limit_s - spent - reserve), gap=gap,
+                            backend=backend, threads=threads)
     if result.chosen is None:
         return None, result.lower_bound_s, result, time.perf_counter() - t0
     flat = [k for ks in kinds for k in ks]
     chosen = [flat[i] for i in result.chosen]
-    placements, _ = planner.assign(chosen, kinds)
+    placements, acc = planner.assign(chosen, kinds)
+    if placements:
+        planner.improve(placements, acc, deadline=t0 + time_limit_s - 4.0)
     return placements or None, result.lower_bound_s, result, time.perf_counter() - t0
