@@ -39,13 +39,19 @@ PHASES = ("embedding_forward", "forward_exchange", "dense", "backward_exchange",
           "gradient_allreduce")
 FWD, FX, DENSE, BX, BWD, AR = range(len(PHASES))
 
-#: Kernel launches per shard and phase (eager PyTorch: gather; remap + hot gather + cold gather + add).
-LAUNCHES_FWD = {"plain": 1, "split": 4}
-LAUNCHES_BWD = {"plain": 3, "split": 7}
-#: Kernel launches of the dense part per MLP layer per step (forward GEMM + bias/activation, backward
-#: two GEMMs + activation grad, optimizer) and for the interaction and loss.
-LAUNCHES_PER_LAYER = 8
-LAUNCHES_INTERACTION = 16
+#: Kernel launches per shard and phase, as counted in the runner's eager PyTorch (docs/runner.md):
+#: forward gather, or remap + hot gather + cold gather + add; backward per optimizer (gradient expansion,
+#: unique rows, the update), and the extra remap/scatter work of a hot/cold split.
+LAUNCHES_FWD = {"plain": 1, "split": 5}
+LAUNCHES_BWD = {"sgd": 7, "adagrad": 12, "rowwise_adagrad": 12, "adam": 15}
+LAUNCHES_BWD_SPLIT_EXTRA = 8
+#: Kernel launches of the dense part per step: per MLP layer (forward GEMM + bias/activation, backward two
+#: GEMMs + activation and bias grads, optimizer), plus the interaction (fixed, and per pooled feature for
+#: padding/stacking forward and backward) and the loss.
+LAUNCHES_PER_LAYER = 12
+LAUNCHES_INTERACTION = 20
+LAUNCHES_PER_FEATURE = 6
+REMAP_BYTES_PER_ROW = 8  # a hot/cold split keeps two int32 slot maps (row id -> hot slot, cold slot) in HBM
 POOLED_BYTES = 4  # pooled embeddings and their gradients travel as fp32
 STATE_BYTES = 4  # optimizer state is fp32
 
@@ -186,9 +192,10 @@ class CostModel:
             self._send(cost, BWD, host, g, cold_bytes, gspec.host_read_efficiency)
             self._send(cost, BWD, g, host, cold_bytes, gspec.host_read_efficiency)
             self._on(cost, BWD, host, "dram", 2 * cold_bytes)
-        self._on(cost, BWD, g, "launch", LAUNCHES_BWD[split])
+        self._on(cost, BWD, g, "launch", LAUNCHES_BWD[self.wl.optimizer.name]
+                 + (LAUNCHES_BWD_SPLIT_EXTRA if split == "split" else 0))
         # memory
-        cost.add_memory(g, k * rmw)
+        cost.add_memory(g, k * rmw + (REMAP_BYTES_PER_ROW * n if split == "split" else 0))
         cost.add_memory(host, (n - k) * rmw)
 
     def exchange_bytes_per_gpu(self, table: str, cols: int) -> float:
@@ -355,8 +362,9 @@ class DenseModelCost:
         kind = dense.interaction.kind
         if kind == "dot":
             vectors = F + (1 if dense.bottom_mlp else 0)
-            mean_dim = (emb_total + (bottom_out if dense.bottom_mlp else 0)) / max(vectors, 1)
-            flops += vectors * vectors * mean_dim
+            # the runner zero-pads every vector to the widest, so the Gram matrix costs vectors^2 x widest
+            widest = max([t.dim for t in wl.tables] + ([bottom_out] if dense.bottom_mlp else []))
+            flops += vectors * vectors * widest
             top_in = vectors * (vectors - 1) // 2 + bottom_out
         elif kind == "concat":
             top_in = emb_total + bottom_out
@@ -377,7 +385,7 @@ class DenseModelCost:
             acts += out
             width = out
             layers += 1
-        launches = layers * LAUNCHES_PER_LAYER + LAUNCHES_INTERACTION
+        launches = layers * LAUNCHES_PER_LAYER + LAUNCHES_INTERACTION + LAUNCHES_PER_FEATURE * F
         return cls(flops, params, launches, acts)
 
     def hbm_bytes(self, samples_per_gpu: float, optimizer: str) -> float:
