@@ -345,18 +345,9 @@ class DenseModelCost:
     @classmethod
     def of(cls, wl: Workload) -> "DenseModelCost":
         dense = wl.dense
-        flops = 0.0
-        params = 0
-        acts = float(dense.num_dense_features)
-        layers = 0
-        width = dense.num_dense_features
-        for out in dense.bottom_mlp:
-            flops += 2 * width * out
-            params += width * out + out
-            acts += out
-            width = out
-            layers += 1
-        bottom_out = width
+        bottom = _mlp(dense.num_dense_features, dense.bottom_mlp)
+        bottom_out = bottom.width
+        flops, params, acts, layers = bottom.flops, bottom.params, dense.num_dense_features + bottom.acts, bottom.layers
         F = wl.num_pooled_features
         emb_total = wl.embedding_dim_total
         kind = dense.interaction.kind
@@ -377,14 +368,9 @@ class DenseModelCost:
                 acts += D
             layers += dense.interaction.layers
             top_in = D
-        acts += top_in + emb_total
-        width = top_in
-        for out in dense.top_mlp:
-            flops += 2 * width * out
-            params += width * out + out
-            acts += out
-            width = out
-            layers += 1
+        top = _mlp(top_in, dense.top_mlp)
+        flops, params, layers = flops + top.flops, params + top.params, layers + top.layers
+        acts += top_in + emb_total + top.acts
         launches = layers * LAUNCHES_PER_LAYER + LAUNCHES_INTERACTION + LAUNCHES_PER_FEATURE * F
         return cls(flops, params, launches, acts)
 
@@ -392,3 +378,23 @@ class DenseModelCost:
         """Dense weights, gradients, optimizer state and activations (saved + their gradients), fp32."""
         state = {"sgd": 0, "adagrad": 1, "rowwise_adagrad": 1, "adam": 2}[optimizer]
         return self.params * 4 * (2 + state) + 2 * self.activation_floats_per_sample * samples_per_gpu * 4
+
+
+@dataclass(frozen=True)
+class _MlpCost:
+    flops: float  # forward FLOPs per sample
+    params: int
+    acts: float  # output floats per sample, all layers
+    layers: int
+    width: int  # output width
+
+
+def _mlp(width: int, layers: list[int]) -> _MlpCost:
+    """Forward FLOPs, parameters and activations of a stack of Linear layers from ``width`` inputs."""
+    flops, params, acts = 0.0, 0, 0.0
+    for out in layers:
+        flops += 2 * width * out
+        params += width * out + out
+        acts += out
+        width = out
+    return _MlpCost(flops, params, acts, len(layers), width)
