@@ -46,11 +46,11 @@ LAUNCHES_FWD = {"plain": 1, "split": 5}
 LAUNCHES_BWD = {"sgd": 7, "adagrad": 12, "rowwise_adagrad": 12, "adam": 15}
 LAUNCHES_BWD_SPLIT_EXTRA = 8
 #: Kernel launches of the dense part per step: per MLP layer (forward GEMM + bias/activation, backward two
-#: GEMMs + activation and bias grads, optimizer), plus the interaction (fixed, and per pooled feature for
-#: padding/stacking forward and backward) and the loss.
+#: GEMMs + activation and bias grads, optimizer), plus the interaction (fixed, and per distinct embedding
+#: width for stacking and padding, forward and backward; see runner/model.py) and the loss.
 LAUNCHES_PER_LAYER = 12
 LAUNCHES_INTERACTION = 20
-LAUNCHES_PER_FEATURE = 6
+LAUNCHES_PER_WIDTH = 6
 REMAP_BYTES_PER_ROW = 8  # a hot/cold split keeps two int32 slot maps (row id -> hot slot, cold slot) in HBM
 POOLED_BYTES = 4  # pooled embeddings and their gradients travel as fp32
 STATE_BYTES = 4  # optimizer state is fp32
@@ -371,7 +371,8 @@ class DenseModelCost:
         top = _mlp(top_in, dense.top_mlp)
         flops, params, layers = flops + top.flops, params + top.params, layers + top.layers
         acts += top_in + emb_total + top.acts
-        launches = layers * LAUNCHES_PER_LAYER + LAUNCHES_INTERACTION + LAUNCHES_PER_FEATURE * F
+        widths = len({t.dim for t in wl.tables} | ({bottom_out} if dense.bottom_mlp else set()))
+        launches = layers * LAUNCHES_PER_LAYER + LAUNCHES_INTERACTION + LAUNCHES_PER_WIDTH * widths
         return cls(flops, params, launches, acts)
 
     def hbm_bytes(self, samples_per_gpu: float, optimizer: str) -> float:

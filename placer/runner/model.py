@@ -57,6 +57,10 @@ class DenseDLRM(nn.Module):
         if self.kind == "dot":
             vectors = F + (1 if self.has_bottom else 0)
             self.pad_to = max(self.dims + ([bottom_out] if self.has_bottom else []))
+            # vectors grouped by width (bottom output first), so padding costs a few kernels per distinct
+            # width rather than per feature; the Gram matrix is taken over the vectors in this order
+            widths = ([bottom_out] if self.has_bottom else []) + self.dims
+            self.groups = [[i for i, w in enumerate(widths) if w == width] for width in dict.fromkeys(widths)]
             li, lj = torch.tril_indices(vectors, vectors, offset=-1)
             self.register_buffer("li", li, persistent=False)
             self.register_buffer("lj", lj, persistent=False)
@@ -75,8 +79,8 @@ class DenseDLRM(nn.Module):
         if self.kind == "dot":
             vecs = ([x] if self.has_bottom else []) + list(embeddings)
             w = self.pad_to
-            T = torch.stack([v if v.shape[1] == w else nn.functional.pad(v, (0, w - v.shape[1])) for v in vecs],
-                            dim=1)
+            parts = [torch.stack([vecs[i] for i in group], dim=1) for group in self.groups]
+            T = torch.cat([p if p.shape[2] == w else nn.functional.pad(p, (0, w - p.shape[2])) for p in parts], dim=1)
             Z = torch.bmm(T, T.transpose(1, 2))
             z = torch.cat([x, Z[:, self.li, self.lj]], dim=1)
         else:
