@@ -235,7 +235,8 @@ class TwoStagePlanner:
         return kind
 
     def stage1(self, kinds: list[list[Kind]], time_limit_s: float, gap: float, backend: str,
-               threads: int | None) -> ilp.IlpResult:
+               threads: int | None, warm: list[int] | None = None) -> ilp.IlpResult:
+        """Solve the aggregated ILP; ``warm`` is one kind index per table (within its list) to start from."""
         flat = [k for ks in kinds for k in ks]
         groups, oid = [], 0
         for ks in kinds:
@@ -280,7 +281,33 @@ class TwoStagePlanner:
             mem_capacity={c: self.sym.class_size[c] * self.mem_usable[c] for c in mem_cols},
             fixed_s=sum(self.model.fixed_latency_s.values()))
         self.stage1_problem = problem
-        return ilp.solve(problem, backend=backend, time_limit_s=time_limit_s, gap=gap, threads=threads)
+        start = None if warm is None else [groups[ti][i] for ti, i in enumerate(warm)]
+        return ilp.solve(problem, backend=backend, time_limit_s=time_limit_s, gap=gap, threads=threads,
+                         warm_start=start)
+
+    def canonical_kind_index(self, kinds: list[list[Kind]], placement: Placement) -> int | None:
+        """Index in its table's kinds of ``placement`` moved to the canonical devices (adding the kind if
+        the menu lacks it); None for placements that have no canonical form here."""
+        ti = self.model.wl.table_index[placement.table]
+        if placement.sharding == "table_wise":
+            canon = self.relabeled_to(placement, self.topo.gpus[0])
+        elif placement.sharding == "host":
+            canon = self.relabeled_to(placement, self.topo.hosts[0])
+        else:
+            return None
+        for i, k in enumerate(kinds[ti]):
+            if k.placement == canon:
+                return i
+        kind = self._kind(ti, canon)
+        if kind is None:
+            return None
+        kinds[ti].append(kind)
+        return len(kinds[ti]) - 1
+
+    @staticmethod
+    def relabeled_to(placement: Placement, device: str) -> Placement:
+        return placement.model_copy(update={"shards": [s.model_copy(update={"device": device})
+                                                       for s in placement.shards]})
 
     # ---- stage 2 ----------------------------------------------------------------------------------------------
 
@@ -401,16 +428,22 @@ class TwoStagePlanner:
 
 
 def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, time_limit_s: float, gap: float,
-                    backend: str, threads: int | None):
+                    backend: str, threads: int | None, start: list[Placement] | None = None):
     """(placements or None, lower bound in s, stage-1 result, wall s). Stage 1 gets the time the kinds
-    leave of ``time_limit_s``, less a reserve for stage 2."""
+    leave of ``time_limit_s``, less a reserve for stage 2; ``start`` (a feasible plan's placements, e.g. the
+    best baseline's) is mapped onto kinds and given to the solver as its first incumbent."""
     t0 = time.perf_counter()
     planner = TwoStagePlanner(model, sym, cfg)
     kinds = planner.kinds()
+    warm = None
+    if start is not None:
+        warm = [planner.canonical_kind_index(kinds, p) for p in start]
+        if any(w is None for w in warm):
+            warm = None
     spent = time.perf_counter() - t0
     reserve = min(0.3 * time_limit_s, 20.0)  # model build (PuLP) + stage 2 + pricing the plan
     result = planner.stage1(kinds, time_limit_s=max(5.0, time_limit_s - spent - reserve), gap=gap,
-                            backend=backend, threads=threads)
+                            backend=backend, threads=threads, warm=warm)
     if result.chosen is None:
         return None, result.lower_bound_s, result, time.perf_counter() - t0
     flat = [k for ks in kinds for k in ks]

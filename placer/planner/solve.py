@@ -168,8 +168,10 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, t0: f
         candidates.append((predict(model, Plan(hardware=hw, workload=wl, method=name, placements=pl))["step_time_s"],
                            name, pl))
     remaining = config.time_limit_s - (time.perf_counter() - t0)
+    start = min(candidates, key=lambda c: c[0]) if candidates else None
     placements, bound, stage1, _ = solve_two_stage(model, sym, config.options, time_limit_s=max(10.0, remaining - 3.0),
-                                                   gap=config.gap, backend=config.solver, threads=config.threads)
+                                                   gap=config.gap, backend=config.solver, threads=config.threads,
+                                                   start=start[2] if start else None)
     if stage1.status == "infeasible":
         raise InfeasibleError("no placement fits in memory: " + _capacity_sentence_simple(model))
     if placements:
@@ -185,7 +187,8 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, t0: f
         backend=f"{config.solver} (two-stage)", status=status, objective_step_time_s=step,
         lower_bound_step_time_s=min(bound, step), gap=gap, gap_tolerance=config.gap,
         time_limit_s=config.time_limit_s, wall_s=time.perf_counter() - t0,
-        num_variables=stage1.num_variables, num_constraints=stage1.num_constraints, warm_start="none",
+        num_variables=stage1.num_variables, num_constraints=stage1.num_constraints,
+        warm_start=f"{start[1]} (stage 1), {stage1.warm_start}" if start else "none",
         note=(f"two-stage: aggregated ILP over symmetry classes ({stage1.status}) gives the bound; "
               f"plan from {source}" + ("; optimal = within gap_tolerance of that bound" if status == "optimal"
                                        else "")))
