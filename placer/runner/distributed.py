@@ -36,7 +36,8 @@ step time of step i is the max over ranks of each rank's own wall time for it; t
 median of those. The instrumented pass synchronizes the device and all ranks (a barrier on a gloo group,
 excluded from the phases) at every phase boundary, and does the dense all-reduce explicitly (``no_sync`` +
 one coalesced all_reduce) so that it is charged to gradient_allreduce as cost.py prices it; each phase is the
-max over ranks, median over steps. The collective alone (device synchronized around it) is timed too:
+max over ranks, median over steps. The collective alone is timed too, after a barrier of its own (so that it
+is the transfer, not a rank waiting for another to finish packing; that barrier is left out of the phase):
 ``measured.exchange.forward_all_to_all_s`` / ``backward_all_to_all_s``.
 """
 from __future__ import annotations
@@ -279,9 +280,10 @@ def _shard_input(ids: np.ndarray, bags: np.ndarray, offsets: np.ndarray, nb: int
 class DistPhaseTimer(PhaseTimer):
     """PhaseTimer whose boundaries also wait for every rank (a barrier, not charged to any phase)."""
 
-    def __init__(self, device: torch.device, group):
+    def __init__(self, device: torch.device, group, recorder: ExchangeRecorder | None = None):
         super().__init__(device)
         self.group = group
+        self.recorder = recorder
 
     def begin(self) -> None:
         synchronize(self.device)
@@ -292,9 +294,10 @@ class DistPhaseTimer(PhaseTimer):
     def mark(self, phase: str) -> None:
         synchronize(self.device)
         now = time.perf_counter()
-        self.totals[phase] += now - self._t
+        spent = now - self._t - (self.recorder.take_excluded() if self.recorder else 0.0)
+        self.totals[phase] += spent
         if self.by_step:
-            self.by_step[-1][phase] += now - self._t
+            self.by_step[-1][phase] += spent
         dist.barrier(group=self.group)
         self._t = time.perf_counter()
 
@@ -596,8 +599,10 @@ def run_worker(hw_path: str, wl_path: str, plan_path: str, config: RunConfig, en
         trainer.train(config.steps, timer, start=config.warmup)
         times = timer.times_s()
         phase_steps = config.phase_steps if config.phase_steps is not None else min(config.steps, 20)
-        phases = DistPhaseTimer(device, cpu_group)
+        phases = DistPhaseTimer(device, cpu_group, trainer.recorder)
         trainer.recorder.active = True
+        trainer.recorder.barrier_group = cpu_group
+        trainer.recorder.use_barrier = True
         for i in range(phase_steps):
             batch = trainer.pool[(config.warmup + config.steps + i) % len(trainer.pool)]
             trainer.losses.append(trainer.step(batch, phases))
@@ -696,8 +701,9 @@ def _result(records, topo, wl, plan, predicted, config, rmap, backend, losses, p
                 "backward_all_to_all_s": a2a["backward_all_to_all"],
                 "bytes_out_per_rank_max": max(r["bytes_out"] for r in records),
                 "bytes_in_per_rank_max": max(r["bytes_in"] for r in records),
-                "how": "the all_to_all_single call alone, device synchronized before and after, max over ranks, "
-                       "median over the instrumented steps; bytes to/from other ranks per step (fp32)",
+                "how": "the all_to_all_single call alone, after a barrier, device synchronized before and after, "
+                       "max over ranks, median over the instrumented steps; bytes to/from other ranks per step "
+                       "(fp32)",
             },
         },
         "predicted": {k: v for k, v in predicted.items() if k != "devices"},

@@ -45,11 +45,21 @@ class ExchangeKey:
 
 @dataclass
 class ExchangeRecorder:
-    """Wall times of the collective itself (device synchronized before and after), when ``active``."""
+    """Wall times of the collective itself, when ``active`` (the instrumented pass): the device is synchronized
+    and, with ``barrier_group`` set, every rank waits at a barrier first, so that the time is the transfer and
+    not a rank waiting for another one to finish packing. The barrier's own time is kept in ``excluded_s``
+    (the phase timer leaves it out of the phase)."""
 
     device: torch.device
     active: bool = False
     times: dict[str, list[float]] = field(default_factory=dict)
+    barrier_group: object = None
+    use_barrier: bool = False
+    excluded_s: float = 0.0
+
+    def take_excluded(self) -> float:
+        x, self.excluded_s = self.excluded_s, 0.0
+        return x
 
     def sync(self) -> None:
         if self.device.type == "cuda":
@@ -60,6 +70,10 @@ class ExchangeRecorder:
             fn()
             return
         self.sync()
+        if self.use_barrier:
+            b0 = time.perf_counter()
+            dist.barrier(group=self.barrier_group)
+            self.excluded_s += time.perf_counter() - b0
         t0 = time.perf_counter()
         fn()
         self.sync()
@@ -89,6 +103,17 @@ class AllToAllLayout:
         # what this rank sends to / receives from OTHER ranks per step, bytes (fp32)
         self.bytes_out = 4 * sum(s for r, s in enumerate(self.send_splits) if r != rank)
         self.bytes_in = 4 * sum(s for q, s in enumerate(self.recv_splits) if q != rank)
+        self._buffers: dict[str, torch.Tensor] = {}
+
+    def buffer(self, name: str, numel: int) -> torch.Tensor:
+        """A flat fp32 buffer kept from step to step (sizes are fixed by the plan). On a CPU, large fresh
+        allocations come from mmap and page-fault inside the collective: about 2x the all-to-all time of 1 MiB
+        per peer on gloo. On CUDA the caching allocator would reuse the blocks anyway."""
+        buf = self._buffers.get(name)
+        if buf is None or buf.numel() != numel:
+            buf = torch.empty(numel, dtype=torch.float32, device=self.device)
+            self._buffers[name] = buf
+        return buf
 
     @property
     def empty(self) -> bool:
@@ -102,7 +127,7 @@ class AllToAllLayout:
                 pieces.append(o.reshape(k.features, self.B, k.cols)[:, a:b].reshape(-1))
         if not pieces:
             return torch.zeros(0, dtype=torch.float32, device=self.device)
-        return torch.cat(pieces)
+        return torch.cat(pieces, out=self.buffer("forward_send", sum(self.send_splits)))
 
     def unpack(self, recv: torch.Tensor) -> list[torch.Tensor]:
         """(F, n_me, c) per received shard, in ``self.recv_order``."""
@@ -121,8 +146,9 @@ class AllToAllLayout:
         return [torch.cat(parts, dim=1).reshape(k.features * self.B, k.cols)
                 for k, parts in zip(self.local, per_key)]
 
-    def all_to_all(self, send: torch.Tensor, out_splits: list[int], in_splits: list[int]) -> torch.Tensor:
-        out = torch.empty(sum(out_splits), dtype=torch.float32, device=self.device)
+    def all_to_all(self, send: torch.Tensor, out_splits: list[int], in_splits: list[int], name: str
+                   ) -> torch.Tensor:
+        out = self.buffer(name, sum(out_splits))
         dist.all_to_all_single(out, send, output_split_sizes=out_splits, input_split_sizes=in_splits,
                                group=self.group)
         return out
@@ -145,7 +171,7 @@ class PooledAllToAll(torch.autograd.Function):
         result = {}
 
         def go():
-            result["recv"] = layout.all_to_all(send, layout.recv_splits, layout.send_splits)
+            result["recv"] = layout.all_to_all(send, layout.recv_splits, layout.send_splits, "forward_recv")
 
         (recorder.run("forward_all_to_all", go) if recorder else go())
         return tuple(layout.unpack(result["recv"]))
@@ -159,11 +185,12 @@ class PooledAllToAll(torch.autograd.Function):
                 g = torch.zeros((k.features, layout.n_of[layout.rank], k.cols), dtype=torch.float32,
                                 device=layout.device)
             parts.append(g.reshape(-1).float())
-        send = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float32, device=layout.device)
+        send = torch.cat(parts, out=layout.buffer("backward_send", sum(layout.recv_splits))) if parts else \
+            torch.zeros(0, dtype=torch.float32, device=layout.device)
         result = {}
 
         def go():
-            result["back"] = layout.all_to_all(send, layout.send_splits, layout.recv_splits)
+            result["back"] = layout.all_to_all(send, layout.send_splits, layout.recv_splits, "backward_recv")
 
         (ctx.recorder.run("backward_all_to_all", go) if ctx.recorder else go())
         grads_out = layout.unpack_grads(result["back"])
