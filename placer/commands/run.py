@@ -76,6 +76,8 @@ def _warn_if_oversubscribed(args) -> None:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if args.threads is not None or not device.startswith("cpu") or not hasattr(os, "getloadavg"):
         return
+    if getattr(args, "nproc", None) is not None:  # the ranks of a CPU run default to one thread each
+        return
     load, cores = os.getloadavg()[0], os.cpu_count() or 1
     if load > cores:
         Console(stderr=True, highlight=False).print(
