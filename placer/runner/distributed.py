@@ -637,7 +637,7 @@ def run_worker(hw_path: str, wl_path: str, plan_path: str, config: RunConfig, en
 
 
 def _median_of_max(per_rank: list[list[float]]) -> float:
-    """Per index the max over ranks, then the median over indices (nan when empty)."""
+    """Per index the max over ranks, then the median over indices (0 when there is none)."""
     n = min((len(x) for x in per_rank), default=0)
     if n == 0:
         return 0.0
@@ -711,7 +711,7 @@ def _result(records, topo, wl, plan, predicted, config, rmap, backend, losses, p
         "phase_ratio": {p: (measured_phases[p] / predicted["phases_s"][p]) if predicted["phases_s"].get(p) else None
                         for p in PHASES},
         "memory_check": r0["mem_report"],
-        "memory_estimate_bytes": None,
+        "memory_estimate_bytes": _estimate_totals(plan, wl, rmap, r0["device"], pool),
         "ranks": [{
             "rank": r["rank"], "device": r["device"], "plan_devices": r["plan_devices"], "samples": r["samples"],
             "shards": r["shards"], "replicas": r["replicas"],
@@ -723,6 +723,14 @@ def _result(records, topo, wl, plan, predicted, config, rmap, backend, losses, p
             "peak_host_bytes": r["peak_host_bytes"], "peak_device_bytes": r["peak_device_bytes"],
         } for r in records],
     }
+
+
+def _estimate_totals(plan, wl, rmap, device: str, pool: int) -> dict:
+    """The memory check's estimate: the largest rank's device bytes, and host bytes summed over the ranks."""
+    needs = node_needs(plan, wl, rmap, list(range(rmap.world)), torch.device(device).type, pool)
+    return {"device": max(n.device_total for n in needs.values()),
+            "host": sum(n.host_total for n in needs.values()),
+            "per_rank_device": [needs[r].device_total for r in range(rmap.world)]}
 
 
 def worker_main(args) -> int:
