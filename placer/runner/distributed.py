@@ -73,8 +73,8 @@ from placer.runner.hostmem import HostMemory
 from placer.runner.memory import MemoryNeeds, check_memory, estimate_needs
 from placer.runner.model import DenseDLRM, make_dense_optimizer
 from placer.runner.optim import SparseRowOptimizer
-from placer.runner.run import (RunConfig, _dense_autocast, _peak_rss_bytes, _rss_bytes, default_pool_batches,
-                               device_description, prepare)
+from placer.runner.run import (RunConfig, TrainerLoop, _dense_autocast, _peak_rss_bytes, _rss_bytes,
+                               default_pool_batches, device_description, prepare)
 from placer.runner.tables import BuildContext, Replica, Shard, TableAssembler, build_shard
 from placer.runner.timing import PhaseTimer, StepTimer, summarize, synchronize
 from placer.specs.workload import Workload
@@ -308,7 +308,7 @@ def _sum_hook(state, bucket):
     return fut.then(lambda f: f.value()[0])
 
 
-class DistTrainer:
+class DistTrainer(TrainerLoop):
     """One rank's part of a plan: its shards, one replica per data-parallel table, the DDP dense model, the
     exchange layout and a pool of its batches. Same math as the one-process ``Trainer`` (module docstring)."""
 
@@ -490,16 +490,6 @@ class DistTrainer:
         mark("dense")
         return loss.detach()
 
-    def train(self, steps: int, timer: StepTimer | None = None, start: int = 0) -> None:
-        for i in range(steps):
-            batch = self.pool[(start + i) % len(self.pool)]
-            if timer:
-                timer.start()
-            loss = self.step(batch)
-            if timer:
-                timer.stop()
-            self.losses.append(loss)
-
     def global_losses(self) -> list[float]:
         """Every step's loss over the global batch (the ranks' terms summed): a collective, all ranks call."""
         if not self.losses:
@@ -515,19 +505,8 @@ class DistTrainer:
             return {-1: self.replicas[table].logical_weights()}
         return {i: sh.logical_weights() for (t, i), sh in self.local.items() if t == table}
 
-    def memory_bytes(self) -> dict[str, int]:
-        dev = host = 0
-        for sh in list(self.local.values()) + list(self.replicas.values()):
-            m = sh.memory_bytes()
-            dev += m["device"]
-            host += m["host"]
-        return {"device_tables": dev, "host_tables": host}
-
-    def close(self) -> None:
-        if self._worker is not None:
-            self._worker.shutdown(wait=True)
-            self._worker = None
-        self.host.close()
+    def table_parts(self) -> list:
+        return list(self.local.values()) + list(self.replicas.values())
 
 
 def _allreduce_sum(tensors: list[torch.Tensor]) -> None:

@@ -107,7 +107,37 @@ def _dense_autocast(device: torch.device, dtype: str):
     return contextlib.nullcontext(), dtype if device.type == "cuda" else "fp32"
 
 
-class Trainer:
+class TrainerLoop:
+    """What every trainer shares: the step loop, table memory, shutdown. Subclasses provide ``step``,
+    ``table_parts``, ``pool``, ``losses``, ``host`` and ``_worker``."""
+
+    def train(self, steps: int, timer: StepTimer | None = None, start: int = 0) -> None:
+        for i in range(steps):
+            batch = self.pool[(start + i) % len(self.pool)]
+            if timer:
+                timer.start()
+            loss = self.step(batch)
+            if timer:
+                timer.stop()
+            self.losses.append(loss)
+
+    def memory_bytes(self) -> dict[str, int]:
+        """Bytes of table weights and state on the device and in host memory."""
+        dev = host = 0
+        for sh in self.table_parts():
+            m = sh.memory_bytes()
+            dev += m["device"]
+            host += m["host"]
+        return {"device_tables": dev, "host_tables": host}
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.shutdown(wait=True)
+            self._worker = None
+        self.host.close()
+
+
+class Trainer(TrainerLoop):
     """The plan built on one local device: shards, assemblers, dense model, optimizers, batch pool."""
 
     def __init__(self, plan: Plan, workload: Workload, device: torch.device, *, seed: int = 0,
@@ -246,16 +276,6 @@ class Trainer:
         mark("dense")
         return loss.detach()
 
-    def train(self, steps: int, timer: StepTimer | None = None, start: int = 0) -> None:
-        for i in range(steps):
-            batch = self.pool[(start + i) % len(self.pool)]
-            if timer:
-                timer.start()
-            loss = self.step(batch)
-            if timer:
-                timer.stop()
-            self.losses.append(loss)
-
     def loss_history(self) -> list[float]:
         return [float(x) for x in torch.stack(self.losses).float().cpu()] if self.losses else []
 
@@ -270,20 +290,8 @@ class Trainer:
             out[sh.rows[0]:sh.rows[1], sh.cols[0]:sh.cols[1]] = sh.logical_weights()
         return out
 
-    def memory_bytes(self) -> dict[str, int]:
-        dev = host = 0
-        for shards in self.shards.values():
-            for sh in shards:
-                m = sh.memory_bytes()
-                dev += m["device"]
-                host += m["host"]
-        return {"device_tables": dev, "host_tables": host}
-
-    def close(self) -> None:
-        if self._worker is not None:
-            self._worker.shutdown(wait=True)
-            self._worker = None
-        self.host.close()
+    def table_parts(self) -> list:
+        return [sh for shards in self.shards.values() for sh in shards]
 
 
 def default_pool_batches(workload: Workload, plan: Plan, total_steps: int) -> int:
