@@ -168,3 +168,23 @@ dense: {top_mlp: [1]}
     assert main(["solve", str(two_gpu_path), str(wl)]) == 3
     err = capsys.readouterr().err
     assert "giant" in err and "GiB" in err
+
+
+def test_watchdog_stops_a_solver_that_ignores_its_time_limit(tmp_path):
+    import shutil
+    import subprocess
+    import time
+
+    from placer.planner.ilp import _SolverWatchdog
+
+    fake = tmp_path / "cbc"  # a child process named like CBC that would run for a minute
+    shutil.copy(shutil.which("sleep"), fake)
+    child = subprocess.Popen([str(fake), "60"])
+    dog = _SolverWatchdog(0.5)
+    try:
+        child.wait(timeout=10)
+    finally:
+        dog.cancel()
+        if child.poll() is None:
+            child.kill()
+    assert dog.fired and child.returncode == -9

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 
@@ -99,10 +101,20 @@ def solve(problem: Problem, *, backend: str = "cbc", time_limit_s: float = 60.0,
             start = (problem.objective(warm_start) - problem.fixed_s) * TIME_SCALE
             extra["objective_bound"] = start * (1 + 1e-7) + 1e-9
         solver = pulp.HiGHS(msg=msg, timeLimit=time_limit_s, gapRel=gap, threads=threads, **extra)
+    watchdog = _kill_solver_after(time_limit_s * 1.5 + 10.0) if backend == "cbc" else None
     try:
         prob.solve(solver)
     except pulp.PulpSolverError as exc:
-        raise SolverError(f"{backend} failed: {exc}") from None
+        if watchdog is None or not watchdog.fired:
+            raise SolverError(f"{backend} failed: {exc}") from None
+    finally:
+        if watchdog is not None:
+            watchdog.cancel()
+    if watchdog is not None and watchdog.fired:  # CBC ran far past its own limit and was stopped
+        if log_path and os.path.exists(log_path):
+            os.unlink(log_path)
+        return IlpResult(None, "no_solution", None, problem.simple_lower_bound(), time.perf_counter() - t0,
+                         len(x) + len(y), len(prob.constraints), warm + "; cbc stopped by the watchdog", backend)
     solver_bound = None
     cbc_result = ""
     if backend == "cbc" and log_path:
@@ -149,6 +161,43 @@ def solve(problem: Problem, *, backend: str = "cbc", time_limit_s: float = 60.0,
     lower = min(max(bounds), objective)
     return IlpResult(chosen, "optimal" if proven else "feasible", objective, lower, time.perf_counter() - t0,
                      len(x) + len(y), len(prob.constraints), warm, backend)
+
+
+class _SolverWatchdog:
+    """Kills this process's CBC children once ``seconds`` have passed: CBC does not always honour its own
+    time limit (preprocessing of large models, MIP starts), and a plan must come back in bounded time."""
+
+    def __init__(self, seconds: float):
+        self.fired = False
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+    def _fire(self) -> None:
+        me = os.getpid()
+        for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            comm = stat[stat.find("(") + 1:stat.rfind(")")]
+            ppid = int(stat[stat.rfind(")") + 2:].split()[1])
+            if ppid == me and comm.startswith("cbc"):
+                try:
+                    os.kill(int(entry), signal.SIGKILL)
+                    self.fired = True
+                except OSError:
+                    pass
+
+
+def _kill_solver_after(seconds: float) -> _SolverWatchdog:
+    return _SolverWatchdog(seconds)
 
 
 def _decode(problem: Problem, x) -> list[int] | None:

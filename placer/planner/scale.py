@@ -235,8 +235,8 @@ class TwoStagePlanner:
         return kind
 
     def stage1(self, kinds: list[list[Kind]], time_limit_s: float, gap: float, backend: str,
-               threads: int | None, warm: list[int] | None = None) -> ilp.IlpResult:
-        """Solve the aggregated ILP; ``warm`` is one kind index per table (within its list) to start from."""
+               threads: int | None) -> ilp.IlpResult:
+        """Solve the aggregated ILP."""
         flat = [k for ks in kinds for k in ks]
         groups, oid = [], 0
         for ks in kinds:
@@ -281,169 +281,20 @@ class TwoStagePlanner:
             mem_capacity={c: self.sym.class_size[c] * self.mem_usable[c] for c in mem_cols},
             fixed_s=sum(self.model.fixed_latency_s.values()))
         self.stage1_problem = problem
-        start = None if warm is None else [groups[ti][i] for ti, i in enumerate(warm)]
-        return ilp.solve(problem, backend=backend, time_limit_s=time_limit_s, gap=gap, threads=threads,
-                         warm_start=start)
-
-    def canonical_kind_index(self, kinds: list[list[Kind]], placement: Placement) -> int | None:
-        """Index in its table's kinds of ``placement`` moved to the canonical devices (adding the kind if
-        the menu lacks it); None for placements that have no canonical form here."""
-        ti = self.model.wl.table_index[placement.table]
-        if placement.sharding == "table_wise":
-            canon = self.relabeled_to(placement, self.topo.gpus[0])
-        elif placement.sharding == "host":
-            canon = self.relabeled_to(placement, self.topo.hosts[0])
-        else:
-            return None
-        for i, k in enumerate(kinds[ti]):
-            if k.placement == canon:
-                return i
-        kind = self._kind(ti, canon)
-        if kind is None:
-            return None
-        kinds[ti].append(kind)
-        return len(kinds[ti]) - 1
-
-    @staticmethod
-    def relabeled_to(placement: Placement, device: str) -> Placement:
-        return placement.model_copy(update={"shards": [s.model_copy(update={"device": device})
-                                                       for s in placement.shards]})
-
-    # ---- stage 2 ----------------------------------------------------------------------------------------------
-
-    def candidates(self, kind: Kind) -> list[tuple]:
-        sym, topo = self.sym, self.topo
-        if kind.family == "gpu":
-            return [sym.gpu_key(g) for g in topo.gpus]
-        if kind.family == "node":
-            return [sym.node_key(n) for n in topo.nodes]
-        if kind.family == "block":
-            pieces = len(kind.placement.shards)
-            blocks = sym.gpus_per_node // pieces
-            return [sym.block_key(n, b, pieces) for n in topo.nodes for b in range(blocks)]
-        return [(0, ())]
-
-    def relabeled(self, kind: Kind, key: tuple) -> Placement:
-        if key == (0, ()):
-            return kind.placement
-        rl = self.sym.relabel
-        return kind.placement.model_copy(update={"shards": [
-            s.model_copy(update={"device": rl(key, s.device)}) for s in kind.placement.shards]})
-
-    def assign(self, chosen: list[Kind], fallbacks: list[list[Kind]]) -> tuple[list[Placement], Accumulator]:
-        """Devices for the chosen kinds, largest first; a kind that fits nowhere falls back to the same
-        table's kinds with less HBM, then host. Returns ([], acc) if some table fits nowhere."""
-        model = self.model
-        acc = Accumulator(model)
-        placed: dict[int, Placement] = {}
-        self.where: dict[int, tuple[Kind, tuple]] = {}
-        for k in [k for k in chosen if k.family == "all"]:
-            full = k.full_placement()
-            c = model.placement_cost(full)
-            if acc.fits(c):
-                acc.add(c)
-                placed[k.table] = full
-        order = sorted((k for k in chosen if k.family != "all"), key=lambda k: -k.weight)
-        order += [k for k in chosen if k.family == "all" and k.table not in placed]
-        for k in order:
-            tries = [k] if k.family != "all" else []
-            tries += [f for f in fallbacks[k.table] if f.family != "all" and f.hbm_bytes < k.hbm_bytes]
-            tries += [f for f in fallbacks[k.table] if f.placement.sharding == "host"]
-            for cand_kind in tries:
-                got = self._best_device(acc, cand_kind)
-                if got is not None:
-                    placed[k.table] = got[0]
-                    self.where[k.table] = (cand_kind, got[1])
-                    break
-            else:
-                return [], acc
-        return [placed[i] for i in range(len(model.wl.tables))], acc
-
-    def improve(self, placements: list[Placement], acc: Accumulator, deadline: float) -> int:
-        """Move tables off the busiest resources while the step time falls (first improvement).
-        Returns the number of moves; ``placements`` and ``acc`` are updated in place."""
-        model, moves = self.model, 0
-        while time.perf_counter() < deadline:
-            step = acc.step
-            hot = {e for r in acc.bottlenecks() for e in _endpoints(r)}
-            hot |= {e.replace("/nic", "/gpu") for e in hot if "/nic" in e}
-            on_hot = [ti for ti, (kind, key) in self.where.items()
-                      if any(s.device in hot or self.topo.host_of(s.device) in hot for s in placements[ti].shards)]
-            on_hot.sort(key=lambda ti: -self.where[ti][0].weight)
-            moved = False
-            for ti in on_hot:
-                if time.perf_counter() >= deadline:
-                    break
-                kind, key = self.where[ti]
-                old = placements[ti]
-                old_cost = model.placement_cost(old)
-                acc.remove(old_cost)
-                got = self._best_device(acc, kind, exclude=key)
-                if got is not None and acc.step < step * (1 - 1e-9):
-                    placements[ti] = got[0]
-                    self.where[ti] = (kind, got[1])
-                    moves += 1
-                    moved = True
-                    break
-                if got is not None:
-                    acc.remove(model.placement_cost(got[0]))
-                acc.add(old_cost)
-            if not moved:
-                break
-        return moves
-
-    def place(self, acc: Accumulator, canonical: Placement) -> Placement | None:
-        """Put a canonical placement on its best device (as stage 2 does); None if it fits nowhere."""
-        kind = self._kind(0, canonical)
-        got = None if kind is None else self._best_device(acc, kind)
-        return None if got is None else got[0]
-
-    def _best_device(self, acc: Accumulator, kind: Kind, exclude: tuple | None = None):
-        """(placement, symmetry key) of ``kind`` on the device where the step grows least and it fits,
-        added to ``acc``; None if it fits nowhere."""
-        rl = self.sym.relabel
-        usable = self.model.usable_memory
-        best, best_key = None, None
-        for key in self.candidates(kind):
-            if key == exclude:
-                continue
-            if any(acc.memory[rl(key, m)] + b > usable[rl(key, m)] for m, b in kind.own_mem):
-                continue
-            new_max = list(acc.phase_max)
-            for ph, r, v in kind.own:
-                val = acc.loads[(ph, rl(key, r))] + v
-                if val > new_max[ph]:
-                    new_max[ph] = val
-            step = sum(new_max)
-            if best is None or step < best - 1e-15:
-                best, best_key = step, key
-        if best_key is None:
-            return None
-        p = self.relabeled(kind, best_key)
-        c = self.model.placement_cost(p)
-        if not acc.fits(c):
-            return None
-        acc.add(c)
-        return p, best_key
+        return ilp.solve(problem, backend=backend, time_limit_s=time_limit_s, gap=gap, threads=threads)
 
 
 def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, time_limit_s: float, gap: float,
-                    backend: str, threads: int | None, start: list[Placement] | None = None):
+                    backend: str, threads: int | None):
     """(placements or None, lower bound in s, stage-1 result, wall s). Stage 1 gets the time the kinds
-    leave of ``time_limit_s``, less a reserve for stage 2; ``start`` (a feasible plan's placements, e.g. the
-    best baseline's) is mapped onto kinds and given to the solver as its first incumbent."""
+    leave of ``time_limit_s``, less a reserve for stage 2."""
     t0 = time.perf_counter()
     planner = TwoStagePlanner(model, sym, cfg)
     kinds = planner.kinds()
-    warm = None
-    if start is not None:
-        warm = [planner.canonical_kind_index(kinds, p) for p in start]
-        if any(w is None for w in warm):
-            warm = None
     spent = time.perf_counter() - t0
     reserve = min(0.3 * time_limit_s, 20.0)  # model build (PuLP) + stage 2 + pricing the plan
     result = planner.stage1(kinds, time_limit_s=max(5.0, time_limit_s - spent - reserve), gap=gap,
-                            backend=backend, threads=threads, warm=warm)
+                            backend=backend, threads=threads)
     if result.chosen is None:
         return None, result.lower_bound_s, result, time.perf_counter() - t0
     flat = [k for ks in kinds for k in ks]

@@ -94,8 +94,11 @@ def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
         if result.status == "infeasible":
             raise InfeasibleError("the solver proved that no placement fits in memory: "
                                   + _capacity_sentence(model, problem))
-        raise PlacerError(f"{config.solver} found no solution within {config.time_limit_s:g} s "
-                          f"(try a longer --time-limit)")
+        if warm is None:
+            raise PlacerError(f"{config.solver} found no solution within {config.time_limit_s:g} s "
+                              f"(try a longer --time-limit)")
+        result.chosen, result.objective_s = warm, problem.objective(warm)  # the best baseline stands
+        result.status = "feasible"
     offset = {n: problem.groups[i][0] for i, n in enumerate(names)}
     placements = [options[n][oid - offset[n]] for n, oid in zip(names, result.chosen)]
     gap = (result.objective_s - result.lower_bound_s) / result.objective_s if result.objective_s else 0.0
@@ -168,10 +171,8 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, t0: f
         candidates.append((predict(model, Plan(hardware=hw, workload=wl, method=name, placements=pl))["step_time_s"],
                            name, pl))
     remaining = config.time_limit_s - (time.perf_counter() - t0)
-    start = min(candidates, key=lambda c: c[0]) if candidates else None
     placements, bound, stage1, _ = solve_two_stage(model, sym, config.options, time_limit_s=max(10.0, remaining - 3.0),
-                                                   gap=config.gap, backend=config.solver, threads=config.threads,
-                                                   start=start[2] if start else None)
+                                                   gap=config.gap, backend=config.solver, threads=config.threads)
     if stage1.status == "infeasible":
         raise InfeasibleError("no placement fits in memory: " + _capacity_sentence_simple(model))
     if placements:
@@ -187,8 +188,7 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, t0: f
         backend=f"{config.solver} (two-stage)", status=status, objective_step_time_s=step,
         lower_bound_step_time_s=min(bound, step), gap=gap, gap_tolerance=config.gap,
         time_limit_s=config.time_limit_s, wall_s=time.perf_counter() - t0,
-        num_variables=stage1.num_variables, num_constraints=stage1.num_constraints,
-        warm_start=f"{start[1]} (stage 1), {stage1.warm_start}" if start else "none",
+        num_variables=stage1.num_variables, num_constraints=stage1.num_constraints, warm_start="none",
         note=(f"two-stage: aggregated ILP over symmetry classes ({stage1.status}) gives the bound; "
               f"plan from {source}" + ("; optimal = within gap_tolerance of that bound" if status == "optimal"
                                        else "")))
