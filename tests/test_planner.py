@@ -188,3 +188,40 @@ def test_watchdog_stops_a_solver_that_ignores_its_time_limit(tmp_path):
         if child.poll() is None:
             child.kill()
     assert dog.fired and child.returncode == -9
+
+
+@pytest.mark.parametrize("wl", ["tiny", "criteo-kaggle-dlrm"])
+def test_two_stage_on_16_gpus(wl):
+    """More than 8 identical GPUs: the two-stage planner. Its bound is valid, its plan prices exactly,
+    and it is never worse than a baseline."""
+    workload = load_workload(ROOT / "workloads" / f"{wl}.yaml")
+    topo = Topology(load_hardware(ROOT / "hardware_specs" / "dgx-h100-2node.yaml"), workload.dense.dtype)
+    model = CostModel(topo, workload)
+    plan = solve(topo, workload, SolveConfig(time_limit_s=20))
+    assert "two-stage" in plan.solver.backend and plan.solver.status in ("optimal", "feasible")
+    step = plan.predicted["step_time_s"]
+    assert predict(model, plan)["step_time_s"] == pytest.approx(step, rel=1e-9)
+    assert plan.solver.lower_bound_step_time_s <= step * (1 + 1e-9)
+    assert not memory_overflows(model, total_cost(model, plan))
+    for method in BASELINES:
+        try:
+            other = solve(topo, workload, SolveConfig(method=method))
+        except Exception:
+            continue
+        assert step <= other.predicted["step_time_s"] * (1 + 1e-9), method
+
+
+def test_two_stage_bound_is_below_the_full_ilp_optimum():
+    """On a case small enough for the full ILP to prove optimality, the aggregated bound lies below it."""
+    from placer.planner.scale import solve_two_stage
+    from placer.planner.symmetry import Symmetry
+
+    workload = load_workload(ROOT / "workloads" / "tiny.yaml")
+    topo = Topology(load_hardware(ROOT / "hardware_specs" / "dgx-h100.yaml"), workload.dense.dtype)
+    model = CostModel(topo, workload)
+    full = solve(topo, workload, SolveConfig(gap=0.0, time_limit_s=60))
+    assert full.solver.status == "optimal"
+    placements, bound, _, _ = solve_two_stage(model, Symmetry.of(topo), OptionConfig(), time_limit_s=20, gap=0.0,
+                                              backend="cbc", threads=None)
+    assert bound <= full.predicted["step_time_s"] * (1 + 1e-9)
+    assert placements is not None

@@ -283,6 +283,123 @@ class TwoStagePlanner:
         self.stage1_problem = problem
         return ilp.solve(problem, backend=backend, time_limit_s=time_limit_s, gap=gap, threads=threads)
 
+    # ---- stage 2 ----------------------------------------------------------------------------------------------
+
+    def candidates(self, kind: Kind) -> list[tuple]:
+        sym, topo = self.sym, self.topo
+        if kind.family == "gpu":
+            return [sym.gpu_key(g) for g in topo.gpus]
+        if kind.family == "node":
+            return [sym.node_key(n) for n in topo.nodes]
+        if kind.family == "block":
+            pieces = len(kind.placement.shards)
+            blocks = sym.gpus_per_node // pieces
+            return [sym.block_key(n, b, pieces) for n in topo.nodes for b in range(blocks)]
+        return [(0, ())]
+
+    def relabeled(self, kind: Kind, key: tuple) -> Placement:
+        if key == (0, ()):
+            return kind.placement
+        rl = self.sym.relabel
+        return kind.placement.model_copy(update={"shards": [
+            s.model_copy(update={"device": rl(key, s.device)}) for s in kind.placement.shards]})
+
+    def assign(self, chosen: list[Kind], fallbacks: list[list[Kind]]) -> tuple[list[Placement], Accumulator]:
+        """Devices for the chosen kinds, largest first; a kind that fits nowhere falls back to the same
+        table's kinds with less HBM, then host. Returns ([], acc) if some table fits nowhere."""
+        model = self.model
+        acc = Accumulator(model)
+        placed: dict[int, Placement] = {}
+        self.where: dict[int, tuple[Kind, tuple]] = {}
+        for k in [k for k in chosen if k.family == "all"]:
+            full = k.full_placement()
+            c = model.placement_cost(full)
+            if acc.fits(c):
+                acc.add(c)
+                placed[k.table] = full
+        order = sorted((k for k in chosen if k.family != "all"), key=lambda k: -k.weight)
+        order += [k for k in chosen if k.family == "all" and k.table not in placed]
+        for k in order:
+            tries = [k] if k.family != "all" else []
+            tries += [f for f in fallbacks[k.table] if f.family != "all" and f.hbm_bytes < k.hbm_bytes]
+            tries += [f for f in fallbacks[k.table] if f.placement.sharding == "host"]
+            for cand_kind in tries:
+                got = self._best_device(acc, cand_kind)
+                if got is not None:
+                    placed[k.table] = got[0]
+                    self.where[k.table] = (cand_kind, got[1])
+                    break
+            else:
+                return [], acc
+        return [placed[i] for i in range(len(model.wl.tables))], acc
+
+    def improve(self, placements: list[Placement], acc: Accumulator, deadline: float) -> int:
+        """Move tables off the busiest resources while the step time falls (first improvement).
+        Returns the number of moves; ``placements`` and ``acc`` are updated in place."""
+        model, moves = self.model, 0
+        while time.perf_counter() < deadline:
+            step = acc.step
+            hot = {e for r in acc.bottlenecks() for e in _endpoints(r)}
+            hot |= {e.replace("/nic", "/gpu") for e in hot if "/nic" in e}
+            on_hot = [ti for ti, (kind, key) in self.where.items()
+                      if any(s.device in hot or self.topo.host_of(s.device) in hot for s in placements[ti].shards)]
+            on_hot.sort(key=lambda ti: -self.where[ti][0].weight)
+            moved = False
+            for ti in on_hot:
+                if time.perf_counter() >= deadline:
+                    break
+                kind, key = self.where[ti]
+                old = placements[ti]
+                old_cost = model.placement_cost(old)
+                acc.remove(old_cost)
+                got = self._best_device(acc, kind, exclude=key)
+                if got is not None and acc.step < step * (1 - 1e-9):
+                    placements[ti] = got[0]
+                    self.where[ti] = (kind, got[1])
+                    moves += 1
+                    moved = True
+                    break
+                if got is not None:
+                    acc.remove(model.placement_cost(got[0]))
+                acc.add(old_cost)
+            if not moved:
+                break
+        return moves
+
+    def place(self, acc: Accumulator, canonical: Placement) -> Placement | None:
+        """Put a canonical placement on its best device (as stage 2 does); None if it fits nowhere."""
+        kind = self._kind(0, canonical)
+        got = None if kind is None else self._best_device(acc, kind)
+        return None if got is None else got[0]
+
+    def _best_device(self, acc: Accumulator, kind: Kind, exclude: tuple | None = None):
+        """(placement, symmetry key) of ``kind`` on the device where the step grows least and it fits,
+        added to ``acc``; None if it fits nowhere."""
+        rl = self.sym.relabel
+        usable = self.model.usable_memory
+        best, best_key = None, None
+        for key in self.candidates(kind):
+            if key == exclude:
+                continue
+            if any(acc.memory[rl(key, m)] + b > usable[rl(key, m)] for m, b in kind.own_mem):
+                continue
+            new_max = list(acc.phase_max)
+            for ph, r, v in kind.own:
+                val = acc.loads[(ph, rl(key, r))] + v
+                if val > new_max[ph]:
+                    new_max[ph] = val
+            step = sum(new_max)
+            if best is None or step < best - 1e-15:
+                best, best_key = step, key
+        if best_key is None:
+            return None
+        p = self.relabeled(kind, best_key)
+        c = self.model.placement_cost(p)
+        if not acc.fits(c):
+            return None
+        acc.add(c)
+        return p, best_key
+
 
 def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, time_limit_s: float, gap: float,
                     backend: str, threads: int | None):
