@@ -273,7 +273,7 @@ def write_json(path: Path, data: dict) -> None:
 
 
 def run_case(wl_name: str, hw_name: str, methods: list[str], args, run_id: str, log,
-             too_big: dict[str, dict[str, int]]) -> list[dict]:
+             history: dict[tuple[str, str], dict[str, int]]) -> list[dict]:
     """All rows of one case (one per method)."""
     hw, wl = _resolve("hardware_specs", hw_name), _resolve("workloads", wl_name)
     base = {"workload": wl_name, "hardware": hw_name, "run": run_id}
@@ -294,14 +294,16 @@ def run_case(wl_name: str, hw_name: str, methods: list[str], args, run_id: str, 
     queue = [m for m in BASELINE_ORDER if m in methods] + (["ilp"] if "ilp" in methods else [])
     while queue:
         m = queue[0]
-        limit = too_big.get(m, {}).get(wl_name)
-        if limit is not None and facts["gpus"] > limit and not args.no_skip_larger:
-            # a method that ran out of time on fewer GPUs for this workload will on more: skip it
+        limit = _skip_limit(history, m, wl_name, facts["gpus"], args)
+        if limit is not None:
+            # a method that ran out of time on fewer GPUs for this workload (and never got a plan on as
+            # many) will run out on more: skip it
             rows.append(dict(base, method=m, status="skipped",
                              note=f"timed out at {limit} GPUs for this workload (--no-skip-larger to try)"))
             queue.pop(0)
             continue
-        group = [m] if m == "ilp" else [x for x in queue if x != "ilp" and not _skipped(too_big, x, wl_name, facts, args)]
+        group = [m] if m == "ilp" else [x for x in queue if x != "ilp"
+                                        and _skip_limit(history, x, wl_name, facts["gpus"], args) is None]
         timeout = args.case_timeout if m == "ilp" else args.baseline_timeout
         t0 = time.perf_counter()
         got, info = run_child(hw, wl, group, args, timeout, log)
@@ -313,13 +315,16 @@ def run_case(wl_name: str, hw_name: str, methods: list[str], args, run_id: str, 
                     r["peak_rss_bytes"] = info["peak_rss_bytes"]  # wait4: includes the CBC process
                 rows.append(r)
                 queue.remove(x)
+                if r.get("status") in SOLVED:
+                    h = history.setdefault((x, wl_name), {})
+                    h["ok"] = max(h.get("ok", 0), facts["gpus"])
                 continue
             if info["killed"]:  # x was running when the limit hit; the ones after it start again
                 rows.append(dict(base, method=x, status="timeout", solve_wall_s=info["since_last_row_s"],
                                  peak_rss_bytes=info["peak_rss_bytes"],
                                  note=f"killed after {timeout:g} s; last output: {_last_line(info['stderr_tail'])}"))
-                too_big.setdefault(x, {})
-                too_big[x][wl_name] = min(too_big[x].get(wl_name, 10**9), facts["gpus"])
+                h = history.setdefault((x, wl_name), {})
+                h["timeout"] = min(h.get("timeout", 10**9), facts["gpus"])
             else:
                 rows.append(dict(base, method=x, status="error", peak_rss_bytes=info["peak_rss_bytes"],
                                  solve_wall_s=time.perf_counter() - t0,
@@ -330,9 +335,13 @@ def run_case(wl_name: str, hw_name: str, methods: list[str], args, run_id: str, 
     return sorted(rows, key=lambda r: order.get(r["method"], 99))
 
 
-def _skipped(too_big, method, wl_name, facts, args) -> bool:
-    limit = too_big.get(method, {}).get(wl_name)
-    return limit is not None and facts["gpus"] > limit and not args.no_skip_larger
+def _skip_limit(history, method: str, wl_name: str, gpus: int, args) -> int | None:
+    """The GPU count where ``method`` timed out on ``wl_name`` if that predicts a timeout on ``gpus``."""
+    h = history.get((method, wl_name), {})
+    limit = h.get("timeout")
+    if limit is None or gpus <= limit or h.get("ok", 0) >= limit or args.no_skip_larger:
+        return None
+    return limit
 
 
 def grid(args) -> list[tuple[str, str]]:
@@ -371,10 +380,11 @@ def main_parent(args) -> int:
                                     [os.path.relpath(Path(__file__).resolve(), ROOT)] + sys.argv[1:])
     run = {"id": run_id, "command": command, "date": run_id, "time_limit_s": args.time_limit,
            "case_timeout_s": args.case_timeout,
-           "baseline_timeout_s": args.baseline_timeout, "gap": args.gap, "solver": args.solver, "threads": args.threads,
+           "baseline_timeout_s": args.baseline_timeout, "max_minutes": args.max_minutes, "gap": args.gap, "solver": args.solver, "threads": args.threads,
            "methods": methods, "cases": [f"{w}@{h}" for w, h in cases], **environment()}
     data["runs"].append(run)
-    done = {(r["workload"], r["hardware"], r["method"]) for r in data["rows"] if r.get("status") not in RETRY}
+    done = {(r["workload"], r["hardware"], r["method"]) for r in data["rows"]
+            if r.get("status") not in RETRY and not r.get("retry")}
     log_file = open(args.log, "a") if args.log else None
 
     def log(msg: str) -> None:
@@ -385,7 +395,7 @@ def main_parent(args) -> int:
 
     log(f"[{run_id}] {command}: {len(cases)} case(s), methods {','.join(methods)}, time limit {args.time_limit:g} s, "
         f"ILP limit {args.case_timeout:g} s, baseline limit {args.baseline_timeout:g} s -> {json_path}")
-    too_big: dict[str, dict[str, int]] = {}
+    history: dict[tuple[str, str], dict[str, int]] = {}  # (method, workload) -> GPUs where it timed out / solved
     t_all = time.perf_counter()
     for i, (w, h) in enumerate(cases, 1):
         todo = [m for m in methods if not (args.resume and (w, h, m) in done)]
@@ -393,7 +403,13 @@ def main_parent(args) -> int:
             log(f"[{i}/{len(cases)}] {w} @ {h}: done before, skipped (--resume)")
             continue
         t0 = time.perf_counter()
-        rows = run_case(w, h, todo, args, run_id, log, too_big)
+        if args.max_minutes and t0 - t_all > 60 * args.max_minutes:
+            note = (f"the run's budget of {args.max_minutes:g} min was used up before this case; "
+                    "finish with --resume or run it with --cases")
+            rows = [{"workload": w, "hardware": h, "run": run_id, "method": m, "status": "skipped", "note": note,
+                     "retry": True} for m in todo]
+        else:
+            rows = run_case(w, h, todo, args, run_id, log, history)
         data["rows"] = [r for r in data["rows"] if not (r["workload"] == w and r["hardware"] == h
                                                           and r["method"] in todo)] + rows
         write_json(json_path, data)
@@ -428,6 +444,19 @@ def speedups(rows: list[dict], baseline: str) -> list[tuple[str, str, float]]:
         b = by.get((w, h, baseline))
         if b and b.get("step_time_s"):
             out.append((w, h, b["step_time_s"] / r["step_time_s"]))
+    return out
+
+
+def best_baseline_speedups(rows: list[dict]) -> list[tuple[str, str, float, str]]:
+    """(workload, hardware, best baseline step / ILP step, best baseline) where the ILP and a baseline have plans."""
+    out = []
+    for w, h in {(r["workload"], r["hardware"]) for r in rows}:
+        case = {r["method"]: r for r in rows if r["workload"] == w and r["hardware"] == h}
+        ilp = case.get("ilp", {})
+        base = [r for m, r in case.items() if m != "ilp" and r.get("step_time_s")]
+        if ilp.get("step_time_s") and base:
+            b = min(base, key=lambda r: r["step_time_s"])
+            out.append((w, h, b["step_time_s"] / ilp["step_time_s"], b["method"]))
     return out
 
 
@@ -483,6 +512,14 @@ def render_markdown(data: dict) -> str:
                          f"(min {lo[2]:.2f}x {lo[0]} @ {lo[1]}, max {hi[2]:.3g}x {hi[0]} @ {hi[1]})")
         else:
             lines.append(f"- ILP over {b}: no case where both have a plan")
+    best = best_baseline_speedups(rows)
+    if best:
+        g = geomean([b[2] for b in best])
+        better = [b for b in best if b[2] > 1.005]
+        lines.append(f"- ILP over the **best baseline of each case**: geometric mean **{g:.3f}x** over {len(best)} cases; "
+                     f"more than 0.5% better in {len(better)}"
+                     + (": " + ", ".join(f"{w} @ {h} {x:.2f}x ({m})" for w, h, x, m in
+                                         sorted(better, key=lambda b: -b[2])) if better else ""))
     ilp = [r for r in rows if r["method"] == "ilp"]
     counts: dict[str, int] = {}
     for r in ilp:
@@ -495,6 +532,11 @@ def render_markdown(data: dict) -> str:
         lines.append(f"- largest case the ILP solved: {big['workload']} @ {big['hardware']} ({big.get('tables')} tables "
                      f"x {big.get('gpus')} GPUs): {big['status']}, gap {big.get('gap') or 0:.2%}, "
                      f"{big.get('solve_wall_s', 0):.0f} s, peak RSS {_bytes(big.get('peak_rss_bytes'))}")
+        most = max(solved, key=lambda r: (r.get("gpus", 0), r.get("tables", 0)))
+        if most is not big:
+            lines.append(f"- most GPUs the ILP solved: {most['workload']} @ {most['hardware']} ({most.get('tables')} "
+                         f"tables x {most.get('gpus')} GPUs): {most['status']}, gap {most.get('gap') or 0:.2%}, "
+                         f"{most.get('solve_wall_s', 0):.0f} s, peak RSS {_bytes(most.get('peak_rss_bytes'))}")
     unsolved = [r for r in ilp if r["status"] not in SOLVED and r["status"] != "infeasible"]
     if unsolved:
         lines.append(f"- ILP without a plan (not counting 'does not fit'): "
@@ -575,13 +617,16 @@ def parse_args(argv=None):
                     help="wall-clock limit of each ILP subprocess, s, after which it is killed and recorded as "
                          "timeout (default max(240, 4 x time limit); --quick 60)")
     ap.add_argument("--baseline-timeout", type=float, default=None,
-                    help="wall-clock limit of each baseline, s (default 120; --quick 30)")
+                    help="wall-clock limit of each baseline, s (default 60; --quick 30)")
+    ap.add_argument("--max-minutes", type=float, default=50.0,
+                    help="start no new case after this many minutes; the rest are recorded as skipped and can be "
+                         "finished with --resume (default 50; 0 = no limit)")
     ap.add_argument("--gap", type=float, default=0.005, help="relative gap the ILP stops at (default 0.005)")
     ap.add_argument("--solver", default="cbc", choices=["cbc", "highs"])
     ap.add_argument("--threads", type=int, default=None, help="solver threads (default: the solver's choice)")
     ap.add_argument("--out", help="output folder (default validation/results)")
     ap.add_argument("--resume", action="store_true", help="skip (case, method) pairs already in the JSON "
-                                                          "(except errors)")
+                                                          "(except errors and cases the budget left out)")
     ap.add_argument("--fresh", action="store_true", help="start a new JSON instead of merging into the old one")
     ap.add_argument("--no-skip-larger", action="store_true",
                     help="run a method on a case even if it timed out on fewer GPUs for the same workload")
@@ -596,7 +641,7 @@ def parse_args(argv=None):
     if args.case_timeout is None:
         args.case_timeout = 60.0 if args.quick else max(240.0, 4 * args.time_limit)
     if args.baseline_timeout is None:
-        args.baseline_timeout = 30.0 if args.quick else 120.0
+        args.baseline_timeout = 30.0 if args.quick else 60.0
     return args
 
 
