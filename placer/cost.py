@@ -159,7 +159,6 @@ class CostModel:
     def _gpu_shard(self, cost: Cost, t: TableSpec, s: Shard, e: int) -> None:
         g, host = s.device, self.topo.host_of(s.device)
         gspec = self.topo.gpu_spec(g)
-        access = self.wl.access_models[t.name]
         n, c, k = s.num_rows, s.num_cols, s.hbm_rows
         row_bytes = c * e
         state_bytes = self.state_factor[t.name] * c * STATE_BYTES

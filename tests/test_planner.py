@@ -173,7 +173,6 @@ dense: {top_mlp: [1]}
 def test_watchdog_stops_a_solver_that_ignores_its_time_limit(tmp_path):
     import shutil
     import subprocess
-    import time
 
     from placer.planner.ilp import _SolverWatchdog
 

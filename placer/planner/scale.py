@@ -32,7 +32,7 @@ import numpy as np
 from placer.cost import AR, BX, FX, PHASES, Cost, CostModel
 from placer.options import (OptionConfig, data_parallel_allowed, data_parallel_placement, precisions,
                              row_wise_placement, table_options)
-from placer.plan import Placement, Shard
+from placer.plan import Placement
 from placer.planner import ilp
 from placer.planner.baselines import Accumulator
 from placer.planner.problem import Problem
