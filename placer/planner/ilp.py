@@ -101,7 +101,7 @@ def solve(problem: Problem, *, backend: str = "cbc", time_limit_s: float = 60.0,
             start = (problem.objective(warm_start) - problem.fixed_s) * TIME_SCALE
             extra["objective_bound"] = start * (1 + 1e-7) + 1e-9
         solver = pulp.HiGHS(msg=msg, timeLimit=time_limit_s, gapRel=gap, threads=threads, **extra)
-    watchdog = _kill_solver_after(time_limit_s * 1.5 + 10.0) if backend == "cbc" else None
+    watchdog = _SolverWatchdog(time_limit_s * 1.5 + 10.0) if backend == "cbc" else None
     try:
         prob.solve(solver)
     except pulp.PulpSolverError as exc:
@@ -194,10 +194,6 @@ class _SolverWatchdog:
                     self.fired = True
                 except OSError:
                     pass
-
-
-def _kill_solver_after(seconds: float) -> _SolverWatchdog:
-    return _SolverWatchdog(seconds)
 
 
 def _decode(problem: Problem, x) -> list[int] | None:

@@ -196,8 +196,7 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, t0: f
 
 
 def _capacity_sentence_simple(model: CostModel) -> str:
-    need = sum(t.size_bytes() * (1 + model.state_factor[t.name] * 4 / max(t.row_bytes() / t.dim, 1))
-               for t in model.wl.tables)
+    need = model.wl.total_bytes()
     hold = sum(max(v, 0.0) for v in model.usable_memory.values())
     return (f"tables need {need / GiB:,.1f} GiB at their own precision (optimizer state included); the "
             f"{len(model.topo.gpus)} GPU(s) + {len(model.topo.hosts)} host(s) hold {hold / GiB:,.1f} GiB for tables")
