@@ -31,12 +31,7 @@ CPU = torch.device("cpu")
 GPUS = [f"node0/gpu{i}" for i in range(4)]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _shard(dev, rows, cols, hbm):
