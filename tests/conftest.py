@@ -55,17 +55,6 @@ dense:
 
 
 @pytest.fixture
-def one_torch_thread():
-    """One torch thread: fast and steady on a loaded 2-core CI machine (OpenMP spins badly when oversubscribed)."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture
 def two_gpu_path(tmp_path) -> Path:
     p = tmp_path / "two-gpu.yaml"
     p.write_text(TWO_GPU_YAML)

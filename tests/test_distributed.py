@@ -31,7 +31,12 @@ CPU = torch.device("cpu")
 GPUS = [f"node0/gpu{i}" for i in range(4)]
 
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+@pytest.fixture(autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def _shard(dev, rows, cols, hbm):

@@ -28,7 +28,13 @@ TINY = ROOT / "workloads" / "tiny.yaml"
 CPU = torch.device("cpu")
 
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """One torch thread: fast and steady on a loaded 2-core CI machine (OpenMP spins badly when oversubscribed)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

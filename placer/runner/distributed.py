@@ -407,8 +407,16 @@ class DistTrainer(TrainerLoop):
 
     # ---- one step -------------------------------------------------------------------------------------------
 
-    def _work_items(self) -> list:
-        return list(self.local.items())
+    def _split_work(self, fn) -> None:
+        """``fn(key, shard)`` for every local shard; CPU-lookup (host) shards on the worker thread on GPU runs."""
+        items = list(self.local.items())
+        host_jobs = [(k, sh) for k, sh in items if sh.on_host] if self._worker is not None else []
+        future = self._worker.submit(lambda: [fn(k, sh) for k, sh in host_jobs]) if host_jobs else None
+        for k, sh in items:
+            if future is None or not sh.on_host:
+                fn(k, sh)
+        if future is not None:
+            future.result()
 
     def step(self, batch: RankBatch, timer: PhaseTimer | None = None) -> torch.Tensor:
         """One training step; returns this rank's loss term (sum over its samples / global B, not synced)."""

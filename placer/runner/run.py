@@ -108,21 +108,8 @@ def _dense_autocast(device: torch.device, dtype: str):
 
 
 class TrainerLoop:
-    """What every trainer shares: the step loop, host/device work split, table memory, shutdown. Subclasses
-    provide ``step``, ``_work_items``, ``table_parts``, ``pool``, ``losses``, ``host`` and ``_worker``."""
-
-    def _split_work(self, fn) -> None:
-        """Call ``fn(key, shard)`` for every item of ``_work_items()``: device shards on this thread, host
-        (CPU-lookup) shards on the worker thread when overlapping, so the CPU's gathers and updates run while
-        the GPU works - the overlap cost.py assumes inside a phase (its time is the busiest resource's)."""
-        items = self._work_items()
-        host_jobs = [(k, sh) for k, sh in items if sh.on_host] if self._worker is not None else []
-        future = self._worker.submit(lambda: [fn(k, sh) for k, sh in host_jobs]) if host_jobs else None
-        for k, sh in items:
-            if future is None or not sh.on_host:
-                fn(k, sh)
-        if future is not None:
-            future.result()
+    """What every trainer shares: the step loop, table memory, shutdown. Subclasses provide ``step``,
+    ``table_parts``, ``pool``, ``losses``, ``host`` and ``_worker``."""
 
     def train(self, steps: int, timer: StepTimer | None = None, start: int = 0) -> None:
         for i in range(steps):
@@ -208,8 +195,18 @@ class Trainer(TrainerLoop):
 
     # ---- one step, phase by phase -------------------------------------------------------------------------
 
-    def _work_items(self) -> list:
-        return [(t, sh) for t, shards in self.shards.items() for sh in shards]
+    def _split_work(self, fn) -> None:
+        """Call ``fn(table, shard)`` for every shard: device shards on this thread, host (CPU-lookup) shards on
+        the worker thread when overlapping, so the CPU's gathers and updates run while the GPU works - the
+        overlap cost.py assumes inside a phase (its time is the busiest resource's, not the sum)."""
+        pairs = [(t, sh) for t, shards in self.shards.items() for sh in shards]
+        host_jobs = [(t, sh) for t, sh in pairs if sh.on_host] if self._worker is not None else []
+        future = self._worker.submit(lambda: [fn(t, sh) for t, sh in host_jobs]) if host_jobs else None
+        for t, sh in pairs:
+            if future is None or not sh.on_host:
+                fn(t, sh)
+        if future is not None:
+            future.result()
 
     def _forward_embeddings(self, batch: Batch) -> dict[str, list[torch.Tensor]]:
         out: dict[str, list] = {t: [None] * len(shards) for t, shards in self.shards.items()}
