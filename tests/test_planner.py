@@ -224,3 +224,36 @@ def test_two_stage_bound_is_below_the_full_ilp_optimum():
                                               backend="cbc", threads=None)
     assert bound <= full.predicted["step_time_s"] * (1 + 1e-9)
     assert placements is not None
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10_000))
+def test_peak_levels_keep_the_optimum_and_tighten_the_relaxation(seed):
+    """Peak levels cut off no integer solution (same optimum as brute force) and never weaken the LP."""
+    import numpy as np
+
+    from placer.planner.problem import Problem
+    from placer.planner.scale import peak_levels
+
+    rng = np.random.default_rng(seed)
+    groups, oid = [], 0
+    for _ in range(4):
+        n = int(rng.integers(2, 4))
+        groups.append(list(range(oid, oid + n)))
+        oid += n
+    load_rows = {}
+    for ti, g in enumerate(groups):  # per-table peaks in phase 0, as stage 1 writes them
+        load_rows[(0, f"table:{ti}")] = (np.asarray(g), rng.uniform(0.1, 5.0, len(g)) * 1e-3)
+    ids = np.arange(oid)
+    load_rows[(0, "average")] = (ids, rng.uniform(0.0, 1.0, oid) * 1e-3)
+    load_rows[(1, "link")] = (ids, rng.uniform(0.0, 2.0, oid) * 1e-3)
+    mem = rng.uniform(1.0, 3.0, oid) * 2**30
+    problem = Problem(groups=groups, num_phases=2, load_rows=load_rows, load_base={(1, "link"): 1e-4},
+                      mem_rows={"hbm": (ids, mem)}, mem_capacity={"hbm": float(sum(mem[g].min() for g in groups)) * 1.3})
+    best = _brute_force(problem)
+    plain_lp = ilp.lp_relaxation_bound(problem)
+    problem.levels = peak_levels(problem, count=4)
+    assert problem.levels
+    result = ilp.solve(problem, time_limit_s=20, gap=0.0)
+    assert result.objective_s == pytest.approx(best, rel=1e-6)
+    assert plain_lp - 1e-9 <= ilp.lp_relaxation_bound(problem) <= best * (1 + 1e-6)

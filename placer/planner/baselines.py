@@ -54,11 +54,15 @@ class Accumulator:
 
     def remove(self, cost: Cost) -> None:
         """Take a placement's cost back out (phase maxima recomputed for the phases it touched)."""
+        stale = set()
         for key, v in cost.loads.items():
-            self.loads[key] -= v
+            before = self.loads[key]
+            self.loads[key] = before - v
+            if before >= self.phase_max[key[0]] * (1 - 1e-12):  # it was (one of) the busiest: recompute
+                stale.add(key[0])
         for m, b in cost.memory.items():
             self.memory[m] -= b
-        for p in {key[0] for key in cost.loads}:
+        for p in stale:
             self.phase_max[p] = max((v for (ph, _), v in self.loads.items() if ph == p), default=0.0)
 
     @property

@@ -39,6 +39,21 @@ class IlpResult:
     backend: str
 
 
+def _set_start(problem: Problem, prob: pulp.LpProblem, x, y, chosen: list[int]) -> None:
+    """Initial values of every variable for a start (CBC may crash on a start whose continuous
+    variables are left inconsistent)."""
+    picked = set(chosen)
+    for i, var in enumerate(x):
+        var.setInitialValue(1.0 if i in picked else 0.0)
+    for var, seconds in zip(y, problem.phase_times(chosen)):
+        var.setInitialValue(float(seconds) * TIME_SCALE)
+    levels = {v.name: v for v in prob.variables() if v.name.startswith("w")}
+    for n, lv in enumerate(problem.levels):
+        for j, per_group in enumerate(lv.members):
+            reached = any(int(i) in picked for ids in per_group for i in ids)
+            levels[f"w{n}_{j}"].setInitialValue(1.0 if reached else 0.0)
+
+
 def _build(problem: Problem, relax: bool = False):
     prob = pulp.LpProblem("placement", pulp.LpMinimize)
     cat = pulp.LpContinuous if relax else pulp.LpBinary
@@ -55,6 +70,13 @@ def _build(problem: Problem, relax: bool = False):
         floor = max((v for (ph, r), v in problem.load_base.items() if ph == p), default=0.0) * TIME_SCALE
         if floor:
             prob += y[p] >= floor, f"base_{p}"
+    for n, lv in enumerate(problem.levels):
+        w = [pulp.LpVariable(f"w{n}_{j}", lowBound=0, upBound=1) for j in range(len(lv.steps_s))]
+        prob += (pulp.LpAffineExpression([(y[lv.phase], 1.0)] + [(wj, -d * TIME_SCALE) for wj, d in zip(w, lv.steps_s)])
+                 >= lv.floor_s * TIME_SCALE), f"level_{n}"
+        for j, per_group in enumerate(lv.members):
+            for g, ids in enumerate(per_group):
+                prob += pulp.LpAffineExpression([(w[j], 1.0)] + [(x[i], -1.0) for i in ids]) >= 0, f"reach_{n}_{j}_{g}"
     for n, (m, (ids, b)) in enumerate(problem.mem_rows.items()):
         prob += (pulp.LpAffineExpression([(x[i], v * MEM_SCALE) for i, v in zip(ids, b)])
                  <= problem.mem_capacity[m] * MEM_SCALE), f"mem_{n}"
@@ -63,11 +85,30 @@ def _build(problem: Problem, relax: bool = False):
 
 def lp_relaxation_bound(problem: Problem, time_limit_s: float = 30.0) -> float | None:
     """Optimal value of the LP relaxation (a valid lower bound on the step time), or None if not solved."""
-    prob, _, _ = _build(problem, relax=True)
+    return relaxation(problem, time_limit_s)[1]
+
+
+def relaxation(problem: Problem, time_limit_s: float = 30.0) -> tuple[np.ndarray | None, float | None]:
+    """(value of every option, optimal value in s) of the LP relaxation; (None, None) if not solved."""
+    prob, x, _ = _build(problem, relax=True)
     prob.solve(pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s))
     if pulp.LpStatus[prob.status] != "Optimal":
-        return None
-    return float(pulp.value(prob.objective)) / TIME_SCALE + problem.fixed_s
+        return None, None
+    values = np.array([v.varValue if v.varValue is not None else 0.0 for v in x])
+    return values, float(pulp.value(prob.objective)) / TIME_SCALE + problem.fixed_s
+
+
+def complete_relaxation(problem: Problem, values: np.ndarray, time_limit_s: float) -> list[int] | None:
+    """A solution near the relaxation's: the groups it sets integrally stay as they are, and a small MIP
+    chooses the rest (a rounding that respects memory and balances the loads). None if that MIP finds nothing."""
+    prob, x, _ = _build(problem)
+    for group in problem.groups:
+        if values[group].max() >= 1 - 1e-6:
+            for i in group:
+                x[i].lowBound = x[i].upBound = 1.0 if values[i] >= 1 - 1e-6 else 0.0
+    prob.solve(pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1.0, time_limit_s), gapRel=0.001))
+    chosen = _decode(problem, x)
+    return chosen if chosen is not None and problem.fits(chosen) else None
 
 
 _CBC_BOUND = re.compile(r"^Lower bound:\s*([-+0-9.eE]+)", re.MULTILINE)
@@ -84,9 +125,7 @@ def solve(problem: Problem, *, backend: str = "cbc", time_limit_s: float = 60.0,
     prob, x, y = _build(problem)
     warm = "none"
     if warm_start is not None:
-        chosen = set(warm_start)
-        for i, var in enumerate(x):
-            var.setInitialValue(1.0 if i in chosen else 0.0)
+        _set_start(problem, prob, x, y, warm_start)
         warm = "given to cbc" if backend == "cbc" else "highs objective cutoff at its step time"
     log_path = None
     time_limit_s = max(1.0, time_limit_s - (time.perf_counter() - t0))  # the limit covers building the model

@@ -14,6 +14,23 @@ import numpy as np
 
 
 @dataclass
+class PeakLevels:
+    """A stronger form of "y_phase >= the peak of every chosen option" for the relaxation.
+
+        y_phase >= floor + sum_j step_j w_j,    w_j >= sum of x over one group's options whose peak >= level j
+
+    for every level j and group (w_j in [0, 1]). At integer points this says y_phase >= the highest level
+    reached, which the plain per-group peak rows already imply; in the relaxation it stops many groups from
+    each taking a fraction of a high-peak option at once. Levels are seconds; ``members[j]`` holds, per group
+    that has any, the option ids whose peak reaches level j."""
+
+    phase: int
+    floor_s: float
+    steps_s: list[float]
+    members: list[list[np.ndarray]]
+
+
+@dataclass
 class Problem:
     """Options are numbered 0..n-1; ``groups[i]`` lists the options of table i."""
 
@@ -27,6 +44,7 @@ class Problem:
     mem_capacity: dict[str, float]
     fixed_s: float = 0.0
     labels: list[str] = field(default_factory=list)
+    levels: list[PeakLevels] = field(default_factory=list)
 
     @property
     def num_options(self) -> int:
@@ -34,8 +52,16 @@ class Problem:
 
     def objective(self, chosen: list[int]) -> float:
         """Step time (s) of a choice of one option per group, by the same formula as the simulator."""
-        x = np.zeros(self.num_options)
-        x[chosen] = 1.0
+        return float(self.phase_times(chosen).sum()) + self.fixed_s
+
+    def phase_times(self, chosen: list[int] | np.ndarray) -> np.ndarray:
+        """Per phase, the busiest row's seconds under a choice of one option per group (a list of option ids),
+        or under a value of every option (an array of num_options values, e.g. a relaxation's)."""
+        if isinstance(chosen, np.ndarray) and chosen.dtype.kind == "f" and len(chosen) == self.num_options:
+            x = chosen
+        else:
+            x = np.zeros(self.num_options)
+            x[chosen] = 1.0
         per_phase = np.zeros(self.num_phases)
         for key, (ids, coef) in self.load_rows.items():
             v = self.load_base.get(key, 0.0) + float(coef @ x[ids])
@@ -43,7 +69,7 @@ class Problem:
         for key, v in self.load_base.items():
             if key not in self.load_rows:
                 per_phase[key[0]] = max(per_phase[key[0]], v)
-        return float(per_phase.sum()) + self.fixed_s
+        return per_phase
 
     def fits(self, chosen: list[int], slack: float = 1e-9) -> bool:
         x = np.zeros(self.num_options)

@@ -13,12 +13,17 @@ kind alone puts on a member on top of the smallest base load there:
     sum_k x_k mem_k[c] <= |c| * usable(c)                     for every memory class c
 
 Every full plan satisfies these, so stage 1's optimum, and any valid bound on it, bounds the full
-problem from below: that is the lower bound reported with the plan.
+problem from below: that is the lower bound reported with the plan. The per-table peak rows are weak in
+the relaxation (many tables each take a fraction of a kind with a high peak), so stage 1 adds peak levels
+(problem.PeakLevels), placed where a first relaxation puts the phases. Branch and bound barely moves either
+side of this model in a minute (measured: production-856 on 128 GPUs), so stage 1 is the relaxation, whose
+value is the bound, and a rounding of it: its integral tables stay, a small MIP chooses the rest.
 
 Stage 2 assigns devices to the chosen kinds, largest first, each onto the device where the predicted step
 time grows least among those where it fits (the loads on the device's own resources are compared exactly;
-the spread part of its exchange is the same wherever it goes), then improves by moving tables off the
-bottleneck. The plan is then priced exactly by the simulator; the gap is (plan - bound) / plan.
+the spread part of its exchange is the same wherever it goes), ties going to the emptier device (sum of
+squared loads relative to stage 1's phase times); then re-inserts tables the same way in sweeps while that
+helps. The plan is then priced exactly by the simulator; the gap is (plan - bound) / plan.
 """
 from __future__ import annotations
 
@@ -35,7 +40,7 @@ from placer.options import (OptionConfig, data_parallel_allowed, data_parallel_p
 from placer.plan import Placement
 from placer.planner import ilp
 from placer.planner.baselines import Accumulator
-from placer.planner.problem import Problem
+from placer.planner.problem import PeakLevels, Problem
 from placer.planner.symmetry import Symmetry, resource_class
 
 FAMILY = {"table_wise": "gpu", "host": "node", "row_wise": "node", "column_wise": "block", "data_parallel": "all"}
@@ -101,6 +106,8 @@ class TwoStagePlanner:
             self.base_total[(p, resource_class(r))] += v
             members[(p, resource_class(r))].append(v)
         self.base_min = {k: (min(v) if len(v) == sym.class_size[k[1]] else 0.0) for k, v in members.items()}
+        # per-phase load scale for stage 2's balance measure (stage 1's phase times once known), seconds
+        self.scale = [1e-3] * len(PHASES)
         usable = model.usable_memory
         self.mem_usable: dict[str, float] = {}
         for m, v in usable.items():
@@ -236,7 +243,33 @@ class TwoStagePlanner:
 
     def stage1(self, kinds: list[list[Kind]], time_limit_s: float, gap: float, backend: str,
                threads: int | None) -> ilp.IlpResult:
-        """Solve the aggregated ILP."""
+        """Solve the aggregated ILP: relaxation, a rounding of it as the incumbent, then the MIP over the
+        kinds that could still beat that incumbent, with peak levels (problem.PeakLevels), warm-started."""
+        t0 = time.perf_counter()
+        problem = self.stage1_problem = self.build_stage1(kinds)
+        nvars = problem.num_options + problem.num_phases
+        problem.levels = peak_levels(problem, 32)
+        values, lp_bound = ilp.relaxation(problem, time_limit_s=time_limit_s / 4)
+        if values is not None:  # again, with the levels where that relaxation puts the phases
+            problem.levels = peak_levels(problem, 64, cap=2 * problem.phase_times(values))
+            again, bound = ilp.relaxation(problem, time_limit_s=time_limit_s / 4)
+            if again is not None:
+                values, lp_bound = again, max(lp_bound, bound)
+        if values is None:
+            return ilp.solve(problem, backend=backend, time_limit_s=max(1.0, time_limit_s - (time.perf_counter() - t0)),
+                             gap=gap, threads=threads)
+        chosen = ilp.complete_relaxation(problem, values, time_limit_s=max(1.0, time_limit_s - (time.perf_counter() - t0)))
+        wall = time.perf_counter() - t0
+        if chosen is None:
+            return ilp.IlpResult(None, "no_solution", None, lp_bound, wall, nvars, 0, "none", backend)
+        objective = problem.objective(chosen)
+        bound = min(max(lp_bound, problem.simple_lower_bound()), objective)
+        return ilp.IlpResult(chosen, "optimal" if objective - bound <= gap * objective else "feasible", objective,
+                             bound, wall, nvars, len(problem.load_rows) + len(problem.mem_rows), "none",
+                             f"{backend} (relaxation with peak levels, rounded)")
+
+    def build_stage1(self, kinds: list[list[Kind]]) -> Problem:
+        """The aggregated ILP as a Problem (rows described in the module docstring)."""
         flat = [k for ks in kinds for k in ks]
         groups, oid = [], 0
         for ks in kinds:
@@ -280,10 +313,13 @@ class TwoStagePlanner:
             mem_rows={k: (np.asarray(i, dtype=np.int64), np.asarray(v)) for k, (i, v) in mem_cols.items()},
             mem_capacity={c: self.sym.class_size[c] * self.mem_usable[c] for c in mem_cols},
             fixed_s=sum(self.model.fixed_latency_s.values()))
-        self.stage1_problem = problem
-        return ilp.solve(problem, backend=backend, time_limit_s=time_limit_s, gap=gap, threads=threads)
+        return problem
 
     # ---- stage 2 ----------------------------------------------------------------------------------------------
+
+    def set_scale(self, phase_times) -> None:
+        """Per-phase load scale (s) for the balance measure: stage 1's phase times where positive."""
+        self.scale = [float(v) if v > 0 else old for v, old in zip(phase_times, self.scale)]
 
     def candidates(self, kind: Kind) -> list[tuple]:
         sym, topo = self.sym, self.topo
@@ -334,36 +370,36 @@ class TwoStagePlanner:
         return [placed[i] for i in range(len(model.wl.tables))], acc
 
     def improve(self, placements: list[Placement], acc: Accumulator, deadline: float) -> int:
-        """Move tables off the busiest resources while the step time falls (first improvement).
+        """Re-insert tables, heaviest first, each onto its best device (step time first, then balance), in
+        sweeps until a sweep moves nothing or time is up. A move never makes the exact step time worse.
         Returns the number of moves; ``placements`` and ``acc`` are updated in place."""
         model, moves = self.model, 0
-        while time.perf_counter() < deadline:
-            step = acc.step
-            hot = {e for r in acc.bottlenecks() for e in _endpoints(r)}
-            hot |= {e.replace("/nic", "/gpu") for e in hot if "/nic" in e}
-            on_hot = [ti for ti, (kind, key) in self.where.items()
-                      if any(s.device in hot or self.topo.host_of(s.device) in hot for s in placements[ti].shards)]
-            on_hot.sort(key=lambda ti: -self.where[ti][0].weight)
+        order = sorted(self.where, key=lambda ti: -self.where[ti][0].weight)
+        moved = True
+        while moved and time.perf_counter() < deadline:
             moved = False
-            for ti in on_hot:
+            for ti in order:
                 if time.perf_counter() >= deadline:
                     break
                 kind, key = self.where[ti]
-                old = placements[ti]
-                old_cost = model.placement_cost(old)
+                step = acc.step
+                old_cost = model.placement_cost(placements[ti])
                 acc.remove(old_cost)
-                got = self._best_device(acc, kind, exclude=key)
-                if got is not None and acc.step < step * (1 - 1e-9):
-                    placements[ti] = got[0]
-                    self.where[ti] = (kind, got[1])
-                    moves += 1
-                    moved = True
-                    break
-                if got is not None:
-                    acc.remove(model.placement_cost(got[0]))
+                stay = self._score(acc, kind, key)
+                best = self._best_key(acc, kind)
+                if best is not None and best[0] != key and stay is not None and _better(best[1], stay):
+                    p = self.relabeled(kind, best[0])
+                    c = model.placement_cost(p)
+                    if acc.fits(c):
+                        acc.add(c)
+                        if acc.step <= step * (1 + 1e-12):
+                            placements[ti] = p
+                            self.where[ti] = (kind, best[0])
+                            moves += 1
+                            moved = True
+                            continue
+                        acc.remove(c)
                 acc.add(old_cost)
-            if not moved:
-                break
         return moves
 
     def place(self, acc: Accumulator, canonical: Placement) -> Placement | None:
@@ -372,33 +408,106 @@ class TwoStagePlanner:
         got = None if kind is None else self._best_device(acc, kind)
         return None if got is None else got[0]
 
-    def _best_device(self, acc: Accumulator, kind: Kind, exclude: tuple | None = None):
-        """(placement, symmetry key) of ``kind`` on the device where the step grows least and it fits,
-        added to ``acc``; None if it fits nowhere."""
-        rl = self.sym.relabel
-        usable = self.model.usable_memory
-        best, best_key = None, None
+    def _score(self, acc: Accumulator, kind: Kind, key: tuple) -> tuple[float, float] | None:
+        """(step time s, imbalance) with ``kind`` added at ``key``, or None if it does not fit there. The step
+        counts the loads on the device's own resources (the spread part of its exchange is the same wherever
+        it goes); imbalance is the growth of the sum of squared loads, each relative to its phase's scale (and
+        of memory relative to capacity): among equal steps, the emptier device wins."""
+        rl, usable, scale = self.sym.relabel, self.model.usable_memory, self.scale
+        spread = 0.0
+        for m, b in kind.own_mem:
+            name = rl(key, m)
+            used, cap = acc.memory[name], usable[name]
+            if used + b > cap:
+                return None
+            spread += b * (2 * used + b) / cap**2
+        new_max = list(acc.phase_max)
+        for ph, r, v in kind.own:
+            load = acc.loads[(ph, rl(key, r))]
+            if load + v > new_max[ph]:
+                new_max[ph] = load + v
+            spread += v * (2 * load + v) / scale[ph]**2
+        return sum(new_max), spread
+
+    def _best_key(self, acc: Accumulator, kind: Kind) -> tuple[tuple, tuple[float, float]] | None:
+        best = None
         for key in self.candidates(kind):
-            if key == exclude:
-                continue
-            if any(acc.memory[rl(key, m)] + b > usable[rl(key, m)] for m, b in kind.own_mem):
-                continue
-            new_max = list(acc.phase_max)
-            for ph, r, v in kind.own:
-                val = acc.loads[(ph, rl(key, r))] + v
-                if val > new_max[ph]:
-                    new_max[ph] = val
-            step = sum(new_max)
-            if best is None or step < best - 1e-15:
-                best, best_key = step, key
-        if best_key is None:
+            score = self._score(acc, kind, key)
+            if score is not None and (best is None or _better(score, best[1])):
+                best = (key, score)
+        return best
+
+    def _best_device(self, acc: Accumulator, kind: Kind):
+        """(placement, symmetry key) of ``kind`` on its best device (see _score), added to ``acc``; None if it
+        fits nowhere."""
+        best = self._best_key(acc, kind)
+        if best is None:
             return None
-        p = self.relabeled(kind, best_key)
+        p = self.relabeled(kind, best[0])
         c = self.model.placement_cost(p)
         if not acc.fits(c):
             return None
         acc.add(c)
-        return p, best_key
+        return p, best[0]
+
+
+def _table_peaks(problem: Problem) -> dict[int, np.ndarray]:
+    """Per phase, every option's peak (its coefficient in its group's 'table:' row; 0 where it has none)."""
+    out = {}
+    for (ph, name), (ids, v) in problem.load_rows.items():
+        if name.startswith("table:"):
+            out.setdefault(ph, np.zeros(problem.num_options))[ids] = v
+    return out
+
+
+def _phase_floors(problem: Problem) -> np.ndarray:
+    """A lower bound on every phase's time in any solution: on every row, its base plus each group's smallest
+    coefficient there (0 for a group with an option off the row); the largest per phase."""
+    floor = np.zeros(problem.num_phases)
+    for (ph, _), v in problem.load_base.items():
+        floor[ph] = max(floor[ph], v)
+    group_of = np.empty(problem.num_options, dtype=np.int64)
+    sizes = np.array([len(g) for g in problem.groups])
+    for gi, g in enumerate(problem.groups):
+        group_of[g] = gi
+    for (ph, name), (ids, v) in problem.load_rows.items():
+        g = group_of[ids]
+        smallest = np.full(len(problem.groups), np.inf)
+        np.minimum.at(smallest, g, v)
+        covered = np.bincount(g, minlength=len(problem.groups)) == sizes  # every option of the group is on the row
+        total = problem.load_base.get((ph, name), 0.0) + float(smallest[covered].sum())
+        floor[ph] = max(floor[ph], total)
+    return floor
+
+
+def peak_levels(problem: Problem, count: int, cap: np.ndarray | None = None) -> list[PeakLevels]:
+    """Peak levels (problem.PeakLevels) for every phase: ``count`` quantiles of the options' peaks above the
+    phase's floor and up to ``cap`` (s, per phase; levels where the peaks are dense, so that each separates
+    many options), and one at the highest peak."""
+    peaks = _table_peaks(problem)
+    floor = _phase_floors(problem)
+    out = []
+    for ph, pk in sorted(peaks.items()):
+        top = float(pk.max())
+        if top <= floor[ph] * (1 + 1e-9):
+            continue
+        above = np.unique(pk[pk > floor[ph]])
+        if cap is not None and (above <= cap[ph]).any():
+            above = above[above <= cap[ph]]
+        levels = np.unique(np.append(np.quantile(above, np.linspace(0, 1, count)), top))
+        members = []
+        for level in levels:
+            per_group = [np.asarray([i for i in g if pk[i] >= level * (1 - 1e-12)], dtype=np.int64)
+                         for g in problem.groups]
+            members.append([m for m in per_group if len(m)])
+        out.append(PeakLevels(ph, float(floor[ph]), list(np.diff(np.concatenate([[floor[ph]], levels]))), members))
+    return out
+
+
+def _better(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """Lexicographic (step, imbalance) with a relative tolerance on the step."""
+    tol = 1e-12 * max(abs(a[0]), abs(b[0]))
+    return a[0] < b[0] - tol or (a[0] <= b[0] + tol and a[1] < b[1])
 
 
 def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, time_limit_s: float, gap: float,
@@ -416,6 +525,7 @@ def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, time_
         return None, result.lower_bound_s, result, time.perf_counter() - t0
     flat = [k for ks in kinds for k in ks]
     chosen = [flat[i] for i in result.chosen]
+    planner.set_scale(planner.stage1_problem.phase_times(result.chosen))
     placements, acc = planner.assign(chosen, kinds)
     if placements:
         planner.improve(placements, acc, deadline=t0 + time_limit_s - 4.0)
