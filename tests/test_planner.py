@@ -257,3 +257,22 @@ def test_peak_levels_keep_the_optimum_and_tighten_the_relaxation(seed):
     result = ilp.solve(problem, time_limit_s=20, gap=0.0)
     assert result.objective_s == pytest.approx(best, rel=1e-6)
     assert plain_lp - 1e-9 <= ilp.lp_relaxation_bound(problem) <= best * (1 + 1e-6)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.sampled_from([1.0, 2.0, 3.0]), min_size=1, max_size=7), st.integers(2, 3), st.floats(0.0, 1.0))
+def test_count_row_never_exceeds_the_best_packing(sizes, slots, base):
+    """A pigeonhole row's value is at most the busiest slot of the best assignment of the loads."""
+    import numpy as np
+
+    from placer.planner.problem import CountRow
+
+    ids = np.arange(len(sizes))
+    x = np.ones(len(sizes))
+    best = min(max(base + sum(s for s, b in zip(sizes, assign) if b == slot) for slot in range(slots))
+               for assign in itertools.product(range(slots), repeat=len(sizes)))
+    for size in set(sizes):
+        big = ids[np.asarray(sizes) >= size]
+        row = CountRow(0, base, size, slots, big, np.ones(len(big), dtype=np.int64), np.array([], dtype=np.int64),
+                       np.array([]))
+        assert row.value(x) <= best + 1e-12

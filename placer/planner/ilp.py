@@ -7,6 +7,7 @@ Times are scaled to milliseconds and memory to GiB inside the model to keep coef
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import signal
@@ -47,14 +48,20 @@ def _set_start(problem: Problem, prob: pulp.LpProblem, x, y, chosen: list[int]) 
         var.setInitialValue(1.0 if i in picked else 0.0)
     for var, seconds in zip(y, problem.phase_times(chosen)):
         var.setInitialValue(float(seconds) * TIME_SCALE)
-    levels = {v.name: v for v in prob.variables() if v.name.startswith("w")}
+    named = {v.name: v for v in prob.variables() if v.name[0] in "wz"}
     for n, lv in enumerate(problem.levels):
         for j, per_group in enumerate(lv.members):
             reached = any(int(i) in picked for ids in per_group for i in ids)
-            levels[f"w{n}_{j}"].setInitialValue(1.0 if reached else 0.0)
+            named[f"w{n}_{j}"].setInitialValue(1.0 if reached else 0.0)
+    xs = np.zeros(problem.num_options)
+    xs[chosen] = 1.0
+    for n, row in enumerate(problem.counts):
+        named[f"z{n}"].setInitialValue(float(np.ceil(float(row.counts @ xs[row.ids]) / row.slots - 1e-9)))
 
 
-def _build(problem: Problem, relax: bool = False):
+def _build(problem: Problem, relax: bool | str = False):
+    """The PuLP model. ``relax``: True, every variable continuous; "choices", the options' variables
+    continuous but the count rows' z integer (a relaxation that still sees pigeonhole effects)."""
     prob = pulp.LpProblem("placement", pulp.LpMinimize)
     cat = pulp.LpContinuous if relax else pulp.LpBinary
     x = [pulp.LpVariable(f"x{i}", lowBound=0, upBound=1, cat=cat) for i in range(problem.num_options)]
@@ -77,6 +84,13 @@ def _build(problem: Problem, relax: bool = False):
         for j, per_group in enumerate(lv.members):
             for g, ids in enumerate(per_group):
                 prob += pulp.LpAffineExpression([(w[j], 1.0)] + [(x[i], -1.0) for i in ids]) >= 0, f"reach_{n}_{j}_{g}"
+    for n, row in enumerate(problem.counts):
+        z = pulp.LpVariable(f"z{n}", lowBound=0, cat=pulp.LpContinuous if relax is True else pulp.LpInteger)
+        prob += (pulp.LpAffineExpression([(y[row.phase], 1.0), (z, -row.size_s * TIME_SCALE)]
+                                         + [(x[i], -c * TIME_SCALE) for i, c in zip(row.spread_ids, row.spread_coefs)])
+                 >= row.base_s * TIME_SCALE), f"count_{n}"
+        prob += (pulp.LpAffineExpression([(z, float(row.slots))] + [(x[i], -float(c)) for i, c in zip(row.ids, row.counts)])
+                 >= 0), f"slots_{n}"
     for n, (m, (ids, b)) in enumerate(problem.mem_rows.items()):
         prob += (pulp.LpAffineExpression([(x[i], v * MEM_SCALE) for i, v in zip(ids, b)])
                  <= problem.mem_capacity[m] * MEM_SCALE), f"mem_{n}"
@@ -88,22 +102,26 @@ def lp_relaxation_bound(problem: Problem, time_limit_s: float = 30.0) -> float |
     return relaxation(problem, time_limit_s)[1]
 
 
-def relaxation(problem: Problem, time_limit_s: float = 30.0) -> tuple[np.ndarray | None, float | None]:
-    """(value of every option, optimal value in s) of the LP relaxation; (None, None) if not solved."""
-    prob, x, _ = _build(problem, relax=True)
+def relaxation(problem: Problem, time_limit_s: float = 30.0, integer_counts: bool = False
+               ) -> tuple[np.ndarray | None, float | None]:
+    """(value of every option, optimal value in s) of the relaxation; (None, None) if not solved to
+    optimality. ``integer_counts``: keep the count rows' z integer (a small MIP; see _build)."""
+    prob, x, _ = _build(problem, relax="choices" if integer_counts and problem.counts else True)
     prob.solve(pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s))
-    if pulp.LpStatus[prob.status] != "Optimal":
+    if pulp.LpStatus[prob.status] != "Optimal" or prob.sol_status != pulp.LpSolutionOptimal:
         return None, None
     values = np.array([v.varValue if v.varValue is not None else 0.0 for v in x])
     return values, float(pulp.value(prob.objective)) / TIME_SCALE + problem.fixed_s
 
 
-def complete_relaxation(problem: Problem, values: np.ndarray, time_limit_s: float) -> list[int] | None:
-    """A solution near the relaxation's: the groups it sets integrally stay as they are, and a small MIP
-    chooses the rest (a rounding that respects memory and balances the loads). None if that MIP finds nothing."""
-    prob, x, _ = _build(problem)
-    for group in problem.groups:
-        if values[group].max() >= 1 - 1e-6:
+def complete_relaxation(problem: Problem, values: np.ndarray, time_limit_s: float,
+                        free: set[int] = frozenset()) -> list[int] | None:
+    """A solution near the relaxation's: the groups it sets integrally stay as they are (except those in
+    ``free``), and a small MIP chooses the rest (a rounding that respects memory and balances the loads).
+    None if that MIP finds nothing. Peak levels are left out: at integer points they add nothing."""
+    prob, x, _ = _build(dataclasses.replace(problem, levels=[]))
+    for gi, group in enumerate(problem.groups):
+        if gi not in free and values[group].max() >= 1 - 1e-6:
             for i in group:
                 x[i].lowBound = x[i].upBound = 1.0 if values[i] >= 1 - 1e-6 else 0.0
     prob.solve(pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1.0, time_limit_s), gapRel=0.001))

@@ -31,6 +31,34 @@ class PeakLevels:
 
 
 @dataclass
+class CountRow:
+    """Pigeonhole on a class of ``slots`` identical resources (e.g. the 256 GPUs' host links):
+
+        y_phase >= base + size * z + sum(spread_coefs * x[spread_ids]),   slots * z >= sum(counts * x[ids]),
+        z integer >= 0
+
+    ``counts[i]``: how many members of the class option ``ids[i]`` loads with at least ``size`` seconds; some
+    member then carries ceil(total / slots) of those loads, on top of the class's smallest base load and the
+    loads every member carries (options over all GPUs: ``spread``). Valid for every plan of the folded
+    problem; the relaxation of the plain class average cannot see it."""
+
+    phase: int
+    base_s: float
+    size_s: float
+    slots: int
+    ids: np.ndarray
+    counts: np.ndarray
+    spread_ids: np.ndarray
+    spread_coefs: np.ndarray
+
+    def value(self, x: np.ndarray) -> float:
+        """The row's seconds at an integer point ``x``."""
+        total = float(self.counts @ x[self.ids])
+        return (self.base_s + self.size_s * np.ceil(total / self.slots - 1e-9)
+                + float(self.spread_coefs @ x[self.spread_ids]))
+
+
+@dataclass
 class Problem:
     """Options are numbered 0..n-1; ``groups[i]`` lists the options of table i."""
 
@@ -45,6 +73,7 @@ class Problem:
     fixed_s: float = 0.0
     labels: list[str] = field(default_factory=list)
     levels: list[PeakLevels] = field(default_factory=list)
+    counts: list[CountRow] = field(default_factory=list)
 
     @property
     def num_options(self) -> int:
@@ -69,6 +98,8 @@ class Problem:
         for key, v in self.load_base.items():
             if key not in self.load_rows:
                 per_phase[key[0]] = max(per_phase[key[0]], v)
+        for row in self.counts:
+            per_phase[row.phase] = max(per_phase[row.phase], row.value(x))
         return per_phase
 
     def fits(self, chosen: list[int], slack: float = 1e-9) -> bool:

@@ -27,6 +27,7 @@ helps. The plan is then priced exactly by the simulator; the gap is (plan - boun
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -35,15 +36,24 @@ from typing import Callable
 import numpy as np
 
 from placer.cost import AR, BX, FX, PHASES, Cost, CostModel
+from placer.errors import SolverError
 from placer.options import (OptionConfig, data_parallel_allowed, data_parallel_placement, precisions,
                              row_wise_placement, table_options)
 from placer.plan import Placement
 from placer.planner import ilp
 from placer.planner.baselines import Accumulator
-from placer.planner.problem import PeakLevels, Problem
+from placer.planner.problem import CountRow, PeakLevels, Problem
 from placer.planner.symmetry import Symmetry, resource_class
 
 FAMILY = {"table_wise": "gpu", "host": "node", "row_wise": "node", "column_wise": "block", "data_parallel": "all"}
+
+
+#: Orders in which stage 2 places kinds, largest first: by the largest relative load on one of their own
+#: resources (vector bin packing), or by the sum of their peaks.
+ORDERS: dict[str, Callable[["TwoStagePlanner", "Kind"], float]] = {
+    "size": lambda planner, kind: planner.size(kind),
+    "weight": lambda planner, kind: kind.weight,
+}
 
 
 @dataclass
@@ -58,6 +68,8 @@ class Kind:
     mem_totals: dict[str, float]  # memory class -> bytes
     own: list[tuple[int, str, float]] = field(default_factory=list)  # canonical (phase, resource, s)
     own_mem: list[tuple[str, float]] = field(default_factory=list)  # canonical (memory, bytes)
+    # (phase, class) -> load on each member it touches, s ("all" kinds: the load every member carries)
+    members: dict[tuple[int, str], list[float]] = field(default_factory=dict)
     hbm_bytes: float = 0.0
     build: Callable[[], Placement] | None = None  # for "all" kinds: the full placement, built when chosen
 
@@ -239,12 +251,18 @@ class TwoStagePlanner:
         if family != "all":
             kind.own = [(ph, r, v) for (ph, r), v in own.items()]
             kind.own_mem = list(cost.memory.items())
+            for (ph, r), v in own.items():
+                kind.members.setdefault((ph, resource_class(r)), []).append(v)
+        else:
+            kind.members = {k: [v] for k, v in peak_member.items()}
         return kind
 
     def stage1(self, kinds: list[list[Kind]], time_limit_s: float, gap: float, backend: str,
                threads: int | None) -> ilp.IlpResult:
-        """Solve the aggregated ILP: relaxation, a rounding of it as the incumbent, then the MIP over the
-        kinds that could still beat that incumbent, with peak levels (problem.PeakLevels), warm-started."""
+        """Solve the aggregated ILP as far as a minute allows: its relaxation with peak levels
+        (problem.PeakLevels) gives the bound; a rounding of it (ilp.complete_relaxation), corrected by
+        pigeonhole rows (problem.CountRow) where it packs loads that cannot be spread, gives the kinds.
+        ``backend`` solves the whole MIP only if the relaxation fails."""
         t0 = time.perf_counter()
         problem = self.stage1_problem = self.build_stage1(kinds)
         nvars = problem.num_options + problem.num_phases
@@ -258,7 +276,26 @@ class TwoStagePlanner:
         if values is None:
             return ilp.solve(problem, backend=backend, time_limit_s=max(1.0, time_limit_s - (time.perf_counter() - t0)),
                              gap=gap, threads=threads)
-        chosen = ilp.complete_relaxation(problem, values, time_limit_s=max(1.0, time_limit_s - (time.perf_counter() - t0)))
+        left = lambda: time_limit_s - (time.perf_counter() - t0)
+        chosen = ilp.complete_relaxation(problem, values, time_limit_s=max(1.0, left() * 0.6))
+        flat = [k for ks in kinds for k in ks]
+        group_of = {i: gi for gi, g in enumerate(problem.groups) for i in g}
+        while chosen is not None and left() > time_limit_s * 0.2:
+            # pigeonhole: N loads of s seconds on m identical resources put ceil(N/m) of them on one; where
+            # the rounding ignores that, add the row and round again, freeing the tables that carry such loads
+            x = np.zeros(problem.num_options)
+            x[chosen] = 1.0
+            rows = self.count_rows(problem, flat, x, per_class=2)
+            if not rows:
+                break
+            problem.counts += rows
+            free = {group_of[int(i)] for row in rows for i in row.ids if x[i] > 0}
+            if len(free) > len(problem.groups) / 3:  # that rounding would be the whole MIP again
+                break
+            again = ilp.complete_relaxation(problem, values, free=free, time_limit_s=max(1.0, left() * 0.6))
+            if again is None or problem.objective(again) >= problem.objective(chosen):
+                break
+            chosen = again
         wall = time.perf_counter() - t0
         if chosen is None:
             return ilp.IlpResult(None, "no_solution", None, lp_bound, wall, nvars, 0, "none", backend)
@@ -267,6 +304,42 @@ class TwoStagePlanner:
         return ilp.IlpResult(chosen, "optimal" if objective - bound <= gap * objective else "feasible", objective,
                              bound, wall, nvars, len(problem.load_rows) + len(problem.mem_rows), "none",
                              f"{backend} (relaxation with peak levels, rounded)")
+
+    def count_rows(self, problem: Problem, flat: list[Kind], values: np.ndarray, per_class: int = 1) -> list[CountRow]:
+        """Pigeonhole rows (problem.CountRow) that ``values`` (a relaxation's) violates: on a class of m
+        resources, N loads of at least s seconds put ceil(N / m) of them on one member. For each (phase,
+        class), the sizes s whose row is most violated."""
+        y = problem.phase_times(values)
+        items: dict[tuple[int, str], tuple[list[int], list[float]]] = defaultdict(lambda: ([], []))
+        spread: dict[tuple[int, str], tuple[list[int], list[float]]] = defaultdict(lambda: ([], []))
+        for i, k in enumerate(flat):
+            target = spread if k.family == "all" else items
+            for key, loads in k.members.items():
+                ids, sizes = target[key]
+                ids.extend([i] * len(loads))
+                sizes.extend(loads)
+        rows = []
+        for (ph, c), (ids, sizes) in items.items():
+            m = self.sym.class_size[c]
+            if m < 2:
+                continue
+            ids_a, sizes_a = np.asarray(ids), np.asarray(sizes)
+            order = np.argsort(-sizes_a)
+            cum = np.cumsum(values[ids_a[order]])  # relaxed count of loads >= each size
+            s_ids, s_coef = spread.get((ph, c), ([], []))
+            s_ids, s_coef = np.asarray(s_ids, dtype=np.int64), np.asarray(s_coef)
+            base = self.base_min.get((ph, c), 0.0) + float(s_coef @ values[s_ids])
+            lhs = base + sizes_a[order] * np.ceil(cum / m - 1e-6)
+            last = np.append(sizes_a[order][1:] != sizes_a[order][:-1], True)  # last of each size: its full count
+            lhs[~last] = -np.inf
+            for pos in np.argsort(-lhs)[:per_class]:
+                if lhs[pos] <= y[ph] * (1 + 1e-6):
+                    break
+                size = float(sizes_a[order][pos])
+                sel = sizes_a >= size * (1 - 1e-12)
+                uniq, counts = np.unique(ids_a[sel], return_counts=True)
+                rows.append(CountRow(ph, self.base_min.get((ph, c), 0.0), size, m, uniq, counts, s_ids, s_coef))
+        return rows
 
     def build_stage1(self, kinds: list[list[Kind]]) -> Problem:
         """The aggregated ILP as a Problem (rows described in the module docstring)."""
@@ -321,6 +394,11 @@ class TwoStagePlanner:
         """Per-phase load scale (s) for the balance measure: stage 1's phase times where positive."""
         self.scale = [float(v) if v > 0 else old for v, old in zip(phase_times, self.scale)]
 
+    def size(self, kind: Kind) -> float:
+        """How hard a kind is to fit: its largest load on one of its own resources relative to that phase's
+        scale (vector bin packing goes largest dimension first)."""
+        return max((v / self.scale[ph] for ph, _, v in kind.own), default=0.0)
+
     def candidates(self, kind: Kind) -> list[tuple]:
         sym, topo = self.sym, self.topo
         if kind.family == "gpu":
@@ -340,10 +418,26 @@ class TwoStagePlanner:
         return kind.placement.model_copy(update={"shards": [
             s.model_copy(update={"device": rl(key, s.device)}) for s in kind.placement.shards]})
 
-    def assign(self, chosen: list[Kind], fallbacks: list[list[Kind]]) -> tuple[list[Placement], Accumulator]:
-        """Devices for the chosen kinds, largest first; a kind that fits nowhere falls back to the same
-        table's kinds with less HBM, then host. Returns ([], acc) if some table fits nowhere."""
+    def assign_best(self, chosen: list[Kind], fallbacks: list[list[Kind]]) -> tuple[list[Placement], Accumulator]:
+        """``assign`` in each order of ORDERS; the one with the least step time (its choices kept in
+        ``self.where``)."""
+        best = None
+        for order_by in ORDERS:
+            placements, acc = self.assign(chosen, fallbacks, order_by)
+            if placements and (best is None or acc.step < best[1].step):
+                best = (placements, acc, self.where)
+        if best is None:
+            return [], acc
+        self.where = best[2]
+        return best[0], best[1]
+
+    def assign(self, chosen: list[Kind], fallbacks: list[list[Kind]], order_by: str = "size"
+               ) -> tuple[list[Placement], Accumulator]:
+        """Devices for the chosen kinds, largest first (by ``order_by``, one of ORDERS); a kind that fits
+        nowhere falls back to the same table's kinds with less HBM, then host. Returns ([], acc) if some table
+        fits nowhere."""
         model = self.model
+        measure = ORDERS[order_by]
         acc = Accumulator(model)
         placed: dict[int, Placement] = {}
         self.where: dict[int, tuple[Kind, tuple]] = {}
@@ -353,7 +447,7 @@ class TwoStagePlanner:
             if acc.fits(c):
                 acc.add(c)
                 placed[k.table] = full
-        order = sorted((k for k in chosen if k.family != "all"), key=lambda k: -k.weight)
+        order = sorted((k for k in chosen if k.family != "all"), key=lambda k: -measure(self, k))
         order += [k for k in chosen if k.family == "all" and k.table not in placed]
         for k in order:
             tries = [k] if k.family != "all" else []
@@ -374,7 +468,7 @@ class TwoStagePlanner:
         sweeps until a sweep moves nothing or time is up. A move never makes the exact step time worse.
         Returns the number of moves; ``placements`` and ``acc`` are updated in place."""
         model, moves = self.model, 0
-        order = sorted(self.where, key=lambda ti: -self.where[ti][0].weight)
+        order = sorted(self.where, key=lambda ti: -self.size(self.where[ti][0]))
         moved = True
         while moved and time.perf_counter() < deadline:
             moved = False
@@ -524,9 +618,29 @@ def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, time_
     if result.chosen is None:
         return None, result.lower_bound_s, result, time.perf_counter() - t0
     flat = [k for ks in kinds for k in ks]
-    chosen = [flat[i] for i in result.chosen]
-    planner.set_scale(planner.stage1_problem.phase_times(result.chosen))
-    placements, acc = planner.assign(chosen, kinds)
-    if placements:
-        planner.improve(placements, acc, deadline=t0 + time_limit_s - 4.0)
+    deadline = t0 + time_limit_s - 4.0
+    placements, step = _stage2(planner, kinds, [flat[i] for i in result.chosen], result.chosen, deadline)
+    if deadline - time.perf_counter() > 30.0:  # time left: branch and bound on stage 1, from the rounding
+        plain = dataclasses.replace(planner.stage1_problem, levels=[])  # levels + a start crash CBC
+        try:
+            other = ilp.solve(plain, backend=backend, time_limit_s=deadline - time.perf_counter() - 15.0, gap=gap,
+                              threads=threads, warm_start=result.chosen)
+        except SolverError:
+            other = None
+        if other is not None and other.chosen is not None:
+            result.lower_bound_s = max(result.lower_bound_s, min(other.lower_bound_s, result.objective_s))
+            if other.chosen != result.chosen:
+                alt, alt_step = _stage2(planner, kinds, [flat[i] for i in other.chosen], other.chosen, deadline)
+                if alt and (not placements or alt_step < step):
+                    placements, step = alt, alt_step
     return placements or None, result.lower_bound_s, result, time.perf_counter() - t0
+
+
+def _stage2(planner: TwoStagePlanner, kinds: list[list[Kind]], chosen: list[Kind], ids: list[int],
+            deadline: float) -> tuple[list[Placement], float]:
+    """Stage 2 for one stage-1 choice: (placements or [], step time s without fixed latencies)."""
+    planner.set_scale(planner.stage1_problem.phase_times(ids))
+    placements, acc = planner.assign_best(chosen, kinds)
+    if placements:
+        planner.improve(placements, acc, deadline=deadline)
+    return placements, acc.step
