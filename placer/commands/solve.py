@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
+import time
+from contextlib import contextmanager
 
 from placer.report import make_console
 
@@ -13,7 +16,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_hw_wl(p)
     p.add_argument("-o", "--output", metavar="PLAN", help="write the plan JSON here")
     p.add_argument("--json", action="store_true", help="print the plan JSON on stdout instead of the summary")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress on stderr while solving (stage, elapsed, best plan, bound, gap)")
     add_solver_options(p)
+
+
+@contextmanager
+def progress_reporter(quiet: bool):
+    """A reporter for the planner: a live line on a terminal (erased at the end), else a line on stderr when
+    the stage changes and every few seconds while the numbers move; None when quiet."""
+    from placer.planner.progress import LineReporter, line
+
+    if quiet:
+        yield None
+        return
+    console = make_console(stderr=True)
+    if not console.is_terminal:
+        yield LineReporter(lambda text: print(text, file=sys.stderr, flush=True))
+        return
+    from rich.live import Live
+    from rich.text import Text
+
+    t0 = time.perf_counter()
+    with Live(Text("starting"), console=console, transient=True, refresh_per_second=4) as live:
+        yield lambda report: live.update(Text(line(report, time.perf_counter() - t0)))
 
 
 def run(args) -> int:
@@ -21,7 +47,9 @@ def run(args) -> int:
     from placer.report import plan_summary
 
     topo, wl = load_pair(args)
-    plan = solve(topo, wl, solve_config(args))
+    config = solve_config(args)
+    with progress_reporter(args.quiet) as reporter:
+        plan = solve(topo, wl, dataclasses.replace(config, progress=reporter))
     if args.output:
         plan.write(args.output)
     if args.json:

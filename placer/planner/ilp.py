@@ -21,6 +21,7 @@ import pulp
 
 from placer.errors import SolverError
 from placer.planner.problem import Problem
+from placer.planner.progress import CbcLogWatcher, Tracker
 
 TIME_SCALE = 1e3  # seconds -> milliseconds in the model
 MEM_SCALE = 2.0**-30  # bytes -> GiB in the model
@@ -135,8 +136,10 @@ _CBC_MIPSTART = re.compile(r"MIPStart provided solution with cost ([-+0-9.eE]+)"
 
 
 def solve(problem: Problem, *, backend: str = "cbc", time_limit_s: float = 60.0, gap: float = 0.005,
-          threads: int | None = None, warm_start: list[int] | None = None, msg: bool = False) -> IlpResult:
-    """Solve the placement ILP. ``warm_start`` is a feasible choice (one option id per group)."""
+          threads: int | None = None, warm_start: list[int] | None = None, msg: bool = False,
+          tracker: Tracker | None = None) -> IlpResult:
+    """Solve the placement ILP. ``warm_start`` is a feasible choice (one option id per group). ``tracker``
+    hears CBC's incumbents and bounds while it runs (in seconds of step time)."""
     if backend not in SOLVERS:
         raise SolverError(f"unknown solver {backend!r}; choose one of {', '.join(SOLVERS)}")
     t0 = time.perf_counter()
@@ -159,6 +162,9 @@ def solve(problem: Problem, *, backend: str = "cbc", time_limit_s: float = 60.0,
             extra["objective_bound"] = start * (1 + 1e-7) + 1e-9
         solver = pulp.HiGHS(msg=msg, timeLimit=time_limit_s, gapRel=gap, threads=threads, **extra)
     watchdog = _SolverWatchdog(time_limit_s * 1.5 + 10.0) if backend == "cbc" else None
+    watcher = None
+    if tracker is not None and backend == "cbc" and log_path and not msg:
+        watcher = CbcLogWatcher(log_path, tracker, lambda v: v / TIME_SCALE + problem.fixed_s)
     try:
         prob.solve(solver)
     except pulp.PulpSolverError as exc:
@@ -167,6 +173,8 @@ def solve(problem: Problem, *, backend: str = "cbc", time_limit_s: float = 60.0,
     finally:
         if watchdog is not None:
             watchdog.cancel()
+        if watcher is not None:
+            watcher.stop()
     if watchdog is not None and watchdog.fired:  # CBC ran far past its own limit and was stopped
         if log_path and os.path.exists(log_path):
             os.unlink(log_path)

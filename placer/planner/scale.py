@@ -43,6 +43,7 @@ from placer.plan import Placement
 from placer.planner import ilp
 from placer.planner.baselines import Accumulator
 from placer.planner.problem import CountRow, PeakLevels, Problem
+from placer.planner.progress import Tracker
 from placer.planner.symmetry import Symmetry, resource_class
 
 FAMILY = {"table_wise": "gpu", "host": "node", "row_wise": "node", "column_wise": "block", "data_parallel": "all"}
@@ -105,8 +106,9 @@ def _endpoints(name: str) -> list[str]:
 
 
 class TwoStagePlanner:
-    def __init__(self, model: CostModel, sym: Symmetry, cfg: OptionConfig):
+    def __init__(self, model: CostModel, sym: Symmetry, cfg: OptionConfig, tracker: Tracker | None = None):
         self.model, self.sym, self.topo = model, sym, model.topo
+        self.tracker = tracker or Tracker(None)
         self.cfg = cfg
         self.local = CostModel(model.topo, model.wl, include_exchange=False)
         self._exchange_cache: dict = {}
@@ -267,12 +269,16 @@ class TwoStagePlanner:
         problem = self.stage1_problem = self.build_stage1(kinds)
         nvars = problem.num_options + problem.num_phases
         problem.levels = peak_levels(problem, 32)
+        self.tracker.update("stage 1: relaxation", bound_s=problem.simple_lower_bound())
         values, lp_bound = ilp.relaxation(problem, time_limit_s=time_limit_s / 4)
         if values is not None:  # again, with the levels where that relaxation puts the phases
+            self.tracker.update(bound_s=lp_bound)
             problem.levels = peak_levels(problem, 64, cap=2 * problem.phase_times(values))
             again, bound = ilp.relaxation(problem, time_limit_s=time_limit_s / 4)
             if again is not None:
                 values, lp_bound = again, max(lp_bound, bound)
+                self.tracker.update(bound_s=lp_bound)
+        self.tracker.update("stage 1: rounding")
         if values is None:
             return ilp.solve(problem, backend=backend, time_limit_s=max(1.0, time_limit_s - (time.perf_counter() - t0)),
                              gap=gap, threads=threads)
@@ -605,11 +611,13 @@ def _better(a: tuple[float, float], b: tuple[float, float]) -> bool:
 
 
 def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, time_limit_s: float, gap: float,
-                    backend: str, threads: int | None):
+                    backend: str, threads: int | None, tracker: Tracker | None = None):
     """(placements or None, lower bound in s, stage-1 result, wall s). Stage 1 gets the time the kinds
     leave of ``time_limit_s``, less a reserve for stage 2."""
     t0 = time.perf_counter()
-    planner = TwoStagePlanner(model, sym, cfg)
+    tracker = tracker or Tracker(None)
+    planner = TwoStagePlanner(model, sym, cfg, tracker)
+    tracker.update("stage 1: option kinds")
     kinds = planner.kinds()
     spent = time.perf_counter() - t0
     reserve = min(0.3 * time_limit_s, 20.0)  # model build (PuLP) + stage 2 + pricing the plan
@@ -622,9 +630,10 @@ def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, time_
     placements, step = _stage2(planner, kinds, [flat[i] for i in result.chosen], result.chosen, deadline)
     if deadline - time.perf_counter() > 30.0:  # time left: branch and bound on stage 1, from the rounding
         plain = dataclasses.replace(planner.stage1_problem, levels=[])  # levels + a start crash CBC
+        tracker.update(f"stage 1: {backend} branch and bound")
         try:
             other = ilp.solve(plain, backend=backend, time_limit_s=deadline - time.perf_counter() - 15.0, gap=gap,
-                              threads=threads, warm_start=result.chosen)
+                              threads=threads, warm_start=result.chosen, tracker=tracker.bounds_only())
         except SolverError:
             other = None
         if other is not None and other.chosen is not None:
@@ -640,7 +649,9 @@ def _stage2(planner: TwoStagePlanner, kinds: list[list[Kind]], chosen: list[Kind
             deadline: float) -> tuple[list[Placement], float]:
     """Stage 2 for one stage-1 choice: (placements or [], step time s without fixed latencies)."""
     planner.set_scale(planner.stage1_problem.phase_times(ids))
+    planner.tracker.update("stage 2: devices")
     placements, acc = planner.assign_best(chosen, kinds)
     if placements:
         planner.improve(placements, acc, deadline=deadline)
+        planner.tracker.update(incumbent_s=acc.step + sum(planner.model.fixed_latency_s.values()))
     return placements, acc.step

@@ -11,6 +11,7 @@ from placer.plan import Placement, Plan, SolverInfo, SpecRef
 from placer.planner import ilp
 from placer.planner.baselines import BASELINES, run_baseline
 from placer.planner.problem import Problem, build_problem
+from placer.planner.progress import Reporter, Tracker
 from placer.planner.scale import solve_two_stage
 from placer.planner.symmetry import Symmetry
 from placer.simulate import predict
@@ -31,6 +32,7 @@ class SolveConfig:
     seed: int = 0
     options: OptionConfig = OptionConfig()
     msg: bool = False
+    progress: Reporter | None = None  # hears the stage, incumbent and bound while solving (progress.py)
 
 
 def _refs(topo: Topology, wl: Workload) -> tuple[SpecRef, SpecRef]:
@@ -64,10 +66,12 @@ FULL_ILP_MAX_GPUS = 8
 
 def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
     t0 = time.perf_counter()
+    tracker = Tracker(config.progress)
     if len(model.topo.gpus) > FULL_ILP_MAX_GPUS:
         sym = Symmetry.of(model.topo)
         if sym is not None:
-            return _solve_two_stage(model, sym, config, t0)
+            return _solve_two_stage(model, sym, config, t0, tracker)
+    tracker.update("options and baselines")
     options = all_options(model.topo, model.wl, config.options)
     baselines = _feasible_baselines(model, config.seed)
     for _, placements in baselines.items():  # every baseline's choice is on the menu: ILP <= each baseline
@@ -88,8 +92,10 @@ def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
             best = (obj, chosen, name)
     if best:
         _, warm, warm_name = best
+    tracker.update(f"{config.solver}: branch and bound", incumbent_s=best[0] if best else None,
+                   bound_s=problem.simple_lower_bound())
     result = ilp.solve(problem, backend=config.solver, time_limit_s=config.time_limit_s, gap=config.gap,
-                       threads=config.threads, warm_start=warm, msg=config.msg)
+                       threads=config.threads, warm_start=warm, msg=config.msg, tracker=tracker)
     if result.chosen is None:
         if result.status == "infeasible":
             raise InfeasibleError("the solver proved that no placement fits in memory: "
@@ -102,6 +108,7 @@ def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
     offset = {n: problem.groups[i][0] for i, n in enumerate(names)}
     placements = [options[n][oid - offset[n]] for n, oid in zip(names, result.chosen)]
     gap = (result.objective_s - result.lower_bound_s) / result.objective_s if result.objective_s else 0.0
+    tracker.update("done", incumbent_s=result.objective_s, bound_s=result.lower_bound_s)
     info = SolverInfo(
         backend=config.solver, status=result.status, objective_step_time_s=result.objective_s,
         lower_bound_step_time_s=result.lower_bound_s, gap=max(gap, 0.0), gap_tolerance=config.gap,
@@ -163,16 +170,19 @@ def explain_infeasible(model: CostModel, problem: Problem, names: list[str], opt
                               "allow fp16 storage, or use a smaller optimizer state.")
 
 
-def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, t0: float) -> Plan:
+def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, t0: float, tracker: Tracker) -> Plan:
     """Aggregated ILP + assignment; the plan is the better of it and every baseline, priced exactly."""
     hw, wl = _refs(model.topo, model.wl)
     candidates: list[tuple[float, str, list[Placement]]] = []
+    tracker.update("baselines")
     for name, pl in _feasible_baselines(model, config.seed).items():  # first: their time counts in the limit
         candidates.append((predict(model, Plan(hardware=hw, workload=wl, method=name, placements=pl))["step_time_s"],
                            name, pl))
+        tracker.update(incumbent_s=candidates[-1][0])
     remaining = config.time_limit_s - (time.perf_counter() - t0)
     placements, bound, stage1, _ = solve_two_stage(model, sym, config.options, time_limit_s=max(10.0, remaining - 3.0),
-                                                   gap=config.gap, backend=config.solver, threads=config.threads)
+                                                   gap=config.gap, backend=config.solver, threads=config.threads,
+                                                   tracker=tracker)
     if stage1.status == "infeasible":
         raise InfeasibleError("no placement fits in memory: " + _capacity_sentence_simple(model))
     if placements:
@@ -183,6 +193,7 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, t0: f
                           "(try --solver highs or a longer --time-limit)")
     step, source, best = min(candidates, key=lambda c: c[0])
     gap = max(0.0, (step - bound) / step)
+    tracker.update("done", incumbent_s=step, bound_s=min(bound, step))
     status = "optimal" if gap <= config.gap else "feasible"
     info = SolverInfo(
         backend=f"{config.solver} (two-stage)", status=status, objective_step_time_s=step,
