@@ -60,9 +60,8 @@ def _set_start(problem: Problem, prob: pulp.LpProblem, x, y, chosen: list[int]) 
         named[f"z{n}"].setInitialValue(float(np.ceil(float(row.counts @ xs[row.ids]) / row.slots - 1e-9)))
 
 
-def _build(problem: Problem, relax: bool | str = False):
-    """The PuLP model. ``relax``: True, every variable continuous; "choices", the options' variables
-    continuous but the count rows' z integer (a relaxation that still sees pigeonhole effects)."""
+def _build(problem: Problem, relax: bool = False):
+    """The PuLP model; ``relax``: every variable continuous."""
     prob = pulp.LpProblem("placement", pulp.LpMinimize)
     cat = pulp.LpContinuous if relax else pulp.LpBinary
     x = [pulp.LpVariable(f"x{i}", lowBound=0, upBound=1, cat=cat) for i in range(problem.num_options)]
@@ -86,7 +85,7 @@ def _build(problem: Problem, relax: bool | str = False):
             for g, ids in enumerate(per_group):
                 prob += pulp.LpAffineExpression([(w[j], 1.0)] + [(x[i], -1.0) for i in ids]) >= 0, f"reach_{n}_{j}_{g}"
     for n, row in enumerate(problem.counts):
-        z = pulp.LpVariable(f"z{n}", lowBound=0, cat=pulp.LpContinuous if relax is True else pulp.LpInteger)
+        z = pulp.LpVariable(f"z{n}", lowBound=0, cat=pulp.LpContinuous if relax else pulp.LpInteger)
         prob += (pulp.LpAffineExpression([(y[row.phase], 1.0), (z, -row.size_s * TIME_SCALE)]
                                          + [(x[i], -c * TIME_SCALE) for i, c in zip(row.spread_ids, row.spread_coefs)])
                  >= row.base_s * TIME_SCALE), f"count_{n}"
@@ -103,11 +102,10 @@ def lp_relaxation_bound(problem: Problem, time_limit_s: float = 30.0) -> float |
     return relaxation(problem, time_limit_s)[1]
 
 
-def relaxation(problem: Problem, time_limit_s: float = 30.0, integer_counts: bool = False
-               ) -> tuple[np.ndarray | None, float | None]:
-    """(value of every option, optimal value in s) of the relaxation; (None, None) if not solved to
-    optimality. ``integer_counts``: keep the count rows' z integer (a small MIP; see _build)."""
-    prob, x, _ = _build(problem, relax="choices" if integer_counts and problem.counts else True)
+def relaxation(problem: Problem, time_limit_s: float = 30.0) -> tuple[np.ndarray | None, float | None]:
+    """(value of every option, optimal value in s) of the LP relaxation; (None, None) if not solved to
+    optimality."""
+    prob, x, _ = _build(problem, relax=True)
     prob.solve(pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s))
     if pulp.LpStatus[prob.status] != "Optimal" or prob.sol_status != pulp.LpSolutionOptimal:
         return None, None

@@ -4,6 +4,9 @@
     minimize   sum_p y_p + fixed
     subject to y_p >= base[p,r] + sum_o load[o,p,r] x_o      for every loaded (phase p, resource r)
                sum_o mem[o,m] x_o <= capacity[m]             for every memory m
+
+The two-stage planner (scale.py) adds rows that hold for every plan but that the relaxation or a rounding
+would miss: peak levels (PeakLevels) and pigeonhole counts (CountRow).
 """
 from __future__ import annotations
 

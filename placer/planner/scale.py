@@ -312,9 +312,9 @@ class TwoStagePlanner:
                              f"{backend} (relaxation with peak levels, rounded)")
 
     def count_rows(self, problem: Problem, flat: list[Kind], values: np.ndarray, per_class: int = 1) -> list[CountRow]:
-        """Pigeonhole rows (problem.CountRow) that ``values`` (a relaxation's) violates: on a class of m
-        resources, N loads of at least s seconds put ceil(N / m) of them on one member. For each (phase,
-        class), the sizes s whose row is most violated."""
+        """Pigeonhole rows (problem.CountRow) that ``values`` (a choice, or a relaxation's values) violates:
+        on a class of m resources, N loads of at least s seconds put ceil(N / m) of them on one member. For
+        each (phase, class), the ``per_class`` sizes s whose rows are most violated."""
         y = problem.phase_times(values)
         items: dict[tuple[int, str], tuple[list[int], list[float]]] = defaultdict(lambda: ([], []))
         spread: dict[tuple[int, str], tuple[list[int], list[float]]] = defaultdict(lambda: ([], []))
@@ -470,7 +470,7 @@ class TwoStagePlanner:
         return [placed[i] for i in range(len(model.wl.tables))], acc
 
     def improve(self, placements: list[Placement], acc: Accumulator, deadline: float) -> int:
-        """Re-insert tables, heaviest first, each onto its best device (step time first, then balance), in
+        """Re-insert tables, hardest to fit first, each onto its best device (step time first, then balance), in
         sweeps until a sweep moves nothing or time is up. A move never makes the exact step time worse.
         Returns the number of moves; ``placements`` and ``acc`` are updated in place."""
         model, moves = self.model, 0
