@@ -276,3 +276,22 @@ def test_count_row_never_exceeds_the_best_packing(sizes, slots, base):
         row = CountRow(0, base, size, slots, big, np.ones(len(big), dtype=np.int64), np.array([], dtype=np.int64),
                        np.array([]))
         assert row.value(x) <= best + 1e-12
+
+
+def test_symmetry_of_gpu_pairs_behind_pcie_switches():
+    """DGX A100: GPU 0 maps onto GPU i only by also swapping PCIe switches; every relabeling is an automorphism,
+    and a machine whose GPUs differ has none."""
+    from placer.planner.symmetry import Symmetry, resource_class
+
+    topo = Topology(load_hardware(ROOT / "hardware_specs" / "dgx-a100.yaml"))
+    sym = Symmetry.of(topo)
+    assert sym is not None
+    for gpu in topo.gpus:
+        key = sym.gpu_key(gpu)
+        assert sym.relabel(key, "node0/gpu0:hbm") == f"{gpu}:hbm"
+        assert sym.is_automorphism(key)
+    key = sym.block_key("node0", 1, 4)
+    assert [sym.relabel(key, f"node0/gpu{j}") for j in range(4)] == [f"node0/gpu{j}" for j in range(4, 8)]
+    assert sym.class_size[resource_class("node0/gpu3->node0/pcisw1")] == 8
+    topo.graph.edges["node0/gpu7", "node0/pcisw3"]["bw_Bps"] /= 2  # one slow link: GPU 7 is not like GPU 0
+    assert Symmetry.of(topo) is None
