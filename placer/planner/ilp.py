@@ -42,8 +42,9 @@ class IlpResult:
 
 
 def _set_start(problem: Problem, prob: pulp.LpProblem, x, y, chosen: list[int]) -> None:
-    """Initial values of every variable for a start (CBC may crash on a start whose continuous
-    variables are left inconsistent)."""
+    """Initial values of every variable for a start: the options, and the phase times, level and count
+    variables that follow from them. (CBC 2.10 still crashes on some starts of models with peak levels;
+    the two-stage planner gives starts only to models without them.)"""
     picked = set(chosen)
     for i, var in enumerate(x):
         var.setInitialValue(1.0 if i in picked else 0.0)
