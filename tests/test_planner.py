@@ -295,3 +295,14 @@ def test_symmetry_of_gpu_pairs_behind_pcie_switches():
     assert sym.class_size[resource_class("node0/gpu3->node0/pcisw1")] == 8
     topo.graph.edges["node0/gpu7", "node0/pcisw3"]["bw_Bps"] /= 2  # one slow link: GPU 7 is not like GPU 0
     assert Symmetry.of(topo) is None
+
+
+def test_fae_budgets_the_slot_maps_of_its_hot_cold_splits():
+    """fae fills each GPU's HBM with hot rows; a split table also keeps slot maps in HBM (cost.py). Budgeting
+    them keeps the plan within HBM: synthetic-1000 on a DGX A100 failed before ('does not fit')."""
+    workload = load_workload(ROOT / "workloads" / "synthetic-1000.yaml")
+    topo = Topology(load_hardware(ROOT / "hardware_specs" / "dgx-a100.yaml"), workload.dense.dtype)
+    model = CostModel(topo, workload)
+    plan = solve(topo, workload, SolveConfig(method="fae"))
+    assert not memory_overflows(model, total_cost(model, plan))
+    assert any(0 < s.hbm_rows < s.rows[1] - s.rows[0] for p in plan.placements for s in p.shards)

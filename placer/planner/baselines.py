@@ -15,7 +15,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from placer.cost import PHASES, Cost, CostModel
+from placer.cost import PHASES, REMAP_BYTES_PER_ROW, Cost, CostModel
 from placer.errors import InfeasibleError
 from placer.options import hot_rows_levels
 from placer.plan import Placement, Shard
@@ -205,6 +205,7 @@ def fae(model: CostModel, seed: int = 0, levels=(1.0, 0.5, 0.25, 0.1, 0.05, 0.02
         load[g] += model.lookups_per_step(t.name) * t.dim
     usable = model.usable_memory
     hot = {t.name: 0 for t in model.wl.tables}
+    slot_maps = lambda t, h: REMAP_BYTES_PER_ROW * t.rows if 0 < h < t.rows else 0  # HBM of a hot/cold split
     for g in gpus:
         mine = [t for t in model.wl.tables if owner[t.name] == g]
         steps = []  # (hits per byte, table, from_rows, to_rows, bytes)
@@ -214,19 +215,21 @@ def fae(model: CostModel, seed: int = 0, levels=(1.0, 0.5, 0.25, 0.1, 0.05, 0.02
             ks = sorted(hot_rows_levels(t.rows, levels))
             for a, b in zip(ks, ks[1:]):
                 hits = model.lookups_per_step(t.name) * (access.coverage(b / t.rows) - access.coverage(a / t.rows))
-                steps.append((hits / ((b - a) * rmw), t.name, a, b, (b - a) * rmw))
+                steps.append((hits / ((b - a) * rmw), t, a, b, (b - a) * rmw))
         steps.sort(key=lambda s: -s[0])
         free = usable[g]
-        for _, name, a, b, nbytes in steps:  # concave coverage: a table's steps come in order
-            if hot[name] == a and nbytes <= free:
-                hot[name] = b
-                free -= nbytes
+        for _, t, a, b, nbytes in steps:  # concave coverage: a table's steps come in order
+            need = nbytes + slot_maps(t, b) - slot_maps(t, a)
+            if hot[t.name] == a and need <= free:
+                hot[t.name] = b
+                free -= need
     out = [_table_wise(t, owner[t.name], hot[t.name], _precision(t)) for t in model.wl.tables]
     acc = Accumulator(model)
     for p, t in zip(out, model.wl.tables):
         c = model.placement_cost(p)
         if not acc.fits(c):
-            raise InfeasibleError(f"fae: the cold rows of {t.name!r} do not fit in host DRAM")
+            full = [m for m, b in c.memory.items() if acc.memory[m] + b > usable[m]]
+            raise InfeasibleError(f"fae: table {t.name!r} does not fit in {', '.join(full)}")
         acc.add(c)
     return out
 
