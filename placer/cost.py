@@ -79,6 +79,11 @@ class Cost:
         return self
 
 
+def slot_map_bytes(rows: int, hbm_rows: int) -> int:
+    """HBM bytes of the slot maps of a shard with ``hbm_rows`` of its ``rows`` in HBM (0 unless it is split)."""
+    return REMAP_BYTES_PER_ROW * rows if 0 < hbm_rows < rows else 0
+
+
 class CostModel:
     """Prices placements of one workload on one machine. Pure: no state but caches of derived values."""
 
@@ -194,7 +199,7 @@ class CostModel:
         self._on(cost, BWD, g, "launch", LAUNCHES_BWD[self.wl.optimizer.name]
                  + (LAUNCHES_BWD_SPLIT_EXTRA if split == "split" else 0))
         # memory
-        cost.add_memory(g, k * rmw + (REMAP_BYTES_PER_ROW * n if split == "split" else 0))
+        cost.add_memory(g, k * rmw + slot_map_bytes(n, k))
         cost.add_memory(host, (n - k) * rmw)
 
     def exchange_bytes_per_gpu(self, table: str, cols: int) -> float:

@@ -15,7 +15,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from placer.cost import PHASES, REMAP_BYTES_PER_ROW, Cost, CostModel
+from placer.cost import PHASES, Cost, CostModel, slot_map_bytes
 from placer.errors import InfeasibleError
 from placer.options import hot_rows_levels
 from placer.plan import Placement, Shard
@@ -205,7 +205,6 @@ def fae(model: CostModel, seed: int = 0, levels=(1.0, 0.5, 0.25, 0.1, 0.05, 0.02
         load[g] += model.lookups_per_step(t.name) * t.dim
     usable = model.usable_memory
     hot = {t.name: 0 for t in model.wl.tables}
-    slot_maps = lambda t, h: REMAP_BYTES_PER_ROW * t.rows if 0 < h < t.rows else 0  # HBM of a hot/cold split
     for g in gpus:
         mine = [t for t in model.wl.tables if owner[t.name] == g]
         steps = []  # (hits per byte, table, from_rows, to_rows, bytes)
@@ -219,7 +218,7 @@ def fae(model: CostModel, seed: int = 0, levels=(1.0, 0.5, 0.25, 0.1, 0.05, 0.02
         steps.sort(key=lambda s: -s[0])
         free = usable[g]
         for _, t, a, b, nbytes in steps:  # concave coverage: a table's steps come in order
-            need = nbytes + slot_maps(t, b) - slot_maps(t, a)
+            need = nbytes + slot_map_bytes(t.rows, b) - slot_map_bytes(t.rows, a)
             if hot[t.name] == a and need <= free:
                 hot[t.name] = b
                 free -= need

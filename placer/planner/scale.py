@@ -625,9 +625,8 @@ def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, time_
                             backend=backend, threads=threads)
     if result.chosen is None:
         return None, result.lower_bound_s, result, time.perf_counter() - t0
-    flat = [k for ks in kinds for k in ks]
     deadline = t0 + time_limit_s - 4.0
-    placements, step = _stage2(planner, kinds, [flat[i] for i in result.chosen], result.chosen, deadline)
+    placements, step = _stage2(planner, kinds, result.chosen, deadline)
     if deadline - time.perf_counter() > 30.0:  # time left: branch and bound on stage 1, from the rounding
         plain = dataclasses.replace(planner.stage1_problem, levels=[])  # levels + a start crash CBC
         tracker.update(f"stage 1: {backend} branch and bound")
@@ -639,18 +638,20 @@ def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, time_
         if other is not None and other.chosen is not None:
             result.lower_bound_s = max(result.lower_bound_s, min(other.lower_bound_s, result.objective_s))
             if other.chosen != result.chosen:
-                alt, alt_step = _stage2(planner, kinds, [flat[i] for i in other.chosen], other.chosen, deadline)
+                alt, alt_step = _stage2(planner, kinds, other.chosen, deadline)
                 if alt and (not placements or alt_step < step):
                     placements, step = alt, alt_step
     return placements or None, result.lower_bound_s, result, time.perf_counter() - t0
 
 
-def _stage2(planner: TwoStagePlanner, kinds: list[list[Kind]], chosen: list[Kind], ids: list[int],
+def _stage2(planner: TwoStagePlanner, kinds: list[list[Kind]], ids: list[int],
             deadline: float) -> tuple[list[Placement], float]:
-    """Stage 2 for one stage-1 choice: (placements or [], step time s without fixed latencies)."""
+    """Stage 2 for one stage-1 choice (option ids of the stage-1 problem): (placements or [], step time s
+    without fixed latencies)."""
+    flat = [k for ks in kinds for k in ks]
     planner.set_scale(planner.stage1_problem.phase_times(ids))
     planner.tracker.update("stage 2: devices")
-    placements, acc = planner.assign_best(chosen, kinds)
+    placements, acc = planner.assign_best([flat[i] for i in ids], kinds)
     if placements:
         planner.improve(placements, acc, deadline=deadline)
         planner.tracker.update(incumbent_s=acc.step + sum(planner.model.fixed_latency_s.values()))

@@ -53,13 +53,12 @@ class Symmetry:
         if len(templates) != 1:
             return None
         sym = Symmetry(topo)
-        try:
-            keys = [sym.gpu_key(g) for g in topo.gpus_of_node(sym.nodes[0])]
+        try:  # every local relabeling is checked where it is made (_local_swaps)
+            for g in topo.gpus_of_node(sym.nodes[0]):
+                sym.gpu_key(g)
         except LookupError:
             return None
-        if len(sym.nodes) > 1:
-            keys.append(sym.node_key(sym.nodes[-1]))
-        if not all(sym.is_automorphism(k) for k in keys):
+        if len(sym.nodes) > 1 and not sym.is_automorphism(sym.node_key(sym.nodes[-1])):
             return None
         return sym
 
