@@ -52,8 +52,9 @@ def _set_start(problem: Problem, prob: pulp.LpProblem, x, y, chosen: list[int]) 
         var.setInitialValue(float(seconds) * TIME_SCALE)
     named = {v.name: v for v in prob.variables() if v.name[0] in "wz"}
     for n, lv in enumerate(problem.levels):
-        for j, per_group in enumerate(lv.members):
-            reached = any(int(i) in picked for ids in per_group for i in ids)
+        reached = False
+        for j in reversed(range(len(lv.members))):  # the chain: reaching a level reaches every lower one
+            reached = reached or any(int(i) in picked for ids in lv.members[j] for i in ids)
             named[f"w{n}_{j}"].setInitialValue(1.0 if reached else 0.0)
     xs = np.zeros(problem.num_options)
     xs[chosen] = 1.0
@@ -82,6 +83,8 @@ def _build(problem: Problem, relax: bool = False):
         w = [pulp.LpVariable(f"w{n}_{j}", lowBound=0, upBound=1) for j in range(len(lv.steps_s))]
         prob += (pulp.LpAffineExpression([(y[lv.phase], 1.0)] + [(wj, -d * TIME_SCALE) for wj, d in zip(w, lv.steps_s)])
                  >= lv.floor_s * TIME_SCALE), f"level_{n}"
+        for j in range(len(w) - 1):
+            prob += w[j] - w[j + 1] >= 0, f"chain_{n}_{j}"
         for j, per_group in enumerate(lv.members):
             for g, ids in enumerate(per_group):
                 prob += pulp.LpAffineExpression([(w[j], 1.0)] + [(x[i], -1.0) for i in ids]) >= 0, f"reach_{n}_{j}_{g}"

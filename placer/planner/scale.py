@@ -42,6 +42,8 @@ from placer.options import (OptionConfig, data_parallel_allowed, data_parallel_p
 from placer.plan import Placement
 from placer.planner import ilp
 from placer.planner.baselines import Accumulator
+from placer.planner.bound_tree import BoundTree
+from placer.planner.lp import Relaxation
 from placer.planner.problem import CountRow, PeakLevels, Problem
 from placer.planner.progress import Tracker
 from placer.planner.symmetry import Symmetry, resource_class
@@ -261,32 +263,34 @@ class TwoStagePlanner:
 
     def stage1(self, kinds: list[list[Kind]], time_limit_s: float, gap: float, backend: str,
                threads: int | None) -> ilp.IlpResult:
-        """Solve the aggregated ILP as far as a minute allows: its relaxation with peak levels
-        (problem.PeakLevels) gives the bound; a rounding of it (ilp.complete_relaxation), corrected by
-        pigeonhole rows (problem.CountRow) where it packs loads that cannot be spread, gives the kinds.
+        """Solve the aggregated ILP as far as the time allows: its relaxation with peak levels
+        (problem.PeakLevels) gives a first bound; a rounding of it (ilp.complete_relaxation), corrected by
+        pigeonhole rows (problem.CountRow) where it packs loads that cannot be spread, gives the kinds; then
+        branch and bound on the relaxation (bound_tree.py) raises the bound and may find a better choice.
         ``backend`` solves the whole MIP only if the relaxation fails."""
         t0 = time.perf_counter()
+        left = lambda: time_limit_s - (time.perf_counter() - t0)
         problem = self.stage1_problem = self.build_stage1(kinds)
         nvars = problem.num_options + problem.num_phases
         problem.levels = peak_levels(problem, 32)
         self.tracker.update("stage 1: relaxation", bound_s=problem.simple_lower_bound())
-        values, lp_bound = ilp.relaxation(problem, time_limit_s=time_limit_s / 4)
+        values, lp_bound = Relaxation(problem).solve(time_limit_s / 5)
+        relaxation = None
         if values is not None:  # again, with the levels where that relaxation puts the phases
             self.tracker.update(bound_s=lp_bound)
             problem.levels = peak_levels(problem, 64, cap=2 * problem.phase_times(values))
-            again, bound = ilp.relaxation(problem, time_limit_s=time_limit_s / 4)
+            relaxation = Relaxation(problem)
+            again, bound = relaxation.solve(time_limit_s / 5)
             if again is not None:
                 values, lp_bound = again, max(lp_bound, bound)
                 self.tracker.update(bound_s=lp_bound)
         self.tracker.update("stage 1: rounding")
         if values is None:
-            return ilp.solve(problem, backend=backend, time_limit_s=max(1.0, time_limit_s - (time.perf_counter() - t0)),
-                             gap=gap, threads=threads)
-        left = lambda: time_limit_s - (time.perf_counter() - t0)
-        chosen = ilp.complete_relaxation(problem, values, time_limit_s=max(1.0, left() * 0.6))
+            return ilp.solve(problem, backend=backend, time_limit_s=max(1.0, left()), gap=gap, threads=threads)
+        chosen = ilp.complete_relaxation(problem, values, time_limit_s=max(1.0, left() * 0.3))
         flat = [k for ks in kinds for k in ks]
         group_of = {i: gi for gi, g in enumerate(problem.groups) for i in g}
-        while chosen is not None and left() > time_limit_s * 0.2:
+        while chosen is not None and left() > time_limit_s * 0.5:
             # pigeonhole: N loads of s seconds on m identical resources put ceil(N/m) of them on one; where
             # the rounding ignores that, add the row and round again, freeing the tables that carry such loads
             x = np.zeros(problem.num_options)
@@ -295,21 +299,33 @@ class TwoStagePlanner:
             if not rows:
                 break
             problem.counts += rows
+            if relaxation is not None:
+                relaxation.add_counts(rows)
             free = {group_of[int(i)] for row in rows for i in row.ids if x[i] > 0}
             if len(free) > len(problem.groups) / 3:  # that rounding would be the whole MIP again
                 break
-            again = ilp.complete_relaxation(problem, values, free=free, time_limit_s=max(1.0, left() * 0.6))
+            again = ilp.complete_relaxation(problem, values, free=free, time_limit_s=max(1.0, left() * 0.3))
             if again is None or problem.objective(again) >= problem.objective(chosen):
                 break
             chosen = again
+        tree = None
+        if chosen is not None and left() > 2.0:
+            self.tracker.update("stage 1: branch and bound on the bound")
+            tree = BoundTree(problem, relaxation).run(problem.objective(chosen), deadline=t0 + time_limit_s, gap=gap)
+            lp_bound = max(lp_bound, tree.bound_s)
+            self.tracker.update(bound_s=lp_bound)
+            if tree.chosen is not None:
+                chosen = tree.chosen
         wall = time.perf_counter() - t0
         if chosen is None:
             return ilp.IlpResult(None, "no_solution", None, lp_bound, wall, nvars, 0, "none", backend)
         objective = problem.objective(chosen)
         bound = min(max(lp_bound, problem.simple_lower_bound()), objective)
+        how = "relaxation with peak levels, rounded" + (
+            f"; {tree.nodes} splits of the relaxation, {tree.lp_solves} LPs" if tree is not None else "")
         return ilp.IlpResult(chosen, "optimal" if objective - bound <= gap * objective else "feasible", objective,
                              bound, wall, nvars, len(problem.load_rows) + len(problem.mem_rows), "none",
-                             f"{backend} (relaxation with peak levels, rounded)")
+                             f"{backend} + highs ({how})")
 
     def count_rows(self, problem: Problem, flat: list[Kind], values: np.ndarray, per_class: int = 1) -> list[CountRow]:
         """Pigeonhole rows (problem.CountRow) that ``values`` (a choice, or a relaxation's values) violates:
@@ -551,43 +567,14 @@ class TwoStagePlanner:
         return p, best[0]
 
 
-def _table_peaks(problem: Problem) -> dict[int, np.ndarray]:
-    """Per phase, every option's peak (its coefficient in its group's 'table:' row; 0 where it has none)."""
-    out = {}
-    for (ph, name), (ids, v) in problem.load_rows.items():
-        if name.startswith("table:"):
-            out.setdefault(ph, np.zeros(problem.num_options))[ids] = v
-    return out
-
-
-def _phase_floors(problem: Problem) -> np.ndarray:
-    """A lower bound on every phase's time in any solution: on every row, its base plus each group's smallest
-    coefficient there (0 for a group with an option off the row); the largest per phase."""
-    floor = np.zeros(problem.num_phases)
-    for (ph, _), v in problem.load_base.items():
-        floor[ph] = max(floor[ph], v)
-    group_of = np.empty(problem.num_options, dtype=np.int64)
-    sizes = np.array([len(g) for g in problem.groups])
-    for gi, g in enumerate(problem.groups):
-        group_of[g] = gi
-    for (ph, name), (ids, v) in problem.load_rows.items():
-        g = group_of[ids]
-        smallest = np.full(len(problem.groups), np.inf)
-        np.minimum.at(smallest, g, v)
-        covered = np.bincount(g, minlength=len(problem.groups)) == sizes  # every option of the group is on the row
-        total = problem.load_base.get((ph, name), 0.0) + float(smallest[covered].sum())
-        floor[ph] = max(floor[ph], total)
-    return floor
-
-
 def peak_levels(problem: Problem, count: int, cap: np.ndarray | None = None) -> list[PeakLevels]:
     """Peak levels (problem.PeakLevels) for every phase: ``count`` quantiles of the options' peaks above the
     phase's floor and up to ``cap`` (s, per phase; levels where the peaks are dense, so that each separates
     many options), and one at the highest peak."""
-    peaks = _table_peaks(problem)
-    floor = _phase_floors(problem)
+    peaks = problem.table_peaks()
+    floor = problem.phase_floors()
     out = []
-    for ph, pk in sorted(peaks.items()):
+    for ph, pk in enumerate(peaks):
         top = float(pk.max())
         if top <= floor[ph] * (1 + 1e-9):
             continue
@@ -595,11 +582,13 @@ def peak_levels(problem: Problem, count: int, cap: np.ndarray | None = None) -> 
         if cap is not None and (above <= cap[ph]).any():
             above = above[above <= cap[ph]]
         levels = np.unique(np.append(np.quantile(above, np.linspace(0, 1, count)), top))
-        members = []
-        for level in levels:
-            per_group = [np.asarray([i for i in g if pk[i] >= level * (1 - 1e-12)], dtype=np.int64)
-                         for g in problem.groups]
-            members.append([m for m in per_group if len(m)])
+        members: list[list[np.ndarray]] = [[] for _ in levels]
+        for g in problem.groups:  # a group's row at level j only where its set changes above j (the chain does the rest)
+            g_peaks = pk[g]
+            reach = [frozenset(np.asarray(g)[g_peaks >= level * (1 - 1e-12)].tolist()) for level in levels]
+            for j, ids in enumerate(reach):
+                if ids and (j + 1 == len(levels) or reach[j + 1] != ids):
+                    members[j].append(np.asarray(sorted(ids), dtype=np.int64))
         out.append(PeakLevels(ph, float(floor[ph]), list(np.diff(np.concatenate([[floor[ph]], levels]))), members))
     return out
 

@@ -1,0 +1,154 @@
+"""The LP relaxation of a Problem (problem.py) in HiGHS, built as a sparse matrix and kept for re-solves.
+
+The same rows as ilp._build with every variable continuous: options x in [0, 1], phase times y >= 0 (ms),
+peak-level variables w in [0, 1], pigeonhole counts z >= 0. Re-solving after a change of bounds (an option
+forbidden or forced, a phase time boxed) starts from the last basis, which is what branch and bound on the
+bound (bound_tree.py) needs: a child LP takes a fraction of the root's time.
+Times are milliseconds and memory GiB inside, as in ilp.py; results come back in seconds.
+"""
+from __future__ import annotations
+
+import highspy
+import numpy as np
+import scipy.sparse as sp
+
+from placer.planner.problem import CountRow, Problem
+
+TIME_SCALE = 1e3  # seconds -> milliseconds (as ilp.TIME_SCALE)
+MEM_SCALE = 2.0**-30  # bytes -> GiB (as ilp.MEM_SCALE)
+INF = highspy.kHighsInf
+
+
+class _Rows:
+    """Sparse rows collected as (row, column, value) triplets with their bounds."""
+
+    def __init__(self):
+        self.r: list[np.ndarray] = []
+        self.c: list[np.ndarray] = []
+        self.v: list[np.ndarray] = []
+        self.lo: list[float] = []
+        self.hi: list[float] = []
+
+    def add(self, cols, vals, lo: float, hi: float = INF) -> None:
+        cols = np.asarray(cols, dtype=np.int64)
+        self.r.append(np.full(len(cols), len(self.lo), dtype=np.int64))
+        self.c.append(cols)
+        self.v.append(np.asarray(vals, dtype=np.float64))
+        self.lo.append(lo)
+        self.hi.append(hi)
+
+    def matrix(self, num_cols: int) -> sp.csr_matrix:
+        return sp.csr_matrix((np.concatenate(self.v), (np.concatenate(self.r), np.concatenate(self.c))),
+                             shape=(len(self.lo), num_cols))
+
+
+class Relaxation:
+    """The LP relaxation of ``problem``, solved and re-solved in one HiGHS instance."""
+
+    def __init__(self, problem: Problem):
+        self.problem = problem
+        n, phases = problem.num_options, problem.num_phases
+        self.n, self.phases = n, phases
+        y = n  # first phase-time column
+        rows = _Rows()
+        for group in problem.groups:
+            rows.add(group, np.ones(len(group)), 1.0, 1.0)
+        for (ph, res), (ids, coef) in problem.load_rows.items():
+            rows.add(np.concatenate([[y + ph], ids]), np.concatenate([[1.0], -coef * TIME_SCALE]),
+                     problem.load_base.get((ph, res), 0.0) * TIME_SCALE)
+        y_floor = np.zeros(phases)
+        for (ph, _), v in problem.load_base.items():
+            y_floor[ph] = max(y_floor[ph], v * TIME_SCALE)
+        num_cols = n + phases
+        upper_extra: list[float] = []
+        for lv in problem.levels:
+            w0, count = num_cols, len(lv.steps_s)
+            num_cols += count
+            upper_extra += [1.0] * count
+            rows.add(np.concatenate([[y + lv.phase], np.arange(w0, w0 + count)]),
+                     np.concatenate([[1.0], -np.asarray(lv.steps_s) * TIME_SCALE]), lv.floor_s * TIME_SCALE)
+            for j in range(count - 1):  # the chain w_j >= w_{j+1}
+                rows.add([w0 + j, w0 + j + 1], [1.0, -1.0], 0.0)
+            for j, per_group in enumerate(lv.members):
+                for ids in per_group:
+                    rows.add(np.concatenate([[w0 + j], ids]), np.concatenate([[1.0], -np.ones(len(ids))]), 0.0)
+        for row in problem.counts:
+            z = num_cols
+            num_cols += 1
+            upper_extra.append(INF)
+            for cols, vals, lo in self._count_rows(row, z):
+                rows.add(cols, vals, lo)
+        for m, (ids, b) in problem.mem_rows.items():
+            rows.add(ids, b * MEM_SCALE, -INF, problem.mem_capacity[m] * MEM_SCALE)
+        a = rows.matrix(num_cols)
+        lp = highspy.HighsLp()
+        lp.num_col_, lp.num_row_ = num_cols, a.shape[0]
+        cost = np.zeros(num_cols)
+        cost[y:y + phases] = 1.0
+        lp.col_cost_ = cost
+        self.col_lower = np.zeros(num_cols)
+        self.col_lower[y:y + phases] = y_floor
+        self.col_upper = np.concatenate([np.ones(n), np.full(phases, INF), upper_extra])
+        lp.col_lower_, lp.col_upper_ = self.col_lower, self.col_upper
+        lp.row_lower_, lp.row_upper_ = np.asarray(rows.lo), np.asarray(rows.hi)
+        lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+        lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = a.indptr, a.indices, a.data
+        lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = num_cols, a.shape[0]
+        self.highs = highspy.Highs()
+        self.highs.setOptionValue("output_flag", False)
+        self.highs.passModel(lp)
+        self.solved_once = False
+        self.iterations = 0
+
+    def _count_rows(self, row: CountRow, z: int) -> list[tuple[np.ndarray, np.ndarray, float]]:
+        """The two rows of a pigeonhole count with its count variable in column ``z``: (columns, values,
+        lower bound)."""
+        return [(np.concatenate([[self.n + row.phase, z], row.spread_ids]),
+                 np.concatenate([[1.0, -row.size_s * TIME_SCALE], -row.spread_coefs * TIME_SCALE]),
+                 row.base_s * TIME_SCALE),
+                (np.concatenate([[z], row.ids]), np.concatenate([[float(row.slots)], -row.counts.astype(float)]), 0.0)]
+
+    def add_counts(self, counts: list[CountRow]) -> None:
+        """Add pigeonhole rows (as the problem gains them) without losing the basis."""
+        for row in counts:
+            z = len(self.col_lower)
+            self.highs.addCol(0.0, 0.0, INF, 0, np.zeros(0, dtype=np.int32), np.zeros(0))
+            self.col_lower = np.append(self.col_lower, 0.0)
+            self.col_upper = np.append(self.col_upper, INF)
+            for cols, vals, lo in self._count_rows(row, z):
+                self.highs.addRow(lo, INF, len(cols), cols.astype(np.int32), vals)
+
+    def solve(self, time_limit_s: float, upper: np.ndarray | None = None, lower: np.ndarray | None = None,
+              phase_box: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray | None, float | None]:
+        """(value of every option, optimal value in s) under option bounds ``lower``/``upper`` (arrays of
+        num_options in [0, 1]; default [0, 1]) and phase times in ``phase_box`` = (lowest, highest) s per phase
+        (default: from the base loads up). (None, inf) if infeasible, (None, None) if not solved in time. The first solve
+        uses the interior point method (with crossover, so later solves have a basis); later ones warm-start
+        the dual simplex from the last basis."""
+        h, n, phases = self.highs, self.n, self.phases
+        lo = self.col_lower.copy()
+        hi = self.col_upper.copy()
+        if upper is not None:
+            hi[:n] = upper
+        if lower is not None:
+            lo[:n] = lower
+        if phase_box is not None:
+            lo[n:n + phases] = np.maximum(lo[n:n + phases], phase_box[0] * TIME_SCALE)
+            hi[n:n + phases] = np.where(np.isfinite(phase_box[1]), phase_box[1] * TIME_SCALE, INF)
+        h.changeColsBounds(len(lo), np.arange(len(lo), dtype=np.int32), lo, hi)
+        h.setOptionValue("time_limit", h.getRunTime() + max(0.1, float(time_limit_s)))  # HiGHS counts all runs
+        h.setOptionValue("solver", "simplex" if self.solved_once else "ipm")
+        h.run()
+        status = h.getModelStatus()
+        if status == highspy.HighsModelStatus.kInfeasible:
+            return None, float("inf")
+        if status != highspy.HighsModelStatus.kOptimal:
+            return None, None
+        self.solved_once = True
+        self.iterations += h.getInfo().simplex_iteration_count
+        values = np.clip(np.asarray(h.getSolution().col_value[:n]), 0.0, 1.0)
+        return values, h.getInfo().objective_function_value / TIME_SCALE + self.problem.fixed_s
+
+    def phase_times(self) -> np.ndarray:
+        """The phase times (s) of the last solve."""
+        return np.asarray(self.highs.getSolution().col_value[self.n:self.n + self.phases]) / TIME_SCALE
