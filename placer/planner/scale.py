@@ -278,23 +278,25 @@ class TwoStagePlanner:
         nvars = problem.num_options + problem.num_phases
         problem.levels = peak_levels(problem, 32)
         self.tracker.update("stage 1: relaxation", bound_s=problem.simple_lower_bound())
-        values, lp_bound = Relaxation(problem).solve(time_limit_s / 5)
-        relaxation = None
-        if values is not None:  # again, with the levels where that relaxation puts the phases
+        lp_time = max(time_limit_s / 5, 10.0)  # everything after needs a relaxation: let it finish
+        relaxation = Relaxation(problem)
+        values, lp_bound = relaxation.solve(lp_time)
+        if values is not None:
             self.tracker.update(bound_s=lp_bound)
+        if values is not None and left() > 0.5 * time_limit_s:  # again, with the levels where it puts the phases
             problem.levels = peak_levels(problem, 64, cap=2 * problem.phase_times(values))
-            relaxation = Relaxation(problem)
-            again, bound = relaxation.solve(time_limit_s / 5)
+            second = Relaxation(problem)
+            again, bound = second.solve(lp_time)
             if again is not None:
-                values, lp_bound = again, max(lp_bound, bound)
+                values, lp_bound, relaxation = again, max(lp_bound, bound), second
                 self.tracker.update(bound_s=lp_bound)
         self.tracker.update("stage 1: rounding")
         if values is None:
             return ilp.solve(problem, backend=backend, time_limit_s=max(1.0, left()), gap=gap, threads=threads)
-        chosen = ilp.complete_relaxation(problem, values, time_limit_s=max(1.0, left() * 0.3))
+        chosen = ilp.complete_relaxation(problem, values, time_limit_s=max(1.0, left() * 0.6))
         flat = [k for ks in kinds for k in ks]
         group_of = {i: gi for gi, g in enumerate(problem.groups) for i in g}
-        while chosen is not None and left() > time_limit_s * 0.5:
+        while chosen is not None and left() > time_limit_s * 0.2:
             # pigeonhole: N loads of s seconds on m identical resources put ceil(N/m) of them on one; where
             # the rounding ignores that, add the row and round again, freeing the tables that carry such loads
             x = np.zeros(problem.num_options)
@@ -303,12 +305,11 @@ class TwoStagePlanner:
             if not rows:
                 break
             problem.counts += rows
-            if relaxation is not None:
-                relaxation.add_counts(rows)
+            relaxation.add_counts(rows)
             free = {group_of[int(i)] for row in rows for i in row.ids if x[i] > 0}
             if len(free) > len(problem.groups) / 3:  # that rounding would be the whole MIP again
                 break
-            again = ilp.complete_relaxation(problem, values, free=free, time_limit_s=max(1.0, left() * 0.3))
+            again = ilp.complete_relaxation(problem, values, free=free, time_limit_s=max(1.0, left() * 0.6))
             if again is None or problem.objective(again) >= problem.objective(chosen):
                 break
             chosen = again
