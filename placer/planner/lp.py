@@ -12,10 +12,9 @@ import highspy
 import numpy as np
 import scipy.sparse as sp
 
+from placer.planner.ilp import MEM_SCALE, TIME_SCALE
 from placer.planner.problem import CountRow, Problem
 
-TIME_SCALE = 1e3  # seconds -> milliseconds (as ilp.TIME_SCALE)
-MEM_SCALE = 2.0**-30  # bytes -> GiB (as ilp.MEM_SCALE)
 INF = highspy.kHighsInf
 
 
