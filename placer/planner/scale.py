@@ -641,15 +641,15 @@ class TwoStagePlanner:
                 return None
             spread += b * (2 * used + b) / cap**2
         new_max = list(acc.phase_max)
-        excess = 0.0
+        weight, excess = self.excess_weight, 0.0
         for ph, r, v in kind.own:
             load = acc.loads[(ph, rl(key, r))]
             if load + v > new_max[ph]:
                 new_max[ph] = load + v
             spread += v * (2 * load + v) / scale[ph]**2
-            if load + v > scale[ph]:
+            if weight and load + v > scale[ph]:
                 excess += ((load + v - scale[ph])**2 - max(0.0, load - scale[ph])**2) / scale[ph]**2
-        return sum(new_max), self.excess_weight * excess + spread
+        return sum(new_max), weight * excess + spread
 
     def _best_key(self, acc: Accumulator, kind: Kind) -> tuple[tuple, tuple[float, float]] | None:
         best = None
