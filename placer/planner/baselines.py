@@ -11,7 +11,8 @@
 """
 from __future__ import annotations
 
-from collections import defaultdict
+import weakref
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -24,20 +25,68 @@ from placer.specs.workload import TableSpec
 BASELINES = ("host_cpu", "uvm", "greedy_size", "round_robin", "random", "fae")
 
 
+class LoadIndex:
+    """Every (phase, resource) load of a model numbered densely, phase by phase (phase p holds
+    ``p * width ... (p + 1) * width - 1``), and every memory; with the memories' usable bytes."""
+
+    def __init__(self, model: CostModel):
+        names = list(model.topo.resources)
+        self.width = len(names)
+        self.keys = [(p, r) for p in range(len(PHASES)) for r in names]
+        self.of = {key: i for i, key in enumerate(self.keys)}
+        self.mem_names = list(model.usable_memory)
+        self.mem_of = {m: i for i, m in enumerate(self.mem_names)}
+        self.usable = np.array([model.usable_memory[m] for m in self.mem_names], dtype=np.float64)
+
+    def phase(self, p: int) -> slice:
+        return slice(p * self.width, (p + 1) * self.width)
+
+
+_INDEXES: "weakref.WeakKeyDictionary[CostModel, LoadIndex]" = weakref.WeakKeyDictionary()
+
+
+def load_index(model: CostModel) -> LoadIndex:
+    """The model's LoadIndex (built once per model)."""
+    if model not in _INDEXES:
+        _INDEXES[model] = LoadIndex(model)
+    return _INDEXES[model]
+
+
+class _ArrayView(Mapping):
+    """Read-only dict view of an Accumulator array: name -> value (0 for a name never loaded)."""
+
+    def __init__(self, values: np.ndarray, of: dict, names: list):
+        self._values, self._of, self._names = values, of, names
+
+    def __getitem__(self, key) -> float:
+        return float(self._values[self._of[key]])
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
 class Accumulator:
-    """Loads and memory placed so far, with the step time and fit of one more placement, incrementally."""
+    """Loads (s) and memory (bytes) placed so far, with the step time and fit of one more placement,
+    incrementally. Kept as arrays numbered by ``index`` (``load_array``, ``memory_array``: callers may score
+    many devices at once); ``loads`` and ``memory`` read them by name."""
 
     def __init__(self, model: CostModel):
         self.model = model
-        self.loads: dict[tuple[int, str], float] = defaultdict(float, model.base_cost.loads)
-        self.memory: dict[str, float] = defaultdict(float)
-        self.phase_max = [0.0] * len(PHASES)
-        for (p, _), v in self.loads.items():
-            self.phase_max[p] = max(self.phase_max[p], v)
+        self.index = index = load_index(model)
+        self.load_array = np.zeros(len(index.keys))
+        self.memory_array = np.zeros(len(index.mem_names))
+        self.loads = _ArrayView(self.load_array, index.of, index.keys)
+        self.memory = _ArrayView(self.memory_array, index.mem_of, index.mem_names)
+        for key, v in model.base_cost.loads.items():
+            self.load_array[index.of[key]] += v
+        self.phase_max = [float(self.load_array[index.phase(p)].max()) for p in range(len(PHASES))]
 
     def fits(self, cost: Cost) -> bool:
-        usable = self.model.usable_memory
-        return all(self.memory[m] + b <= usable[m] for m, b in cost.memory.items())
+        at, mem, usable = self.index.mem_of, self.memory_array, self.index.usable
+        return all(mem[at[m]] + b <= usable[at[m]] for m, b in cost.memory.items())
 
     def step_with(self, cost: Cost) -> float:
         new_max = list(self.phase_max)
@@ -46,37 +95,41 @@ class Accumulator:
         return sum(new_max)
 
     def add(self, cost: Cost) -> None:
-        for key, v in cost.loads.items():
-            self.loads[key] += v
-            self.phase_max[key[0]] = max(self.phase_max[key[0]], self.loads[key])
-        for m, b in cost.memory.items():
-            self.memory[m] += b
+        at, _, phases = self._shift(cost, 1.0)
+        for p in phases:
+            self.phase_max[p] = max(self.phase_max[p], float(self.load_array[at[phases[p]]].max()))
 
     def remove(self, cost: Cost) -> None:
         """Take a placement's cost back out (phase maxima recomputed for the phases it touched)."""
-        stale = set()
-        for key, v in cost.loads.items():
-            before = self.loads[key]
-            self.loads[key] = before - v
-            if before >= self.phase_max[key[0]] * (1 - 1e-12):  # it was (one of) the busiest: recompute
-                stale.add(key[0])
-        for m, b in cost.memory.items():
-            self.memory[m] -= b
-        for p in stale:
-            self.phase_max[p] = max((v for (ph, _), v in self.loads.items() if ph == p), default=0.0)
+        at, values, phases = self._shift(cost, -1.0)
+        for p, cols in phases.items():  # a load at the maximum left: recompute
+            if (self.load_array[at[cols]] + values[cols] >= self.phase_max[p] * (1 - 1e-12)).any():
+                self.phase_max[p] = float(self.load_array[self.index.phase(p)].max())
+
+    def busiest(self, phase: int) -> tuple[tuple[int, str], float]:
+        """The (phase, resource) key with the largest load in ``phase``, and that load (s)."""
+        sl = self.index.phase(phase)
+        i = int(np.argmax(self.load_array[sl]))
+        return self.index.keys[sl.start + i], float(self.load_array[sl.start + i])
+
+    def _shift(self, cost: Cost, sign: float):
+        """Add ``sign`` x the cost's loads and memory; returns (load indices, loads, {phase: positions})."""
+        of, n = self.index.of, len(cost.loads)
+        at = np.fromiter((of[k] for k in cost.loads), np.int64, n)
+        values = np.fromiter(cost.loads.values(), np.float64, n)
+        self.load_array[at] += sign * values  # a cost's keys are distinct
+        if cost.memory:
+            mem_of = self.index.mem_of
+            self.memory_array[[mem_of[m] for m in cost.memory]] += sign * np.fromiter(
+                cost.memory.values(), np.float64, len(cost.memory))
+        phase_of = at // self.index.width
+        phases = {int(p): np.flatnonzero(phase_of == p) for p in np.unique(phase_of)}
+        return at, values, phases
 
     @property
     def step(self) -> float:
         """Step time so far without fixed latencies, seconds."""
         return sum(self.phase_max)
-
-    def bottlenecks(self) -> list[str]:
-        """The busiest resource of every phase."""
-        best: dict[int, tuple[float, str]] = {}
-        for (p, r), v in self.loads.items():
-            if v > best.get(p, (-1.0, ""))[0]:
-                best[p] = (v, r)
-        return [r for _, r in best.values()]
 
 
 def _table_wise(t: TableSpec, gpu: str, hbm_rows: int, precision: str = "fp32") -> Placement:
