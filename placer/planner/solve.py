@@ -185,7 +185,7 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, t0: f
                            name, pl))
         tracker.update(incumbent_s=candidates[-1][0])
     remaining = config.time_limit_s - (time.perf_counter() - t0)
-    placements, bound, stage1, _ = solve_two_stage(model, sym, config.options, time_limit_s=max(10.0, remaining - 1.5),
+    placements, bound, stage1, _ = solve_two_stage(model, sym, config.options, time_limit_s=max(10.0, remaining - 2.5),
                                                    gap=config.gap, backend=config.solver, threads=config.threads,
                                                    tracker=tracker)
     if stage1.status == "infeasible":

@@ -1,0 +1,198 @@
+"""Stage 2's pairwise repacking: two GPUs split their single-GPU tables between them anew.
+
+Re-insertions move one table, swaps exchange two; neither can lower a phase's busiest resource once every
+other GPU is packed to some phase's maximum (production-856 on 128 GPUs: the exchange within 7% of its mean
+on every NIC, the forward full on the GPUs of the column-wise blocks). Here the GPU that holds a phase's
+busiest resource and each other GPU pool their single-GPU tables (at most ``MAX_POOLED``) and every split of
+the pool between the two is scored at once in numpy, on the two GPUs' own resources (loads relabeled through
+the cluster's symmetry; the rest of the cluster as it is). The split with the least step time, then the least
+peak of the two in that phase, then the least sum of squared loads, wins when it lowers the busiest resource
+and puts no new load at another phase's maximum (so repacks cannot trade one phase against another in
+circles); it is then priced exactly and kept only if no phase's exact maximum rose.
+"""
+from __future__ import annotations
+
+import time
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from placer.cost import PHASES
+from placer.plan import Placement
+from placer.planner.baselines import Accumulator
+
+if TYPE_CHECKING:
+    from placer.planner.scale import TwoStagePlanner
+
+#: Most tables two GPUs split (2**MAX_POOLED splits are scored per pair); pairs holding more are left out (a
+#: sub-pool of the tables loading the phase most did worse: production-856 on 16 GPUs 31.8 -> 32.3 ms).
+MAX_POOLED = 12
+_LOCAL = ("node0/gpu0", "node0/nic0")  # a canonical resource naming these belongs to one GPU alone
+
+
+def _local(name: str) -> bool:
+    return any(token in name for token in _LOCAL)
+
+
+class _Frame:
+    """The single-GPU tables of a plan in the coordinates of one GPU: every canonical own resource (phase,
+    name) that belongs to the GPU alone is a dimension; each table is a vector of its loads (s) there, each
+    GPU a row of indices into Accumulator.load_array; GPU memory likewise."""
+
+    def __init__(self, planner: "TwoStagePlanner", acc: Accumulator, tables: list[int]):
+        where, rl, index = planner.where, planner.sym.relabel, acc.index
+        dims = sorted({(ph, r) for ti in tables for ph, r, _ in where[ti][0].own if _local(r)})
+        mems = sorted({m for ti in tables for m, _ in where[ti][0].own_mem if _local(m)})
+        self.dims, self.phase = dims, np.array([ph for ph, _ in dims], dtype=np.int64)
+        at = {d: i for i, d in enumerate(dims)}
+        mat = {m: i for i, m in enumerate(mems)}
+        self.load = {}
+        self.mem = {}
+        for ti in tables:
+            v = np.zeros(len(dims))
+            for ph, r, s in where[ti][0].own:
+                if (ph, r) in at:
+                    v[at[(ph, r)]] += s
+            b = np.zeros(len(mems))
+            for m, n_bytes in where[ti][0].own_mem:
+                if m in mat:
+                    b[mat[m]] += n_bytes
+            self.load[ti], self.mem[ti] = v, b
+        self.keys = [planner.sym.gpu_key(g) for g in planner.topo.gpus]
+        self.load_at = {k: np.array([index.of[(ph, rl(k, r))] for ph, r in dims], dtype=np.int64) for k in self.keys}
+        self.mem_at = {k: np.array([index.mem_of[rl(k, m)] for m in mems], dtype=np.int64) for k in self.keys}
+        self.owner = {int(i): k for k in self.keys for i in self.load_at[k]}  # load index -> GPU key
+
+
+def repack(planner: "TwoStagePlanner", placements: list[Placement], acc: Accumulator, deadline: float) -> int:
+    """Repack pairs of GPUs (module docstring) while the busiest resource of some phase comes down and time is
+    left. Returns the number of pairs repacked; ``placements``, ``acc`` and ``planner.where`` change in place."""
+    tables = [ti for ti in planner.where if planner.where[ti][0].family == "gpu"]
+    if not tables:
+        return 0
+    frame = _Frame(planner, acc, tables)
+    scale = np.asarray(planner.scale)[frame.phase]
+    done = 0
+    progress = True
+    while progress and time.perf_counter() < deadline:
+        progress = False
+        on: dict[tuple, list[int]] = {k: [] for k in frame.keys}
+        for ti in tables:
+            on[planner.where[ti][1]].append(ti)
+        for ph in sorted(range(len(PHASES)), key=lambda p: -acc.phase_max[p] / planner.scale[p]):
+            if time.perf_counter() >= deadline:
+                break
+            top, level = acc.busiest(ph)
+            g = frame.owner.get(acc.index.of[top])
+            if g is None or level <= 0 or not on[g]:
+                continue
+            best = _best_split(frame, acc, on, g, ph, level, scale)
+            if best is not None and _apply(planner, placements, acc, frame, on, g, best, top, level):
+                done += 1
+                progress = True
+                break
+    return done
+
+
+def _best_split(frame: _Frame, acc: Accumulator, on: dict[tuple, list[int]], g: tuple, ph: int, level: float,
+                scale: np.ndarray):
+    """(partner key, tables that end on g, tables that end on the partner) of the best split that lowers the
+    peak of phase ``ph`` on both GPUs below ``level`` without raising the step (on their own resources); None
+    if no pair does."""
+    loads = acc.load_array
+    in_phase = frame.phase == ph
+    # each phase's largest loads elsewhere: the step's other terms (the two GPUs' own entries left out below)
+    order = {p: np.argsort(-loads[acc.index.phase(p)])[:4 * len(frame.dims) + 1] + acc.index.phase(p).start
+             for p in set(frame.phase.tolist())}
+    phases = sorted(order)
+    step_now = acc.step
+    best = None
+    from_g = on[g]
+    for h in frame.keys:
+        from_h = on[h]
+        pool = from_g + from_h
+        if h == g or not from_h or len(pool) > MAX_POOLED:
+            continue
+        n = len(pool)
+        vec = np.array([frame.load[t] for t in pool])
+        mem = np.array([frame.mem[t] for t in pool])
+        split = _splits(n)
+        base_g = loads[frame.load_at[g]] - sum(frame.load[t] for t in from_g)
+        base_h = loads[frame.load_at[h]] - sum(frame.load[t] for t in from_h)
+        on_g = split @ vec
+        load_g, load_h = base_g + on_g, base_h + vec.sum(axis=0) - on_g
+        if mem.shape[1]:
+            mem_g = split @ mem
+            used_g = acc.memory_array[frame.mem_at[g]] - sum(frame.mem[t] for t in from_g)
+            used_h = acc.memory_array[frame.mem_at[h]] - sum(frame.mem[t] for t in from_h)
+            cap_g, cap_h = acc.index.usable[frame.mem_at[g]], acc.index.usable[frame.mem_at[h]]
+            fits = np.all(used_g + mem_g <= cap_g, axis=1) & np.all(used_h + mem.sum(axis=0) - mem_g <= cap_h, axis=1)
+        else:
+            fits = np.ones(len(split), dtype=bool)
+        mine = set(frame.load_at[g].tolist()) | set(frame.load_at[h].tolist())
+        now = np.maximum(loads[frame.load_at[g]], loads[frame.load_at[h]])
+        step = np.zeros(len(split))
+        ok = fits.copy()
+        for p in phases:
+            rest = next((loads[i] for i in order[p] if int(i) not in mine), 0.0)
+            cols = frame.phase == p
+            peak_p = np.maximum(load_g[:, cols].max(axis=1), load_h[:, cols].max(axis=1))
+            step += np.maximum(rest, peak_p)
+            if p != ph:  # no new load at another phase's maximum: repacks cannot cycle between phases
+                ok &= peak_p <= max(float(now[cols].max()), acc.phase_max[p] * (1 - 1e-9))
+        step += sum(acc.phase_max[p] for p in range(len(PHASES)) if p not in order)
+        peak = np.maximum(load_g[:, in_phase].max(axis=1), load_h[:, in_phase].max(axis=1))
+        ok &= (step <= step_now * (1 + 1e-12)) & (peak < level * (1 - 1e-9))
+        if not ok.any():
+            continue
+        imbalance = ((load_g**2 + load_h**2) / scale**2).sum(axis=1)
+        cand = np.flatnonzero(ok)
+        i = cand[np.lexsort((imbalance[cand], peak[cand], step[cand]))[0]]
+        score = (step[i], peak[i], imbalance[i])
+        if best is None or score < best[0]:
+            chosen = split[i].astype(bool)
+            best = (score, h, [t for t, c in zip(pool, chosen) if c], [t for t, c in zip(pool, chosen) if not c])
+    return None if best is None else best[1:]
+
+
+@lru_cache(maxsize=None)
+def _splits(n: int) -> np.ndarray:
+    """(2**n, n): every split of n tables between two GPUs (1: on the first)."""
+    return ((np.arange(2**n)[:, None] >> np.arange(n)) & 1).astype(np.float64)
+
+
+def _apply(planner: "TwoStagePlanner", placements: list[Placement], acc: Accumulator, frame: _Frame,
+           on: dict[tuple, list[int]], g: tuple, split, top: tuple[int, str], level: float) -> bool:
+    """Move the tables of ``split`` (partner, to g, to partner) exactly; undo unless the busiest resource came
+    down and no phase's maximum rose."""
+    h, to_g, to_h = split
+    moving = [(t, g) for t in to_g if planner.where[t][1] != g] + [(t, h) for t in to_h if planner.where[t][1] != h]
+    if not moving:
+        return False
+    model, before = planner.model, list(acc.phase_max)
+    old = {t: (placements[t], planner.where[t], model.placement_cost(placements[t])) for t, _ in moving}
+    new = {t: planner.relabeled(planner.where[t][0], key) for t, key in moving}
+    for t, _ in moving:
+        acc.remove(old[t][2])
+    added = []
+    for t, key in moving:
+        cost = model.placement_cost(new[t])
+        if not acc.fits(cost):
+            break
+        acc.add(cost)
+        added.append(cost)
+    else:
+        if acc.loads[top] < level * (1 - 1e-12) and all(a <= b * (1 + 1e-12) for a, b in zip(acc.phase_max, before)):
+            for t, key in moving:
+                placements[t] = new[t]
+                planner.where[t] = (planner.where[t][0], key)
+            for t, key in moving:
+                on[key].append(t)
+                on[h if key == g else g].remove(t)
+            return True
+    for cost in added:
+        acc.remove(cost)
+    for t, _ in moving:
+        acc.add(old[t][2])
+    return False
