@@ -1,10 +1,11 @@
 """Stage 2's pairwise repacking: two GPUs split their single-GPU tables between them anew.
 
-Re-insertions move one table, swaps exchange two; neither can lower a phase's busiest resource once every
-other GPU is packed to some phase's maximum (production-856 on 128 GPUs: the exchange within 7% of its mean
-on every NIC, the forward full on the GPUs of the column-wise blocks). Here the GPU that holds a phase's
-busiest resource and each other GPU pool their single-GPU tables (at most ``MAX_POOLED``) and every split of
-the pool between the two is scored at once in numpy, on the two GPUs' own resources (loads relabeled through
+Re-insertions move one table, swaps exchange two; neither can lower a phase's busiest resource once the
+other GPUs are packed to some phase's maximum (synthetic-1000 on 256 GPUs: 463 of the 512 NIC links within
+0.5% of the exchange's maximum, the forward full on the GPUs of the column-wise blocks). Here the GPU that
+holds a phase's busiest resource and each other GPU pool their single-GPU tables (at most ``MAX_POOLED``) and
+every split of the pool between the two is scored at once in numpy, on the two GPUs' own resources (loads
+relabeled through
 the cluster's symmetry; the rest of the cluster as it is). The split with the least step time, then the least
 peak of the two in that phase, then the least sum of squared loads, wins when it lowers the busiest resource
 and puts no new load at another phase's maximum (so repacks cannot trade one phase against another in

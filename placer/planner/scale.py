@@ -51,8 +51,8 @@ from placer.planner.baselines import Accumulator, load_index
 from placer.planner.bound_tree import BoundTree
 from placer.planner.lp import Relaxation
 from placer.planner.problem import CountRow, PeakLevels, Problem
-from placer.planner.repack import repack
 from placer.planner.progress import Tracker
+from placer.planner.repack import repack
 from placer.planner.symmetry import Symmetry, resource_class
 
 FAMILY = {"table_wise": "gpu", "host": "node", "row_wise": "node", "column_wise": "block", "data_parallel": "all"}
@@ -676,7 +676,7 @@ class TwoStagePlanner:
             self._index_cache[cache_key] = (keys, load_at, mem_at)
         return self._index_cache[cache_key]
 
-    def _best_key(self, acc: Accumulator, kind: Kind, stay: tuple | None = None):
+    def _best_key(self, acc: Accumulator, kind: Kind, stay: tuple | None = None) -> tuple[tuple, float] | None:
         """(symmetry key, step s) of the candidate device with the least step time, ties (within 1e-12
         relative) to the least imbalance; None if ``kind`` fits nowhere. With ``stay`` (a key): None also
         unless the best beats staying there (the tables already sit at their own positions)."""
@@ -735,13 +735,14 @@ def peak_levels(problem: Problem, count: int, cap: np.ndarray | None = None) -> 
 #: Stage 2's portfolio: it assigns devices once per variant while time is left (the next only if the time left
 #: exceeds what the last took), keeping the best plan. A variant is (the phase times its balance measure is
 #: relative to: stage 1's with the pigeonhole rows, "counted", or the class averages alone, "plain"; the weight
-#: of its excess measure, see _scores). No variant wins everywhere; measured on one stage-1 choice each
-#: (c = counted, p = plain, with the weight), ms:
-#:   production-856 on 128 GPUs  c0 8.900  c100 8.872  p100 8.952  p0 8.885
-#:   synthetic-1000 on 256 GPUs  c0 4.982  c100 4.982  p100 4.891  p0 4.927
-#:   synthetic-1000 on 128 GPUs  c0 7.007  c100 7.002  p100 7.000  p0 7.007
-#:   synthetic-1000 on 16 GPUs   c0 25.08  c100 25.10  p100 25.14  p0 25.14
-#:   production-856 on 16 GPUs   c0 31.82  c100 31.86  p100 31.86  p0 31.82
+#: of its excess measure, see _scores). No variant wins everywhere; measured on one stage-1 choice each, with
+#: the re-insertions, swaps and repacking (c = counted, p = plain, with the weight), ms:
+#:   production-856 on 128 GPUs  c100 8.862  c0 8.882  p100 8.871  p0 8.879
+#:   synthetic-1000 on 256 GPUs  c100 4.849  c0 4.849  p100 4.890  p0 4.849
+#:   synthetic-1000 on 128 GPUs  c100 6.988  c0 6.993  p100 6.985  p0 7.003
+#:   synthetic-1000 on 16 GPUs   c100 25.10  c0 25.08  p100 25.14  p0 25.14
+#:   production-856 on 16 GPUs   c100 31.84  c0 31.78  p100 31.84  p0 31.78
+#: The large clusters, where time allows one or two variants, favour c100; the small ones run all four.
 STAGE2_VARIANTS = (("counted", 100.0), ("counted", 0.0), ("plain", 100.0), ("plain", 0.0))
 
 
