@@ -113,3 +113,41 @@ def test_tree_closes_small_problems():
     assert result.nodes > 0
     assert result.bound_s == pytest.approx(best, rel=1e-6)
     assert result.objective_s == pytest.approx(best, rel=1e-6)
+
+
+def _with_counts(seed: int, tables: int = 5) -> Problem:
+    """_random_problem with a pigeonhole row on phase 1: each option puts 0-2 loads of 1 ms on a class of 3
+    links, so some link carries ceil(N / 3) of them."""
+    problem = _random_problem(seed, tables)
+    rng = np.random.default_rng(seed + 1)
+    ids = np.arange(problem.num_options)
+    problem.counts = [CountRow(1, 1e-4, 1e-3, 3, ids, rng.integers(0, 3, len(ids)), ids[:0], np.zeros(0))]
+    problem.levels = peak_levels(problem, count=4)
+    return problem
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10_000))
+def test_tree_with_counts_stays_below_the_optimum(seed):
+    """Splits on a pigeonhole count (z <= floor / z >= ceil) keep every integer plan in some leaf too."""
+    problem = _with_counts(seed)
+    best = _brute_force(problem)
+    _, root = Relaxation(problem).solve(10.0)
+    result = BoundTree(problem).run(incumbent_s=best * 1.5, deadline=time.perf_counter() + 20.0)
+    assert root - 1e-12 <= result.bound_s <= best * (1 + 1e-9)
+    if result.chosen is not None:
+        assert result.objective_s == pytest.approx(problem.objective(result.chosen))
+
+
+def test_tree_closes_the_rounding_of_counts():
+    """Every option of 4 tables puts one 5 ms load on a class of 3 links: some link carries 2 of them, while
+    the relaxation's count is 4/3 whatever it chooses. Only a split on the count closes that gap."""
+    problem = _random_problem(3, tables=4)
+    ids = np.arange(problem.num_options)
+    problem.counts = [CountRow(1, 1e-4, 5e-3, 3, ids, np.ones(len(ids), dtype=np.int64), ids[:0], np.zeros(0))]
+    problem.levels = peak_levels(problem, count=4)
+    best = _brute_force(problem)
+    _, root = Relaxation(problem).solve(10.0)
+    assert root < best * 0.95
+    result = BoundTree(problem, candidates=4).run(incumbent_s=best * 2, deadline=time.perf_counter() + 30.0)
+    assert result.bound_s == pytest.approx(best, rel=1e-6)

@@ -6,7 +6,9 @@ heavier. Every integer plan lies on one side of a split, so the least bound over
 splits is a valid lower bound, and it rises where the mixture was hiding a real choice. Splits tried:
 
 * a table: its option with the largest relaxed value forced / forbidden;
-* a phase time: y_p <= L (which forbids every option whose own peak in p exceeds L) / y_p >= L.
+* a phase time: y_p <= L (which forbids every option whose own peak in p exceeds L) / y_p >= L;
+* a pigeonhole count (problem.CountRow) whose relaxed value z is fractional: z <= floor(z) / z >= ceil(z)
+  (in the relaxation z is the plain average N / m, which hides the rounding up that the row stands for).
 
 At each node the candidates are ranked by how much their mixture hides (below), the best few are tried by
 solving both children (strong branching, warm-started from the last basis), and the split whose weaker child
@@ -34,8 +36,11 @@ class _Node:
     upper: np.ndarray  # per option, 0 or 1
     box_lo: np.ndarray  # per phase, s
     box_hi: np.ndarray  # per phase, s (inf: open)
+    count_lo: np.ndarray  # per pigeonhole row, its count's lowest value
+    count_hi: np.ndarray  # ... and highest (inf: open)
     values: np.ndarray | None = None  # the node's relaxed option values (None: not solved, bound from the parent)
     times: np.ndarray | None = None  # the node's relaxed phase times, s
+    counts: np.ndarray | None = None  # the node's relaxed pigeonhole counts
 
 
 @dataclass
@@ -73,11 +78,13 @@ class BoundTree:
         if left <= 0.05:
             return
         self.solves += 1
-        values, bound = self.lp.solve(left, upper=upper, lower=node.lower, phase_box=(node.box_lo, node.box_hi))
+        values, bound = self.lp.solve(left, upper=upper, lower=node.lower, phase_box=(node.box_lo, node.box_hi),
+                                      count_box=(node.count_lo, node.count_hi))
         if bound is not None:
             node.bound_s = max(node.bound_s, bound)
             node.values = values
-            node.times = self.lp.phase_times() if values is not None else None
+            if values is not None:
+                node.times, node.counts = self.lp.phase_times(), self.lp.counts()
 
     def _splits(self, node: _Node) -> list[tuple[_Node, _Node]]:
         """The children of the most promising splits of ``node`` (unsolved)."""
@@ -111,19 +118,30 @@ class BoundTree:
             low.box_hi[ph] = min(low.box_hi[ph], cut)
             high.box_lo[ph] = max(high.box_lo[ph], cut)
             out.append((float(wt @ (pk - y[ph])), (low, high)))
+        # pigeonhole counts: how much rounding the count up would add to its phase
+        for i, (row, z) in enumerate(zip(self.problem.counts, node.counts)):
+            if z - np.floor(z) <= 1e-6 or np.ceil(z) - z <= 1e-6:
+                continue
+            low, high = self._child(node), self._child(node)
+            low.count_hi[i] = np.floor(z)
+            high.count_lo[i] = np.ceil(z)
+            out.append((row.size_s * float(np.ceil(z) - z), (low, high)))
         out.sort(key=lambda t: -t[0])
         return [pair for _, pair in out[:self.candidates]]
 
     @staticmethod
     def _child(node: _Node) -> _Node:
-        return _Node(node.bound_s, node.lower.copy(), node.upper.copy(), node.box_lo.copy(), node.box_hi.copy())
+        return _Node(node.bound_s, node.lower.copy(), node.upper.copy(), node.box_lo.copy(), node.box_hi.copy(),
+                     node.count_lo.copy(), node.count_hi.copy())
 
     def run(self, incumbent_s: float, deadline: float, gap: float = 0.0) -> TreeResult:
         """Split until ``deadline`` (perf_counter s), the tree proves ``incumbent_s`` within ``gap``, nothing
         is left to split, or the bound stalls (``patience``). The root is the relaxation as given (instant if its last solve was the root)."""
         t0 = time.perf_counter()
         phases, n = self.problem.num_phases, self.problem.num_options
-        root = _Node(0.0, np.zeros(n), np.ones(n), np.zeros(phases), np.full(phases, np.inf))
+        counts = len(self.problem.counts)
+        root = _Node(0.0, np.zeros(n), np.ones(n), np.zeros(phases), np.full(phases, np.inf), np.zeros(counts),
+                     np.full(counts, np.inf))
         self._solve(root, deadline)
         if root.values is None:
             return TreeResult(self.problem.simple_lower_bound(), None, None, 0, self.solves, time.perf_counter() - t0)
@@ -138,16 +156,14 @@ class BoundTree:
             if node.values is None:  # its LP timed out: nothing more can be learnt in time
                 heapq.heappush(heap, (bound, next(tie), node))
                 break
-            pairs = self._splits(node)
-            if not pairs:  # integral: a plan of stage 1 (its objective may exceed the LP's where counts round up)
+            if all(node.values[g].max() >= 1 - 1e-6 for g in self.problem.groups):  # a plan of stage 1
                 leaf = [int(g[int(np.argmax(node.values[g]))]) for g in self.problem.groups]
                 value = self.problem.objective(leaf)
                 if value < incumbent_s:
                     chosen, objective, incumbent_s = leaf, value, value
                     prune_at = incumbent_s * (1 - gap)
-                if value > node.bound_s * (1 + 1e-9):  # the counts' rounding is not in the LP: keep its bound
-                    heapq.heappush(heap, (node.bound_s, next(tie), node))
-                    break
+            pairs = self._splits(node)
+            if not pairs:  # integral, counts too: the LP's value is the plan's
                 continue
             best, best_score = None, -np.inf
             for a, b in pairs:

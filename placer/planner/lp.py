@@ -71,10 +71,12 @@ class Relaxation:
             for j, per_group in enumerate(lv.members):
                 for ids in per_group:
                     rows.add(np.concatenate([[w0 + j], ids]), np.concatenate([[1.0], -np.ones(len(ids))]), 0.0)
+        self.count_cols: list[int] = []  # the count variable z of each pigeonhole row, in problem.counts order
         for row in problem.counts:
             z = num_cols
             num_cols += 1
             upper_extra.append(INF)
+            self.count_cols.append(z)
             for cols, vals, lo in self._count_rows(row, z):
                 rows.add(cols, vals, lo)
         for m, (ids, b) in problem.mem_rows.items():
@@ -114,14 +116,17 @@ class Relaxation:
             self.highs.addCol(0.0, 0.0, INF, 0, np.zeros(0, dtype=np.int32), np.zeros(0))
             self.col_lower = np.append(self.col_lower, 0.0)
             self.col_upper = np.append(self.col_upper, INF)
+            self.count_cols.append(z)
             for cols, vals, lo in self._count_rows(row, z):
                 self.highs.addRow(lo, INF, len(cols), cols.astype(np.int32), vals)
 
     def solve(self, time_limit_s: float, upper: np.ndarray | None = None, lower: np.ndarray | None = None,
-              phase_box: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray | None, float | None]:
+              phase_box: tuple[np.ndarray, np.ndarray] | None = None,
+              count_box: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray | None, float | None]:
         """(value of every option, optimal value in s) under option bounds ``lower``/``upper`` (arrays of
-        num_options in [0, 1]; default [0, 1]) and phase times in ``phase_box`` = (lowest, highest) s per phase
-        (default: from the base loads up). (None, inf) if infeasible, (None, None) if not solved in time. The first solve
+        num_options in [0, 1]; default [0, 1]), phase times in ``phase_box`` = (lowest, highest) s per phase
+        (default: from the base loads up) and pigeonhole counts in ``count_box`` = (lowest, highest) per count
+        row (default: 0 up). (None, inf) if infeasible, (None, None) if not solved in time. The first solve
         uses the interior point method (with crossover, so later solves have a basis); later ones warm-start
         the dual simplex from the last basis."""
         h, n, phases = self.highs, self.n, self.phases
@@ -134,6 +139,10 @@ class Relaxation:
         if phase_box is not None:
             lo[n:n + phases] = np.maximum(lo[n:n + phases], phase_box[0] * TIME_SCALE)
             hi[n:n + phases] = np.where(np.isfinite(phase_box[1]), phase_box[1] * TIME_SCALE, INF)
+        if count_box is not None:
+            cols = np.asarray(self.count_cols, dtype=np.int64)
+            lo[cols] = count_box[0]
+            hi[cols] = np.where(np.isfinite(count_box[1]), count_box[1], INF)
         h.changeColsBounds(len(lo), np.arange(len(lo), dtype=np.int32), lo, hi)
         h.setOptionValue("time_limit", h.getRunTime() + max(0.1, float(time_limit_s)))  # HiGHS counts all runs
         h.setOptionValue("solver", "simplex" if self.solved_once else "ipm")
@@ -147,6 +156,10 @@ class Relaxation:
         self.iterations += h.getInfo().simplex_iteration_count
         values = np.clip(np.asarray(h.getSolution().col_value[:n]), 0.0, 1.0)
         return values, h.getInfo().objective_function_value / TIME_SCALE + self.problem.fixed_s
+
+    def counts(self) -> np.ndarray:
+        """The pigeonhole counts z of the last solve, in problem.counts order."""
+        return np.asarray(self.highs.getSolution().col_value)[np.asarray(self.count_cols, dtype=np.int64)]
 
     def phase_times(self) -> np.ndarray:
         """The phase times (s) of the last solve."""
