@@ -85,16 +85,17 @@ def test_relaxation_bounds_and_infeasibility():
     assert lp.solve(10.0, phase_box=box) == (None, float("inf"))
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.integers(0, 10_000))
-def test_tree_bound_lies_between_the_relaxation_and_the_optimum(seed):
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10_000), st.sampled_from([0.0, 0.02, 0.1]))
+def test_tree_bound_lies_between_the_relaxation_and_the_optimum(seed, gap):
     """Every split keeps every integer plan in some leaf, so the tree's bound never passes the brute-force
-    optimum; it never falls below the root relaxation; a leaf it reports is a real choice with its objective."""
+    optimum, also where it leaves out leaves within ``gap`` of its incumbent; it never falls below the root
+    relaxation; a leaf it reports is a real choice with its objective."""
     problem = _random_problem(seed)
     problem.levels = peak_levels(problem, count=4)
     best = _brute_force(problem)
     _, root = Relaxation(problem).solve(10.0)
-    result = BoundTree(problem).run(incumbent_s=best * 1.5, deadline=time.perf_counter() + 20.0)
+    result = BoundTree(problem).run(incumbent_s=best * 1.02, deadline=time.perf_counter() + 20.0, gap=gap)
     assert root - 1e-12 <= result.bound_s <= best * (1 + 1e-9)
     if result.chosen is not None:
         assert problem.fits(result.chosen)
@@ -126,14 +127,14 @@ def _with_counts(seed: int, tables: int = 5) -> Problem:
     return problem
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.integers(0, 10_000))
-def test_tree_with_counts_stays_below_the_optimum(seed):
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10_000), st.sampled_from([0.0, 0.02, 0.1]))
+def test_tree_with_counts_stays_below_the_optimum(seed, gap):
     """Splits on a pigeonhole count (z <= floor / z >= ceil) keep every integer plan in some leaf too."""
     problem = _with_counts(seed)
     best = _brute_force(problem)
     _, root = Relaxation(problem).solve(10.0)
-    result = BoundTree(problem).run(incumbent_s=best * 1.5, deadline=time.perf_counter() + 20.0)
+    result = BoundTree(problem).run(incumbent_s=best * 1.02, deadline=time.perf_counter() + 20.0, gap=gap)
     assert root - 1e-12 <= result.bound_s <= best * (1 + 1e-9)
     if result.chosen is not None:
         assert result.objective_s == pytest.approx(problem.objective(result.chosen))

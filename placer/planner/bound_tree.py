@@ -45,7 +45,7 @@ class _Node:
 
 @dataclass
 class TreeResult:
-    bound_s: float  # least bound over open leaves (or the incumbent, if every leaf is pruned)
+    bound_s: float  # least bound over open leaves, leaves left out within the gap, and the incumbent
     chosen: list[int] | None  # the best integral leaf (one option per group), if any beat the incumbent
     objective_s: float | None  # its objective (problem.objective)
     nodes: int  # nodes split
@@ -150,6 +150,7 @@ class BoundTree:
         heap = [(root.bound_s, next(tie), root)]
         split = 0
         prune_at = incumbent_s * (1 - gap)
+        dropped = np.inf  # the least bound of the children left out for being within the gap of the incumbent
         last_gain = (root.bound_s, 0)  # (bound, split at which it last rose by min_gain)
         while heap and heap[0][0] < prune_at and time.perf_counter() < deadline:
             bound, _, node = heapq.heappop(heap)
@@ -181,10 +182,12 @@ class BoundTree:
             for child in best:
                 if child.bound_s < prune_at:
                     heapq.heappush(heap, (child.bound_s, next(tie), child))
-            now = min(heap[0][0], incumbent_s) if heap else incumbent_s
+                else:
+                    dropped = min(dropped, child.bound_s)
+            now = min(heap[0][0] if heap else np.inf, incumbent_s, dropped)
             if now > last_gain[0] * (1 + self.min_gain):
                 last_gain = (now, split)
             elif split - last_gain[1] >= self.patience:  # the bound has stalled: leave the time to others
                 break
-        bound = min(heap[0][0], incumbent_s) if heap else incumbent_s
-        return TreeResult(bound, chosen, objective, split, self.solves, time.perf_counter() - t0)
+        bound = min(heap[0][0] if heap else np.inf, incumbent_s, dropped)
+        return TreeResult(float(bound), chosen, objective, split, self.solves, time.perf_counter() - t0)

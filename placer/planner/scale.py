@@ -119,6 +119,7 @@ class TwoStagePlanner:
         self.model, self.sym, self.topo = model, sym, model.topo
         self.tracker = tracker or Tracker(None)
         self.cfg = cfg
+        self.other_choices: list[list[int]] = []  # stage 1's choices besides the one it returns (option ids)
         self.local = CostModel(model.topo, model.wl, include_exchange=False)
         self._exchange_cache: dict = {}
         self._allreduce_folded: dict | None = None
@@ -300,6 +301,7 @@ class TwoStagePlanner:
         if values is None:
             return ilp.solve(problem, backend=backend, time_limit_s=max(1.0, left()), gap=gap, threads=threads)
         chosen = ilp.complete_relaxation(problem, values, time_limit_s=max(1.0, left() * 0.6))
+        found = [chosen] if chosen is not None else []  # every choice stage 1 makes on the way
         flat = [k for ks in kinds for k in ks]
         group_of = {i: gi for gi, g in enumerate(problem.groups) for i in g}
         while chosen is not None and left() > time_limit_s * 0.2:
@@ -319,15 +321,20 @@ class TwoStagePlanner:
             if again is None or problem.objective(again) >= problem.objective(chosen):
                 break
             chosen = again
+            found.append(chosen)
         tree = None
         if chosen is not None and left() > 2.0:
             self.tracker.update("stage 1: branch and bound on the bound")
-            tree = BoundTree(problem, relaxation).run(problem.objective(chosen), deadline=t0 + time_limit_s, gap=gap)
+            # no gap: the plan lands above stage 1's incumbent, so leaves within the gap of it still matter
+            tree = BoundTree(problem, relaxation).run(problem.objective(chosen), deadline=t0 + time_limit_s)
             lp_bound = max(lp_bound, tree.bound_s)
             self.tracker.update(bound_s=lp_bound)
             if tree.chosen is not None:
                 chosen = tree.chosen
+                found.append(chosen)
         wall = time.perf_counter() - t0
+        self.other_choices = sorted((c for i, c in enumerate(found) if c != chosen and c not in found[:i]),
+                                    key=problem.objective)
         if chosen is None:
             return ilp.IlpResult(None, "no_solution", None, lp_bound, wall, nvars, 0, "none", backend)
         objective = problem.objective(chosen)
@@ -768,7 +775,15 @@ def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, time_
     if result.chosen is None:
         return None, result.lower_bound_s, result, time.perf_counter() - t0
     deadline = t0 + time_limit_s - 2.0  # pricing the plan takes < 1 s (256 GPUs)
+    started = time.perf_counter()
     placements, step = _stage2(planner, kinds, result.chosen, deadline)
+    took = time.perf_counter() - started
+    for ids in planner.other_choices:  # stage 1's other choices (the first rounding's, ...): stage 2 may do better
+        if deadline - time.perf_counter() < took:
+            break
+        alt, alt_step = _stage2(planner, kinds, ids, deadline)
+        if alt and (not placements or alt_step < step):
+            placements, step = alt, alt_step
     if deadline - time.perf_counter() > 30.0:  # time left: branch and bound on stage 1, from the rounding
         plain = dataclasses.replace(planner.stage1_problem, levels=[])  # levels + a start crash CBC
         tracker.update(f"stage 1: {backend} branch and bound")
