@@ -89,7 +89,7 @@ def repack(planner: "TwoStagePlanner", placements: list[Placement], acc: Accumul
             if g is None or level <= 0 or not on[g]:
                 continue
             best = _best_split(frame, acc, on, g, ph, level, scale)
-            if best is not None and _apply(planner, placements, acc, frame, on, g, best, top, level):
+            if best is not None and _apply(planner, placements, acc, on, g, best, top, level):
                 done += 1
                 progress = True
                 break
@@ -163,37 +163,18 @@ def _splits(n: int) -> np.ndarray:
     return ((np.arange(2**n)[:, None] >> np.arange(n)) & 1).astype(np.float64)
 
 
-def _apply(planner: "TwoStagePlanner", placements: list[Placement], acc: Accumulator, frame: _Frame,
-           on: dict[tuple, list[int]], g: tuple, split, top: tuple[int, str], level: float) -> bool:
+def _apply(planner: "TwoStagePlanner", placements: list[Placement], acc: Accumulator, on: dict[tuple, list[int]],
+           g: tuple, split, top: tuple[int, str], level: float) -> bool:
     """Move the tables of ``split`` (partner, to g, to partner) exactly; undo unless the busiest resource came
     down and no phase's maximum rose."""
     h, to_g, to_h = split
     moving = [(t, g) for t in to_g if planner.where[t][1] != g] + [(t, h) for t in to_h if planner.where[t][1] != h]
-    if not moving:
+    before = list(acc.phase_max)
+    if not moving or not planner.move_exactly(
+            placements, acc, moving, keep=lambda: acc.loads[top] < level * (1 - 1e-12)
+            and all(a <= b * (1 + 1e-12) for a, b in zip(acc.phase_max, before))):
         return False
-    model, before = planner.model, list(acc.phase_max)
-    old = {t: (placements[t], planner.where[t], model.placement_cost(placements[t])) for t, _ in moving}
-    new = {t: planner.relabeled(planner.where[t][0], key) for t, key in moving}
-    for t, _ in moving:
-        acc.remove(old[t][2])
-    added = []
     for t, key in moving:
-        cost = model.placement_cost(new[t])
-        if not acc.fits(cost):
-            break
-        acc.add(cost)
-        added.append(cost)
-    else:
-        if acc.loads[top] < level * (1 - 1e-12) and all(a <= b * (1 + 1e-12) for a, b in zip(acc.phase_max, before)):
-            for t, key in moving:
-                placements[t] = new[t]
-                planner.where[t] = (planner.where[t][0], key)
-            for t, key in moving:
-                on[key].append(t)
-                on[h if key == g else g].remove(t)
-            return True
-    for cost in added:
-        acc.remove(cost)
-    for t, _ in moving:
-        acc.add(old[t][2])
-    return False
+        on[key].append(t)
+        on[h if key == g else g].remove(t)
+    return True

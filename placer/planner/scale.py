@@ -607,30 +607,45 @@ class TwoStagePlanner:
                     if best is None:
                         continue
                     u = best[1]
-                    ku = self.where[u][1]
                     step = acc.step
-                    old_t, old_u = model.placement_cost(placements[t]), model.placement_cost(placements[u])
-                    new_t, new_u = self.relabeled(self.where[t][0], ku), self.relabeled(self.where[u][0], kt)
-                    cost_t, cost_u = model.placement_cost(new_t), model.placement_cost(new_u)
-                    acc.remove(old_t)
-                    acc.remove(old_u)
-                    if acc.fits(cost_t):
-                        acc.add(cost_t)
-                        if acc.fits(cost_u):
-                            acc.add(cost_u)
-                            if acc.step <= step * (1 + 1e-12) and acc.loads[top] < level * (1 - 1e-12):
-                                placements[t], placements[u] = new_t, new_u
-                                self.where[t], self.where[u] = (self.where[t][0], ku), (self.where[u][0], kt)
-                                swaps += 1
-                                progress = done = True
-                                break
-                            acc.remove(cost_u)
-                        acc.remove(cost_t)
-                    acc.add(old_t)
-                    acc.add(old_u)
+                    if self.move_exactly(placements, acc, [(t, self.where[u][1]), (u, kt)],
+                                         keep=lambda: acc.step <= step * (1 + 1e-12)
+                                         and acc.loads[top] < level * (1 - 1e-12)):
+                        swaps += 1
+                        progress = done = True
+                        break
                 if done:
                     break
         return swaps
+
+    def move_exactly(self, placements: list[Placement], acc: Accumulator, moves: list[tuple[int, tuple]],
+                     keep: Callable[[], bool]) -> bool:
+        """Move every table of ``moves`` ((table, symmetry key) pairs) onto its key, priced exactly in ``acc``;
+        kept (``placements`` and ``where`` updated) if every new placement fits and ``keep()`` then holds, else
+        undone. Returns whether it was kept."""
+        model = self.model
+        old = [model.placement_cost(placements[t]) for t, _ in moves]
+        new = [self.relabeled(self.where[t][0], key) for t, key in moves]
+        for cost in old:
+            acc.remove(cost)
+        added: list[Cost] = []
+        for p in new:
+            cost = model.placement_cost(p)
+            if not acc.fits(cost):
+                break
+            acc.add(cost)
+            added.append(cost)
+        else:
+            if keep():
+                for (t, key), p in zip(moves, new):
+                    placements[t] = p
+                    self.where[t] = (self.where[t][0], key)
+                return True
+        for cost in reversed(added):
+            acc.remove(cost)
+        for cost in old:
+            acc.add(cost)
+        return False
 
     def place(self, acc: Accumulator, canonical: Placement) -> Placement | None:
         """Put a canonical placement on its best device (as stage 2 does); None if it fits nowhere."""
