@@ -790,15 +790,21 @@ def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, time_
     if result.chosen is None:
         return None, result.lower_bound_s, result, time.perf_counter() - t0
     deadline = t0 + time_limit_s - 2.0  # pricing the plan takes < 1 s (256 GPUs)
+    best: tuple[list[Placement], float] = ([], float("inf"))
+
+    def place(ids: list[int]) -> None:
+        nonlocal best
+        alt = _stage2(planner, kinds, ids, deadline)
+        if alt[0] and alt[1] < best[1]:
+            best = alt
+
     started = time.perf_counter()
-    placements, step = _stage2(planner, kinds, result.chosen, deadline)
+    place(result.chosen)
     took = time.perf_counter() - started
     for ids in planner.other_choices:  # stage 1's other choices (the first rounding's, ...): stage 2 may do better
         if deadline - time.perf_counter() < took:
             break
-        alt, alt_step = _stage2(planner, kinds, ids, deadline)
-        if alt and (not placements or alt_step < step):
-            placements, step = alt, alt_step
+        place(ids)
     if deadline - time.perf_counter() > 30.0:  # time left: branch and bound on stage 1, from the rounding
         plain = dataclasses.replace(planner.stage1_problem, levels=[])  # levels + a start crash CBC
         tracker.update(f"stage 1: {backend} branch and bound")
@@ -810,10 +816,8 @@ def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, time_
         if other is not None and other.chosen is not None:
             result.lower_bound_s = max(result.lower_bound_s, min(other.lower_bound_s, result.objective_s))
             if other.chosen != result.chosen:
-                alt, alt_step = _stage2(planner, kinds, other.chosen, deadline)
-                if alt and (not placements or alt_step < step):
-                    placements, step = alt, alt_step
-    return placements or None, result.lower_bound_s, result, time.perf_counter() - t0
+                place(other.chosen)
+    return best[0] or None, result.lower_bound_s, result, time.perf_counter() - t0
 
 
 def _stage2(planner: TwoStagePlanner, kinds: list[list[Kind]], ids: list[int],
