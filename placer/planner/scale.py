@@ -52,6 +52,7 @@ from placer.planner.bound_tree import BoundTree
 from placer.planner.lp import Relaxation
 from placer.planner.problem import CountRow, PeakLevels, Problem
 from placer.planner.progress import Tracker
+from placer.planner import fill
 from placer.planner.repack import repack
 from placer.planner.symmetry import Symmetry, resource_class
 
@@ -458,12 +459,13 @@ class TwoStagePlanner:
         return kind.placement.model_copy(update={"shards": [
             s.model_copy(update={"device": rl(key, s.device)}) for s in kind.placement.shards]})
 
-    def assign_best(self, chosen: list[Kind], fallbacks: list[list[Kind]]) -> tuple[list[Placement], Accumulator]:
+    def assign_best(self, chosen: list[Kind], fallbacks: list[list[Kind]],
+                    pinned: dict[int, tuple[Kind, tuple]] | None = None) -> tuple[list[Placement], Accumulator]:
         """``assign`` in each order of ORDERS; the one with the least step time (its choices kept in
         ``self.where``)."""
         best = None
         for order_by in ORDERS:
-            placements, acc = self.assign(chosen, fallbacks, order_by)
+            placements, acc = self.assign(chosen, fallbacks, order_by, pinned)
             if placements and (best is None or acc.step < best[1].step):
                 best = (placements, acc, self.where)
         if best is None:
@@ -471,11 +473,11 @@ class TwoStagePlanner:
         self.where = best[2]
         return best[0], best[1]
 
-    def assign(self, chosen: list[Kind], fallbacks: list[list[Kind]], order_by: str = "size"
-               ) -> tuple[list[Placement], Accumulator]:
+    def assign(self, chosen: list[Kind], fallbacks: list[list[Kind]], order_by: str = "size",
+               pinned: dict[int, tuple[Kind, tuple]] | None = None) -> tuple[list[Placement], Accumulator]:
         """Devices for the chosen kinds, largest first (by ``order_by``, one of ORDERS); a kind that fits
-        nowhere falls back to the same table's kinds with less HBM, then host. Returns ([], acc) if some table
-        fits nowhere."""
+        nowhere falls back to the same table's kinds with less HBM, then host. ``pinned`` (table -> (kind,
+        symmetry key)) go first, where they say (fill.py). Returns ([], acc) if some table fits nowhere."""
         model = self.model
         measure = ORDERS[order_by]
         acc = Accumulator(model)
@@ -487,7 +489,14 @@ class TwoStagePlanner:
             if acc.fits(c):
                 acc.add(c)
                 placed[k.table] = full
-        order = sorted((k for k in chosen if k.family != "all"), key=lambda k: -measure(self, k))
+        for ti, (k, key) in (pinned or {}).items():
+            p = self.relabeled(k, key)
+            c = model.placement_cost(p)
+            if acc.fits(c):
+                acc.add(c)
+                placed[ti] = p
+                self.where[ti] = (k, key)
+        order = sorted((k for k in chosen if k.family != "all" and k.table not in placed), key=lambda k: -measure(self, k))
         order += [k for k in chosen if k.family == "all" and k.table not in placed]
         for k in order:
             tries = [k] if k.family != "all" else []
@@ -824,8 +833,10 @@ def _stage2(planner: TwoStagePlanner, kinds: list[list[Kind]], ids: list[int],
             deadline: float) -> tuple[list[Placement], float]:
     """Stage 2 for one stage-1 choice (option ids of the stage-1 problem): (placements or [], step time s
     without fixed latencies). Devices are assigned once per variant of STAGE2_VARIANTS while time is left,
-    each improved by re-insertions, swaps and pairwise repacking (repack.py); the least step time wins."""
+    each improved by re-insertions, swaps and pairwise repacking (repack.py), and then assigned anew with its
+    starved GPUs filled first (fill.py) while that helps. The least step time wins."""
     flat = [k for ks in kinds for k in ks]
+    chosen = [flat[i] for i in ids]
     problem = planner.stage1_problem
     scales = {"counted": problem.phase_times(ids),
               "plain": dataclasses.replace(problem, counts=[]).phase_times(ids)}
@@ -841,19 +852,42 @@ def _stage2(planner: TwoStagePlanner, kinds: list[list[Kind]], ids: list[int],
         tried.add(variant)
         t0 = time.perf_counter()
         planner.set_scale(scales[scale_from])
-        planner.excess_weight = weight
-        placements, acc = planner.assign_best([flat[i] for i in ids], kinds)
-        planner.excess_weight = 0.0
-        if placements:
-            planner.improve(placements, acc, deadline=deadline)
-            for _ in range(3):  # swaps and repacking open room for re-insertions, and these for them
-                if not (planner.swap(placements, acc, deadline=deadline)
-                        + repack(planner, placements, acc, deadline=deadline)):
-                    break
-                if not planner.improve(placements, acc, deadline=deadline):
-                    break
-            planner.tracker.update(incumbent_s=acc.step + sum(planner.model.fixed_latency_s.values()))
-            if acc.step < best[1]:
-                best = (placements, acc.step)
+        placements, acc = _assign_and_improve(planner, chosen, kinds, weight, deadline)
+        run_took = time.perf_counter() - t0
+        while placements:  # starved GPUs filled first, while that helps; the MIP gets what the run leaves
+            mip_time = min(fill.MIP_TIME_S, deadline - time.perf_counter() - 1.2 * run_took)
+            if mip_time < fill.MIN_MIP_TIME_S:
+                break
+            pins = fill.fill_starved(planner, acc, mip_time)
+            if not pins:
+                break
+            kept = dict(planner.where)
+            filled, filled_acc = _assign_and_improve(planner, chosen, kinds, weight, deadline, pins)
+            if not filled or filled_acc.step >= acc.step:
+                planner.where = kept
+                break
+            placements, acc = filled, filled_acc
+        if placements and acc.step < best[1]:
+            best = (placements, acc.step)
         took = time.perf_counter() - t0
     return best
+
+
+def _assign_and_improve(planner: TwoStagePlanner, chosen: list[Kind], kinds: list[list[Kind]], weight: float,
+                        deadline: float, pinned: dict[int, tuple[Kind, tuple]] | None = None
+                        ) -> tuple[list[Placement], Accumulator]:
+    """One stage-2 run: devices assigned (excess weight ``weight``, see _scores; ``pinned`` first), then
+    re-insertions, swaps and repacking in rounds while they change something."""
+    planner.excess_weight = weight
+    placements, acc = planner.assign_best(chosen, kinds, pinned)
+    planner.excess_weight = 0.0
+    if placements:
+        planner.improve(placements, acc, deadline=deadline)
+        for _ in range(3):  # swaps and repacking open room for re-insertions, and these for them
+            if not (planner.swap(placements, acc, deadline=deadline)
+                    + repack(planner, placements, acc, deadline=deadline)):
+                break
+            if not planner.improve(placements, acc, deadline=deadline):
+                break
+        planner.tracker.update(incumbent_s=acc.step + sum(planner.model.fixed_latency_s.values()))
+    return placements, acc
