@@ -57,7 +57,7 @@ class BoundTree:
     """Best-first splitting of ``problem``'s relaxation (peak levels and count rows included)."""
 
     def __init__(self, problem: Problem, relaxation: Relaxation | None = None, candidates: int = 2,
-                 patience: int = 5, min_gain: float = 1e-4):
+                 patience: int = 3, min_gain: float = 1e-4):
         self.problem = problem
         self.lp = relaxation or Relaxation(problem)
         self.peaks = problem.table_peaks()

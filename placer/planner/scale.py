@@ -798,7 +798,7 @@ def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, time_
                             backend=backend, threads=threads)
     if result.chosen is None:
         return None, result.lower_bound_s, result, time.perf_counter() - t0
-    deadline = t0 + time_limit_s - 2.0  # pricing the plan takes < 1 s (256 GPUs)
+    deadline = t0 + time_limit_s - 1.0  # pricing the plan takes < 1 s (256 GPUs)
     best: tuple[list[Placement], float] = ([], float("inf"))
 
     def place(ids: list[int]) -> None:
@@ -855,7 +855,7 @@ def _stage2(planner: TwoStagePlanner, kinds: list[list[Kind]], ids: list[int],
         placements, acc = _assign_and_improve(planner, chosen, kinds, weight, deadline)
         run_took = time.perf_counter() - t0
         while placements:  # starved GPUs filled first, while that helps; the MIP gets what the run leaves
-            mip_time = min(fill.MIP_TIME_S, deadline - time.perf_counter() - 1.2 * run_took)
+            mip_time = min(fill.MIP_TIME_S, deadline - time.perf_counter() - run_took)
             if mip_time < fill.MIN_MIP_TIME_S:
                 break
             pins = fill.fill_starved(planner, acc, mip_time)
