@@ -68,7 +68,7 @@ class BoundTree:
         # stop once ``patience`` splits in a row raised the bound by less than ``min_gain`` (relative): on
         # synthetic-1000 on 256 GPUs the rounding is within 0.1% of the relaxation and a minute of splits
         # moved the bound by 0.1%, time that stage 2 uses better; production-856 on 128 GPUs reaches 8.5924 ms
-        # after 6 s and 0.0001 ms more in the next 10 s (5 splits, not 10: those 10 s go to fill.py's MIP)
+        # at split 6 and 0.0001 ms more in the next 10 splits (so 3, not 10: that time goes to fill.py's MIP)
         self.patience, self.min_gain = patience, min_gain
         self.solves = 0
 
