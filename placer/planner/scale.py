@@ -798,7 +798,7 @@ def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, time_
                             backend=backend, threads=threads)
     if result.chosen is None:
         return None, result.lower_bound_s, result, time.perf_counter() - t0
-    deadline = t0 + time_limit_s - 1.0  # pricing the plan takes < 1 s (256 GPUs)
+    deadline = t0 + time_limit_s - 2.0  # pricing the plan takes < 1 s (256 GPUs)
     best: tuple[list[Placement], float] = ([], float("inf"))
 
     def place(ids: list[int]) -> None:
