@@ -27,8 +27,10 @@ time grows least among those where it fits (the loads on the device's own resour
 the spread part of its exchange is the same wherever it goes), ties going to the emptier device (sum of
 squared loads relative to stage 1's phase times); then re-inserts tables the same way in sweeps while that
 helps, swaps pairs of tables where a phase's busiest resource can only come down that way, and lets two GPUs
-split their tables anew (repack.py), in rounds while any of these changes something. Stage 2 runs once per
-variant of its balance measure while time is left (STAGE2_VARIANTS). The plan is then priced exactly by the
+split their tables anew (repack.py), in rounds while any of these changes something; where multi-GPU options
+fill some GPUs in one phase and leave them idle in another, a MIP chooses what those GPUs hold and stage 2
+assigns the rest around them (fill.py), kept if better. Stage 2 runs once per variant of its balance measure
+while time is left (STAGE2_VARIANTS). The plan is then priced exactly by the
 simulator; the gap is (plan - bound) / plan.
 """
 from __future__ import annotations
