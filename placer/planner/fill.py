@@ -30,7 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from placer.planner.baselines import Accumulator
-from placer.planner.repack import _Frame
+from placer.planner.repack import GpuFrame
 
 if TYPE_CHECKING:
     from placer.planner.scale import Kind, TwoStagePlanner
@@ -66,7 +66,7 @@ def fill_starved(planner: "TwoStagePlanner", acc: Accumulator, time_limit_s: flo
     tables = [ti for ti in where if where[ti][0].family == "gpu"]
     if not tables:
         return None
-    frame = _Frame(planner, acc, tables)
+    frame = GpuFrame(planner, acc, tables)
     keys = frame.keys
     loads = acc.load_array[np.array([frame.load_at[k] for k in keys])]  # (GPUs, own dims), s
     phases = sorted(set(frame.phase.tolist()))
@@ -171,7 +171,8 @@ def _choose(phase: np.ndarray, vec: np.ndarray, mem: np.ndarray, base: np.ndarra
         for m in range(mem.shape[1]):
             ts = np.flatnonzero(mem[:, m] > 0)
             if len(ts):
-                add([col(t, g) for t in ts], (mem[ts, m] / 2**30).tolist(), -inf, max(0.0, float(free[g, m])) / 2**30)
+                add([col(t, g) for t in ts], (mem[ts, m] / 2**30).tolist(), -inf,
+                    max(0.0, float(free[g, m])) / 2**30)
     for p in starved:  # Y_p >= top - (held after - held now) / others
         d = busiest[p]
         ts = np.flatnonzero(vec[:, d] > 0)

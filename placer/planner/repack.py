@@ -36,7 +36,7 @@ def _local(name: str) -> bool:
     return any(token in name for token in _LOCAL)
 
 
-class _Frame:
+class GpuFrame:
     """The single-GPU tables of a plan in the coordinates of one GPU: every canonical own resource (phase,
     name) that belongs to the GPU alone is a dimension; each table is a vector of its loads (s) there, each
     GPU a row of indices into Accumulator.load_array; GPU memory likewise."""
@@ -72,7 +72,7 @@ def repack(planner: "TwoStagePlanner", placements: list[Placement], acc: Accumul
     tables = [ti for ti in planner.where if planner.where[ti][0].family == "gpu"]
     if not tables:
         return 0
-    frame = _Frame(planner, acc, tables)
+    frame = GpuFrame(planner, acc, tables)
     scale = np.asarray(planner.scale)[frame.phase]
     done = 0
     progress = True
@@ -96,7 +96,7 @@ def repack(planner: "TwoStagePlanner", placements: list[Placement], acc: Accumul
     return done
 
 
-def _best_split(frame: _Frame, acc: Accumulator, on: dict[tuple, list[int]], g: tuple, ph: int, level: float,
+def _best_split(frame: GpuFrame, acc: Accumulator, on: dict[tuple, list[int]], g: tuple, ph: int, level: float,
                 scale: np.ndarray):
     """(partner key, tables that end on g, tables that end on the partner) of the best split that lowers the
     peak of phase ``ph`` on both GPUs below ``level`` without raising the step (on their own resources); None

@@ -48,13 +48,12 @@ from placer.errors import SolverError
 from placer.options import (OptionConfig, data_parallel_allowed, data_parallel_placement, precisions,
                              row_wise_placement, table_options)
 from placer.plan import Placement
-from placer.planner import ilp
+from placer.planner import fill, ilp
 from placer.planner.baselines import Accumulator, load_index
 from placer.planner.bound_tree import BoundTree
 from placer.planner.lp import Relaxation
 from placer.planner.problem import CountRow, PeakLevels, Problem
 from placer.planner.progress import Tracker
-from placer.planner import fill
 from placer.planner.repack import repack
 from placer.planner.symmetry import Symmetry, resource_class
 
@@ -498,7 +497,8 @@ class TwoStagePlanner:
                 acc.add(c)
                 placed[ti] = p
                 self.where[ti] = (k, key)
-        order = sorted((k for k in chosen if k.family != "all" and k.table not in placed), key=lambda k: -measure(self, k))
+        order = sorted((k for k in chosen if k.family != "all" and k.table not in placed),
+                       key=lambda k: -measure(self, k))
         order += [k for k in chosen if k.family == "all" and k.table not in placed]
         for k in order:
             tries = [k] if k.family != "all" else []
