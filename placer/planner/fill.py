@@ -63,12 +63,13 @@ def fill_starved(planner: "TwoStagePlanner", acc: Accumulator, time_limit_s: flo
     starved GPUs filled (module docstring); None if it has none, or the MIP finds nothing in ``time_limit_s``
     that it estimates MIN_GAIN better."""
     where = planner.where
-    tables = [ti for ti in where if where[ti][0].family == "gpu"]
+    tables = planner.single_gpu_tables()
     if not tables:
         return None
     frame = GpuFrame(planner, acc, tables)
     keys = frame.keys
-    loads = acc.load_array[np.array([frame.load_at[k] for k in keys])]  # (GPUs, own dims), s
+    at = np.array([frame.load_at[k] for k in keys])  # (GPUs, own dims) indices into acc.load_array
+    loads = acc.load_array[at]  # s
     phases = sorted(set(frame.phase.tolist()))
     peak = {p: loads[:, frame.phase == p].max(axis=1) for p in phases}
     top = {p: acc.phase_max[p] for p in phases}
@@ -80,7 +81,7 @@ def fill_starved(planner: "TwoStagePlanner", acc: Accumulator, time_limit_s: flo
                 i = acc.index.of.get((ph, planner.sym.relabel(key, r)))
                 if i is not None:
                     multi[i] += v
-    by_multi = multi[np.array([frame.load_at[k] for k in keys])]
+    by_multi = multi[at]
     full = {p: (peak[p] >= FULL * top[p]) & (by_multi[:, frame.phase == p].max(axis=1) >= BLOCK_SHARE * top[p])
             for p in phases}
     starved = {p: peak[p] <= STARVED * top[p] for p in phases}
@@ -124,7 +125,8 @@ def fill_starved(planner: "TwoStagePlanner", acc: Accumulator, time_limit_s: flo
     for j, g in enumerate(gpus):
         for i in np.flatnonzero(held[:, j] > 0.5):
             pins[tables[i]] = (where[tables[i]][0], keys[g])
-    names = {list(planner.topo.gpus)[g] for g in gpus}
+    gpu_names = list(planner.topo.gpus)  # in the order of frame.keys
+    names = {gpu_names[g] for g in gpus}
     for t, (kind, key) in where.items():  # multi-GPU options on the starved GPUs stay with them
         if kind.family not in ("gpu", "all") and names & {s.device for s in planner.relabeled(kind, key).shards}:
             pins[t] = (kind, key)
@@ -136,10 +138,9 @@ def _choose(phase: np.ndarray, vec: np.ndarray, mem: np.ndarray, base: np.ndarra
             held_now: np.ndarray, others: int, least_gain_s: float, time_limit_s: float
             ) -> tuple[np.ndarray, float] | None:
     """((tables, starved GPUs) 0/1, estimated gain s): which tables the starved GPUs hold, by a MIP that
-    minimizes the estimated
-    step time: each starved phase at the most of the starved GPUs' loads and of its maximum now less what
-    every other GPU sheds on average (``held_now``: the starved GPUs' loads now, summed; ``others``: how many
-    other GPUs), each full phase at the most of the starved GPUs' loads and its maximum now (growing at most
+    minimizes the estimated step time: each starved phase at the most of the starved GPUs' loads and of its
+    maximum now less what every other GPU sheds on average (``held_now``: the starved GPUs' loads now, summed;
+    ``others``: how many other GPUs), each full phase at the most of the starved GPUs' loads and its maximum now (growing at most
     MAX_GROWTH), every other phase within its maximum; memory within ``free``. None if it found nothing at
     least ``least_gain_s`` better than the plan now."""
     n_t, n_g = vec.shape[0], base.shape[0]

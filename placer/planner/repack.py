@@ -69,7 +69,7 @@ class GpuFrame:
 def repack(planner: "TwoStagePlanner", placements: list[Placement], acc: Accumulator, deadline: float) -> int:
     """Repack pairs of GPUs (module docstring) while the busiest resource of some phase comes down and time is
     left. Returns the number of pairs repacked; ``placements``, ``acc`` and ``planner.where`` change in place."""
-    tables = [ti for ti in planner.where if planner.where[ti][0].family == "gpu"]
+    tables = planner.single_gpu_tables()
     if not tables:
         return 0
     frame = GpuFrame(planner, acc, tables)

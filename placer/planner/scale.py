@@ -577,7 +577,7 @@ class TwoStagePlanner:
                     return False
             return True
 
-        single = [ti for ti in self.where if self.where[ti][0].family == "gpu"]
+        single = self.single_gpu_tables()
         progress = True
         while progress and time.perf_counter() < deadline:
             progress = False
@@ -628,6 +628,10 @@ class TwoStagePlanner:
                 if done:
                     break
         return swaps
+
+    def single_gpu_tables(self) -> list[int]:
+        """The tables placed (``where``) with a single-GPU kind: those swaps, repacking and fill.py move."""
+        return [ti for ti, (kind, _) in self.where.items() if kind.family == "gpu"]
 
     def move_exactly(self, placements: list[Placement], acc: Accumulator, moves: list[tuple[int, tuple]],
                      keep: Callable[[], bool]) -> bool:
