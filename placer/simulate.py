@@ -29,7 +29,7 @@ def total_cost(model: CostModel, plan: Plan) -> Cost:
 def phase_times(model: CostModel, cost: Cost) -> tuple[list[float], list[str | None]]:
     """Per phase: time (busiest resource + fixed latency) and the busiest resource's name."""
     busiest: list[tuple[float, str | None]] = [(0.0, None)] * len(PHASES)
-    for (phase, res), seconds in cost.loads.items():
+    for (phase, res), seconds in cost.total_loads().items():
         if seconds > busiest[phase][0]:
             busiest[phase] = (seconds, res)
     lat = model.fixed_latency_s
@@ -63,13 +63,14 @@ def predict(model: CostModel, plan: Plan, *, check_memory: bool = True) -> dict:
     devices: dict[str, dict] = {}
     topo = model.topo
     busy: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for (phase, res), seconds in cost.loads.items():
+    for (phase, res), seconds in cost.total_loads().items():
         device = topo.resources[res].device
         busy[device][f"{PHASES[phase]}:{topo.resources[res].kind}"] += seconds
     for g in topo.gpus:
         host = topo.host_of(g)
-        devices[g] = {"hbm_used_bytes": cost.memory.get(g, 0.0),
-                      "hbm_capacity_bytes": topo.memories[g].capacity_bytes,
+        mem = topo.memory_of(g)
+        devices[g] = {"hbm_used_bytes": cost.memory.get(mem, 0.0) if mem == g else 0.0,
+                      "hbm_capacity_bytes": topo.memories[mem].capacity_bytes if mem == g else 0.0,
                       "busy_s": dict(busy.get(g, {}))}
         devices.setdefault(host, {"host_used_bytes": cost.memory.get(host, 0.0),
                                   "host_capacity_bytes": topo.memories[host].capacity_bytes,

@@ -4,12 +4,16 @@ Graph nodes are devices (``node0/gpu3``, ``node0/host``, ``node0/nvswitch``, ``n
 edges are links with a bandwidth per direction. A *resource* is anything with a rate that a phase of a
 training step can saturate:
 
-- ``<gpu>:hbm``      bytes/s, HBM streaming bandwidth (gathers pay ``hbm_gather_efficiency`` as extra load)
-- ``<gpu>:compute``  FLOP/s reachable by the dense model (peak x compute_efficiency)
-- ``<gpu>:launch``   kernel launches per second (1 / kernel_launch_us)
-- ``<host>:dram``    bytes/s of host DRAM
-- ``<host>:cpu``     bytes/s of embedding rows the CPU gathers
-- ``<a>-><b>``       bytes/s of one link in one direction (bw x efficiency)
+- ``<gpu>:stream``   the GPU's compute stream: its ops run one after another (loads in seconds, rate 1)
+- ``<host>:cpu``     the host's CPU thread that looks up host tables (seconds, rate 1); on a unified-memory
+                     node (CPU processes standing in for GPUs) there is none: that work runs on the stream of
+                     the node's first GPU (``stream_of``)
+- ``<host>:dram``    bytes/s of host DRAM, shared by everything that reads or writes it
+- ``<a>-><b>``       bytes/s of one link in one direction (bw x efficiency), shared
+
+Memories: one per GPU (HBM) and one per host (DRAM); on a unified-memory node the GPUs have none of their own
+(``memory_of`` a GPU is its host's: one RAM). ``op_costs`` gives what each op kind costs on a device's stream
+(placer/program/opcosts.py).
 
 Traffic between two devices follows the path of least summed 1/bandwidth (NVLink before PCIe), fixed per
 pair, so every byte sent adds load to the directed link resources along that path.
@@ -21,7 +25,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from placer.specs.hardware import HardwareSpec, NodeTemplate
-from placer.units import gbps_to_bytes_per_s, gib_to_bytes, tflops_to_flops, us_to_s
+from placer.units import gbps_to_bytes_per_s, gib_to_bytes, us_to_s
 
 FABRIC = "fabric"
 
@@ -31,10 +35,14 @@ class Resource:
     """Something with a rate. ``rate`` is units per second (bytes/s, FLOP/s, launches/s)."""
 
     name: str
-    kind: str  # hbm | compute | launch | dram | cpu | link
+    kind: str  # stream | dram | link
     device: str  # the device it belongs to (for links: the sending end)
     rate: float
     unit: str
+
+    @property
+    def is_stream(self) -> bool:
+        return self.kind == "stream"
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,7 @@ class Topology:
                     nic = f"{node}/nic{i}"
                     self._add_link(nic, FABRIC, "network", template.nics.bw_GBps, template.nics.latency_us
                                    + spec.fabric.latency_us / 2, 1.0)
+        self._gpu_set = frozenset(self.gpus)
         self._check_connected()
 
     # ---- construction -----------------------------------------------------------------------------------
@@ -98,15 +107,15 @@ class Topology:
             if kind == "gpu":
                 self.gpus.append(name)
                 self._gpus_of_node[node].append(name)
-                self._resource(name, "hbm", gbps_to_bytes_per_s(g.hbm_bw_GBps), "B/s")
-                peak = _peak_for(g.peak_TFLOPs, self.dense_dtype)
-                self._resource(name, "compute", tflops_to_flops(peak) * g.compute_efficiency, "FLOP/s")
-                self._resource(name, "launch", 1.0 / max(us_to_s(g.kernel_launch_us), 1e-12), "launch/s")
-                self.memories[name] = Memory(name, "hbm", gib_to_bytes(g.hbm_GiB), gib_to_bytes(g.hbm_reserve_GiB))
+                self._stream(name, "stream")
+                if not t.unified_memory:
+                    self.memories[name] = Memory(name, "hbm", gib_to_bytes(g.hbm_GiB), gib_to_bytes(g.hbm_reserve_GiB))
         h = t.host
         self._resource(host, "dram", gbps_to_bytes_per_s(h.dram_bw_GBps), "B/s")
-        self._resource(host, "cpu", gbps_to_bytes_per_s(h.cpu_gather_GBps), "B/s")
-        self.memories[host] = Memory(host, "dram", gib_to_bytes(h.dram_GiB), gib_to_bytes(h.dram_reserve_GiB))
+        if not t.unified_memory:
+            self._stream(host, "cpu")
+        reserve = h.dram_reserve_GiB + (g.hbm_reserve_GiB * g.count if t.unified_memory else 0.0)
+        self.memories[host] = Memory(host, "dram", gib_to_bytes(h.dram_GiB), gib_to_bytes(reserve))
         for link in t.links:
             for a, b in t.link_pairs(link):
                 self._add_link(f"{node}/{a}", f"{node}/{b}", link.kind, link.bw_GBps, link.latency_us,
@@ -115,6 +124,10 @@ class Topology:
     def _resource(self, device: str, kind: str, rate: float, unit: str) -> None:
         name = f"{device}:{kind}"
         self.resources[name] = Resource(name, kind, device, rate, unit)
+
+    def _stream(self, device: str, suffix: str) -> None:
+        name = f"{device}:{suffix}"
+        self.resources[name] = Resource(name, "stream", device, 1.0, "s/s")
 
     def _add_link(self, a: str, b: str, kind: str, bw_GBps: float, latency_us: float, efficiency: float) -> None:
         rate = gbps_to_bytes_per_s(bw_GBps) * efficiency
@@ -156,6 +169,39 @@ class Topology:
     def host_spec(self, host: str):
         return self.template_of[host].host
 
+    def is_unified(self, device: str) -> bool:
+        """True when ``device`` is on a unified-memory node (CPU processes: one RAM, shared cores)."""
+        return self.template_of[device].unified_memory
+
+    def stream_of(self, device: str) -> str:
+        """The stream resource that runs ``device``'s ops: a GPU's compute stream, a host's CPU thread (on a
+        unified-memory node, the stream of the node's first GPU: the same cores)."""
+        if device in self._gpu_set:
+            return f"{device}:stream"
+        if self.template_of[device].unified_memory:
+            return f"{self._gpus_of_node[self.node_of[device]][0]}:stream"
+        return f"{device}:cpu"
+
+    def memory_of(self, device: str) -> str:
+        """The memory that holds ``device``'s rows: its own HBM, or its host's DRAM (hosts, unified nodes)."""
+        return device if device in self.memories else self.host_of(device)
+
+    def op_costs(self, device: str):
+        """What each op kind costs on ``device``'s stream (placer.program.opcosts.OpCosts), cached."""
+        from placer.program.opcosts import gpu_op_costs, host_op_costs
+
+        cache = self.__dict__.setdefault("_op_costs", {})
+        if device not in cache:
+            t = self.template_of[device]
+            if device in self._gpu_set or t.unified_memory:
+                gpu = device if device in self.gpus else self._gpus_of_node[self.node_of[device]][0]
+                host = self.host_of(gpu)
+                link = self.bottleneck_bw(host, gpu) if host != gpu else float("inf")
+                cache[device] = gpu_op_costs(t.gpus, link)
+            else:
+                cache[device] = host_op_costs(t.host)
+        return cache[device]
+
     def route(self, src: str, dst: str) -> tuple[str, ...]:
         """Directed link resources of one shortest path from ``src`` to ``dst`` (empty if src == dst)."""
         nodes = _path_nodes(self, src, dst)
@@ -185,15 +231,6 @@ class Topology:
             kinds[data["kind"]] = kinds.get(data["kind"], 0) + 1
         return {"nodes": len(self.nodes), "gpus": len(self.gpus), "hbm_bytes": hbm, "dram_bytes": dram,
                 "links": kinds}
-
-
-def _peak_for(peaks: dict[str, float], dtype: str) -> float:
-    """Peak TFLOP/s for ``dtype``; a missing 16-bit or tf32 entry falls back to the next slower format."""
-    for key in {"bf16": ("bf16", "fp16", "tf32", "fp32"), "fp16": ("fp16", "bf16", "tf32", "fp32"),
-                "tf32": ("tf32", "fp32")}.get(dtype, ("fp32",)):
-        if key in peaks:
-            return peaks[key]
-    return min(peaks.values())
 
 
 def _path_nodes(topo: Topology, src: str, dst: str) -> list[str]:

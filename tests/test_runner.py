@@ -178,7 +178,7 @@ def test_dcnv2_concat_and_fractional_pooling_train(tiny, hw4):
 
 
 def test_dot_model_matches_cost_model_shapes(tiny):
-    from placer.runner.model import DenseDLRM
+    from placer.program.dense_model import DenseDLRM
     m = DenseDLRM(tiny)
     assert sum(p.numel() for p in m.parameters()) == DenseModelCost.of(tiny).params
     x = torch.randn(4, tiny.dense.num_dense_features)

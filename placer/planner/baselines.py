@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from placer.cost import PHASES, Cost, CostModel, slot_map_bytes
+from placer.cost import PHASES, Cost, CostModel
 from placer.errors import InfeasibleError
 from placer.options import hot_rows_levels
 from placer.plan import Placement, Shard
@@ -71,7 +71,8 @@ class _ArrayView(Mapping):
 class Accumulator:
     """Loads (s) and memory (bytes) placed so far, with the step time and fit of one more placement,
     incrementally. Kept as arrays numbered by ``index`` (``load_array``, ``memory_array``: callers may score
-    many devices at once); ``loads`` and ``memory`` read them by name."""
+    many devices at once); ``loads`` and ``memory`` read them by name. A fused group's fixed costs
+    (``Cost.once``) are in the loads while at least one placement added uses the group."""
 
     def __init__(self, model: CostModel):
         self.model = model
@@ -80,7 +81,8 @@ class Accumulator:
         self.memory_array = np.zeros(len(index.mem_names))
         self.loads = _ArrayView(self.load_array, index.of, index.keys)
         self.memory = _ArrayView(self.memory_array, index.mem_of, index.mem_names)
-        for key, v in model.base_cost.loads.items():
+        self.group_users: dict = {}  # fused group -> placements added that use it
+        for key, v in model.base_cost.total_loads().items():
             self.load_array[index.of[key]] += v
         self.phase_max = [float(self.load_array[index.phase(p)].max()) for p in range(len(PHASES))]
 
@@ -88,20 +90,35 @@ class Accumulator:
         at, mem, usable = self.index.mem_of, self.memory_array, self.index.usable
         return all(mem[at[m]] + b <= usable[at[m]] for m, b in cost.memory.items())
 
+    def _effective(self, cost: Cost, adding: bool) -> Cost:
+        """``cost`` with the fixed costs of the groups it opens (adding) or closes (removing) as loads."""
+        flips = [g for g in cost.once if self.group_users.get(g, 0) == (0 if adding else 1)]
+        if not flips:
+            return cost
+        loads = dict(cost.loads)
+        for g in flips:
+            for key, v in cost.once[g].items():
+                loads[key] = loads.get(key, 0.0) + v
+        return Cost(loads=loads, memory=cost.memory)
+
     def step_with(self, cost: Cost) -> float:
         new_max = list(self.phase_max)
-        for key, v in cost.loads.items():
+        for key, v in self._effective(cost, True).loads.items():
             new_max[key[0]] = max(new_max[key[0]], self.loads[key] + v)
         return sum(new_max)
 
     def add(self, cost: Cost) -> None:
-        at, _, phases = self._shift(cost, 1.0)
+        at, _, phases = self._shift(self._effective(cost, True), 1.0)
+        for g in cost.once:
+            self.group_users[g] = self.group_users.get(g, 0) + 1
         for p in phases:
             self.phase_max[p] = max(self.phase_max[p], float(self.load_array[at[phases[p]]].max()))
 
     def remove(self, cost: Cost) -> None:
         """Take a placement's cost back out (phase maxima recomputed for the phases it touched)."""
-        at, values, phases = self._shift(cost, -1.0)
+        at, values, phases = self._shift(self._effective(cost, False), -1.0)
+        for g in cost.once:
+            self.group_users[g] -= 1
         for p, cols in phases.items():  # a load at the maximum left: recompute
             if (self.load_array[at[cols]] + values[cols] >= self.phase_max[p] * (1 - 1e-12)).any():
                 self.phase_max[p] = float(self.load_array[self.index.phase(p)].max())
@@ -260,6 +277,10 @@ def fae(model: CostModel, seed: int = 0, levels=(1.0, 0.5, 0.25, 0.1, 0.05, 0.02
     hot = {t.name: 0 for t in model.wl.tables}
     for g in gpus:
         mine = [t for t in model.wl.tables if owner[t.name] == g]
+        mem = model.topo.memory_of(g)
+        # what the tables hold in this GPU's memory with every row in host memory (outputs, workspace)
+        free = usable[mem] - sum(model.placement_cost(_table_wise(t, g, 0, _precision(t))).memory.get(mem, 0.0)
+                                 for t in mine)
         steps = []  # (hits per byte, table, from_rows, to_rows, bytes)
         for t in mine:
             access = model.wl.access_models[t.name]
@@ -267,14 +288,12 @@ def fae(model: CostModel, seed: int = 0, levels=(1.0, 0.5, 0.25, 0.1, 0.05, 0.02
             ks = sorted(hot_rows_levels(t.rows, levels))
             for a, b in zip(ks, ks[1:]):
                 hits = model.lookups_per_step(t.name) * (access.coverage(b / t.rows) - access.coverage(a / t.rows))
-                steps.append((hits / ((b - a) * rmw), t, a, b, (b - a) * rmw))
+                steps.append((hits / ((b - a) * rmw), t, a, b, (b - a) * rmw if mem == g else 0.0))
         steps.sort(key=lambda s: -s[0])
-        free = usable[g]
         for _, t, a, b, nbytes in steps:  # concave coverage: a table's steps come in order
-            need = nbytes + slot_map_bytes(t.rows, b) - slot_map_bytes(t.rows, a)
-            if hot[t.name] == a and need <= free:
+            if hot[t.name] == a and nbytes <= free:
                 hot[t.name] = b
-                free -= need
+                free -= nbytes
     out = [_table_wise(t, owner[t.name], hot[t.name], _precision(t)) for t in model.wl.tables]
     acc = Accumulator(model)
     for p, t in zip(out, model.wl.tables):

@@ -50,7 +50,7 @@ def _set_start(problem: Problem, prob: pulp.LpProblem, x, y, chosen: list[int]) 
         var.setInitialValue(1.0 if i in picked else 0.0)
     for var, seconds in zip(y, problem.phase_times(chosen)):
         var.setInitialValue(float(seconds) * TIME_SCALE)
-    named = {v.name: v for v in prob.variables() if v.name[0] in "wz"}
+    named = {v.name: v for v in prob.variables() if v.name[0] in "wzu"}
     for n, lv in enumerate(problem.levels):
         reached = False
         for j in reversed(range(len(lv.members))):  # the chain: reaching a level reaches every lower one
@@ -60,6 +60,8 @@ def _set_start(problem: Problem, prob: pulp.LpProblem, x, y, chosen: list[int]) 
     xs[chosen] = 1.0
     for n, row in enumerate(problem.counts):
         named[f"z{n}"].setInitialValue(float(np.ceil(float(row.counts @ xs[row.ids]) / row.slots - 1e-9)))
+    for n, fg in enumerate(problem.fixed_groups):
+        named[f"u{n}"].setInitialValue(fg.used(xs))
 
 
 def _build(problem: Problem, relax: bool = False):
@@ -71,9 +73,19 @@ def _build(problem: Problem, relax: bool = False):
     prob += pulp.lpSum(y)  # fixed_s is added outside: solvers report objectives without constants
     for gi, group in enumerate(problem.groups):
         prob += pulp.LpAffineExpression([(x[i], 1.0) for i in group]) == 1, f"one_{gi}"
-    for n, ((phase, _res), (ids, coef)) in enumerate(problem.load_rows.items()):
+    fixed_terms: dict[tuple[int, str], list] = {}  # (phase, resource) -> [(u, -seconds)]
+    for n, fg in enumerate(problem.fixed_groups):
+        u = pulp.LpVariable(f"u{n}", lowBound=0, upBound=1)
+        for j, ids in enumerate(fg.members):
+            prob += pulp.LpAffineExpression([(u, 1.0)] + [(x[i], -1.0) for i in ids]) >= 0, f"uses_{n}_{j}"
+        for key, seconds in fg.charges.items():
+            fixed_terms.setdefault(key, []).append((u, -seconds * TIME_SCALE))
+    rows = list(problem.load_rows) + [k for k in fixed_terms if k not in problem.load_rows]
+    for n, (phase, _res) in enumerate(rows):
+        ids, coef = problem.load_rows.get((phase, _res), ((), ()))
         base = problem.load_base.get((phase, _res), 0.0) * TIME_SCALE
-        expr = pulp.LpAffineExpression([(x[i], -c * TIME_SCALE) for i, c in zip(ids, coef)] + [(y[phase], 1.0)])
+        expr = pulp.LpAffineExpression([(x[i], -c * TIME_SCALE) for i, c in zip(ids, coef)] + [(y[phase], 1.0)]
+                                       + fixed_terms.get((phase, _res), []))
         prob += expr >= base, f"load_{n}"
     for p in range(problem.num_phases):  # phases whose busiest resource carries only base load
         floor = max((v for (ph, r), v in problem.load_base.items() if ph == p), default=0.0) * TIME_SCALE

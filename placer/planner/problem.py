@@ -2,8 +2,13 @@
 
     choose one option per group (table)
     minimize   sum_p y_p + fixed
-    subject to y_p >= base[p,r] + sum_o load[o,p,r] x_o      for every loaded (phase p, resource r)
+    subject to y_p >= base[p,r] + sum_o load[o,p,r] x_o + sum_f fixed[f,p,r] u_f   for every (phase p, resource r)
+               u_f >= sum of x over one table's options that use fused group f  for every such table
                sum_o mem[o,m] x_o <= capacity[m]             for every memory m
+
+A fused group's fixed costs (FixedGroup: the fixed part of its ops, e.g. one lookup launch however many tables
+it serves) are paid once when any chosen option uses it: u_f is that indicator (at integer points, exactly 1 if
+some chosen option uses f, else free to be 0).
 
 The two-stage planner (scale.py) adds rows that hold for every plan but that the relaxation or a rounding
 would miss: peak levels (PeakLevels) and pigeonhole counts (CountRow).
@@ -64,6 +69,21 @@ class CountRow:
 
 
 @dataclass
+class FixedGroup:
+    """A fused group's fixed costs, charged once when a chosen option uses the group: ``charges`` maps
+    (phase, resource) to seconds; ``members`` lists, per table that can use it, that table's option ids that
+    do (a table picks one option, so each list's x sum to at most 1)."""
+
+    charges: dict[tuple[int, str], float]
+    members: list[np.ndarray]
+
+    def used(self, x: np.ndarray) -> float:
+        """The indicator at ``x``: 1 or 0 at an integer point, the least value the rows allow at a fractional
+        one (the largest table's share of the group)."""
+        return max((float(x[ids].sum()) for ids in self.members), default=0.0)
+
+
+@dataclass
 class Problem:
     """Options are numbered 0..n-1; ``groups[i]`` lists the options of table i."""
 
@@ -79,6 +99,7 @@ class Problem:
     labels: list[str] = field(default_factory=list)
     levels: list[PeakLevels] = field(default_factory=list)
     counts: list[CountRow] = field(default_factory=list)
+    fixed_groups: list[FixedGroup] = field(default_factory=list)
 
     def __post_init__(self):
         self._num_options = sum(len(g) for g in self.groups)
@@ -100,11 +121,18 @@ class Problem:
             x = np.zeros(self.num_options)
             x[chosen] = 1.0
         per_phase = np.zeros(self.num_phases)
+        extra: dict[tuple[int, str], float] = defaultdict(float)
+        for fg in self.fixed_groups:
+            u = fg.used(x)
+            if u:
+                for key, v in fg.charges.items():
+                    extra[key] += u * v
         for key, (ids, coef) in self.load_rows.items():
-            v = self.load_base.get(key, 0.0) + float(coef @ x[ids])
+            v = self.load_base.get(key, 0.0) + float(coef @ x[ids]) + extra.get(key, 0.0)
             per_phase[key[0]] = max(per_phase[key[0]], v)
-        for key, v in self.load_base.items():
+        for key in set(self.load_base) | set(extra):
             if key not in self.load_rows:
+                v = self.load_base.get(key, 0.0) + extra.get(key, 0.0)
                 per_phase[key[0]] = max(per_phase[key[0]], v)
         for row in self.counts:
             per_phase[row.phase] = max(per_phase[row.phase], row.value(x))
@@ -152,14 +180,19 @@ class Problem:
 
 def build_problem(option_costs: list[list], base_cost, fixed_s: float, usable_memory: dict[str, float],
                   num_phases: int, labels: list[str] | None = None) -> Problem:
-    """Assemble a Problem from per-table lists of cost.Cost objects (loads in s, memory in bytes)."""
+    """Assemble a Problem from per-table lists of cost.Cost objects (loads in s, group fixed costs, memory
+    in bytes)."""
     groups: list[list[int]] = []
     load_cols: dict[tuple[int, str], tuple[list[int], list[float]]] = defaultdict(lambda: ([], []))
     mem_cols: dict[str, tuple[list[int], list[float]]] = defaultdict(lambda: ([], []))
+    fixed: dict = {}  # group key -> (charges, {table index: option ids})
     oid = 0
-    for costs in option_costs:
+    for ti, costs in enumerate(option_costs):
         group = []
         for c in costs:
+            for key, charges in c.once.items():
+                entry = fixed.setdefault(key, (charges, defaultdict(list)))
+                entry[1][ti].append(oid)
             for key, v in c.loads.items():
                 ids, vals = load_cols[key]
                 ids.append(oid)
@@ -173,7 +206,9 @@ def build_problem(option_costs: list[list], base_cost, fixed_s: float, usable_me
         groups.append(group)
     as_arrays = lambda d: {k: (np.asarray(i, dtype=np.int64), np.asarray(v, dtype=np.float64))
                            for k, (i, v) in d.items()}
+    fixed_groups = [FixedGroup(dict(charges), [np.asarray(ids, dtype=np.int64) for ids in per_table.values()])
+                    for charges, per_table in fixed.values()]
     return Problem(groups=groups, num_phases=num_phases, load_rows=as_arrays(load_cols),
-                   load_base=dict(base_cost.loads), mem_rows=as_arrays(mem_cols),
+                   load_base=dict(base_cost.total_loads()), mem_rows=as_arrays(mem_cols),
                    mem_capacity={m: usable_memory[m] for m in mem_cols}, fixed_s=fixed_s,
-                   labels=labels or [])
+                   labels=labels or [], fixed_groups=fixed_groups)

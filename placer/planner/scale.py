@@ -180,7 +180,7 @@ class TwoStagePlanner:
             totals: dict[tuple[int, str], float] = defaultdict(float)
             peak: dict[tuple[int, str], float] = {}
             own = []
-            for link, spb in self.model._unit_exchange(device, outgoing):
+            for link, spb in self.model.traffic.unit_exchange(device, outgoing):
                 c = (phase, resource_class(link))
                 totals[c] += spb
                 peak[c] = max(peak.get(c, 0.0), spb)
@@ -190,17 +190,12 @@ class TwoStagePlanner:
         return self._exchange_cache[key]
 
     def _folded_allreduce(self) -> dict[tuple[int, str], float]:
-        """Seconds per byte of a ring all-reduce over all GPUs, summed per class (with its launches)."""
+        """Seconds per byte of a ring all-reduce over all GPUs, summed per class."""
         if self._allreduce_folded is None:
-            probe = Cost()
-            self.model._allreduce(probe, tuple(self.topo.gpus), 1.0)
             folded: dict[tuple[int, str], float] = defaultdict(float)
-            for (ph, r), v in probe.loads.items():
-                if not r.endswith(":launch"):
-                    folded[(ph, resource_class(r))] += v
+            for link, v in self.model.traffic.unit_allreduce(tuple(self.topo.gpus)):
+                folded[(AR, resource_class(link))] += v
             self._allreduce_folded = dict(folded)
-            self._allreduce_launch = {(ph, resource_class(r)): v for (ph, r), v in probe.loads.items()
-                                      if r.endswith(":launch")}
         return self._allreduce_folded
 
     def _own_tokens(self, device: str) -> set[str]:
@@ -238,8 +233,6 @@ class TwoStagePlanner:
             grad = model.tables[p.table].rows * model.tables[p.table].dim * 4
             for key, v in self._folded_allreduce().items():
                 totals[key] += v * grad
-            for key, v in self._allreduce_launch.items():
-                totals[key] += v
         else:
             per_gpu = self.model.exchange_bytes_per_gpu(p.table, shards[0].num_cols)
             for sh in shards:
@@ -407,7 +400,7 @@ class TwoStagePlanner:
         ar_links = {r: v for (ph, r), v in self.model.base_cost.loads.items() if ph == AR and "->" in r}
         if ar_links:
             worst = max(ar_links, key=ar_links.get)
-            unit = dict(self.model._ring_cache.get(tuple(self.topo.gpus), []))
+            unit = dict(self.model.traffic.unit_allreduce(tuple(self.topo.gpus)))
             ids = [i for i, k in enumerate(flat) if k.placement.sharding == "data_parallel" and k.family == "all"]
             key = (AR, f"exact:{worst}")
             load_base[key] = ar_links[worst]

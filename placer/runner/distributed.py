@@ -72,7 +72,7 @@ from placer.runner.batches import INDEX_DTYPE, BatchGenerator, ShardInput, _offs
 from placer.runner.exchange import AllToAllLayout, ExchangeKey, ExchangeRecorder, exchange, sample_slices
 from placer.runner.hostmem import HostMemory
 from placer.runner.memory import MemoryNeeds, check_memory, estimate_needs
-from placer.runner.model import DenseDLRM, make_dense_optimizer
+from placer.program.dense_model import DenseDLRM, make_dense_optimizer
 from placer.runner.optim import SparseRowOptimizer
 from placer.runner.run import (RunConfig, TrainerLoop, _dense_autocast, _peak_rss_bytes, _rss_bytes,
                                default_pool_batches, device_description, prepare)

@@ -39,7 +39,7 @@ from placer.plan import Plan, check_plan
 from placer.runner.batches import Batch, BatchGenerator, batch_bytes_estimate
 from placer.runner.hostmem import HostMemory
 from placer.runner.memory import check_memory, estimate_needs
-from placer.runner.model import DenseDLRM, make_dense_optimizer
+from placer.program.dense_model import DenseDLRM, make_dense_optimizer
 from placer.runner.optim import SparseRowOptimizer
 from placer.runner.scale import scale_plan
 from placer.runner.tables import (BuildContext, Replica, Shard, TableAssembler, allreduce_replicas,

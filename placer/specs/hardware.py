@@ -14,7 +14,7 @@ import hashlib
 import json
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
@@ -22,6 +22,50 @@ from placer.specs.common import StrictModel
 from placer.specs.loading import load_model, read_document
 
 Fraction = float
+Rate = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+#: op kinds with a fixed cost per op (placer/program/ops.py lists which ops each kind covers)
+OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad", "adam")
+FIXED_COST_KINDS = ("lookup", "sort", "segment_reduce", "copy", "elementwise", "view", "gemm", "collective") + tuple(
+    f"update_{o}" for o in OPTIMIZERS)
+
+
+class OpCostSpec(StrictModel):
+    """What each kind of op the runner executes costs on one device (placer/program/opcosts.py prices ops with
+    it): ``placer calibrate`` measures these. Every field is optional; a missing one takes its datasheet
+    default, derived from the device's other fields (opcosts.py says how). Tables keyed by size are
+    interpolated in log2 of the size and clamped at their ends."""
+
+    fixed_us: dict[Literal[FIXED_COST_KINDS], Annotated[float, Field(ge=0, allow_inf_nan=False)]] = Field(
+        default_factory=dict, description="fixed cost of one op of each kind (dispatch + launch + its smallest run), us")
+    gather_GBps: dict[PositiveInt, Rate] | None = Field(
+        default=None, description="row bytes -> GB/s of rows gathered and pooled from this device's memory, "
+                                  "random rows of a table far larger than the caches")
+    gather_cached_GBps: dict[PositiveInt, Rate] | None = Field(
+        default=None, description="row bytes -> GB/s of rows gathered again within a step (cache hits)")
+    host_gather_GBps: dict[PositiveInt, Rate] | None = Field(
+        default=None, description="row bytes -> GB/s of rows in pinned host memory gathered by this device")
+    stream_GBps: Rate | None = Field(default=None, description="streaming rate of copies and elementwise ops, "
+                                                               "bytes read + written per second, GB/s")
+    sort_ns_per_id: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = Field(
+        default=None, description="sorting a step's row ids with their positions and finding the runs, ns per id")
+    segment_reduce_GBps: dict[PositiveInt, Rate] | None = Field(
+        default=None, description="gradient row bytes -> GB/s of per-lookup gradient rows expanded from the "
+                                  "pooled gradients and summed per distinct row")
+    update_GBps: dict[Literal[OPTIMIZERS], dict[PositiveInt, Rate]] | None = Field(
+        default=None, description="optimizer -> row bytes (weights + state) -> GB/s of distinct rows read, "
+                                  "updated and written back")
+    gemm_TFLOPs: dict[Literal["fp32", "tf32", "bf16", "fp16"], dict[str, Rate]] | None = Field(
+        default=None, description="dense dtype -> 'MxKxN' -> TFLOP/s measured at that GEMM shape")
+
+    @field_validator("gemm_TFLOPs")
+    @classmethod
+    def _shapes(cls, v):
+        for dtype, table in (v or {}).items():
+            for shape in table:
+                parts = shape.split("x")
+                if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+                    raise ValueError(f"{dtype}.{shape}: a GEMM shape is written MxKxN with positive integers")
+        return v
 
 
 class GpuSpec(StrictModel):
@@ -39,6 +83,7 @@ class GpuSpec(StrictModel):
     host_read_efficiency: float = Field(
         default=0.5, gt=0, le=1,
         description="fraction of the PCIe link's bandwidth reached when the GPU gathers rows from pinned host memory")
+    op_costs: OpCostSpec | None = Field(default=None, description="measured cost of each op kind (placer calibrate)")
 
 
 class HostSpec(StrictModel):
@@ -51,6 +96,8 @@ class HostSpec(StrictModel):
     cpu_gather_GBps: PositiveFloat = Field(
         description="bytes/s of embedding rows the CPU gathers and pools from DRAM, all cores together, GB/s")
     cpu_peak_TFLOPs: PositiveFloat = Field(default=1.0, description="CPU fp32 peak, all cores, TFLOP/s")
+    op_costs: OpCostSpec | None = Field(default=None, description="measured cost of each op kind on the CPU "
+                                                                  "(host tables' lookups, sorts and updates)")
 
 
 class NicSpec(StrictModel):
@@ -82,6 +129,11 @@ class NodeTemplate(StrictModel):
     switches: list[str] = Field(default_factory=list)
     nics: NicSpec | None = None
     links: list[LinkSpec]
+    unified_memory: bool = Field(
+        default=False,
+        description="the 'GPUs' are CPU processes (placer run --device cpu): device memory and host memory are one "
+                    "RAM (host.dram_GiB holds both), copies between them are not made, and host-table work runs on "
+                    "the cores of the node's first 'GPU' (one stream)")
 
     @cached_property
     def device_names(self) -> list[str]:

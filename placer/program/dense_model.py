@@ -1,5 +1,8 @@
 """The dense part of a DLRM: bottom MLP, interaction (dot, concat or DCNv2), top MLP, BCE loss.
 
+One definition serves both interpreters of the step program: the runner executes it, and program/dense.py
+traces it on the meta device to list the ops it issues.
+
 Shapes follow cost.py's DenseModelCost exactly, so the FLOPs the model prices are the FLOPs that run:
 - bottom MLP: num_dense_features -> bottom_mlp[0] -> ... with ReLU after every layer (DLRM reference).
 - dot: the vectors are the bottom MLP's output (when there is a bottom MLP) and every pooled feature. Vectors
@@ -92,11 +95,13 @@ class DenseDLRM(nn.Module):
         return self.top(z).squeeze(1)
 
 
-def make_dense_optimizer(model: nn.Module, name: str, lr: float) -> torch.optim.Optimizer:
-    """The workload's optimizer for the dense parameters (rowwise_adagrad is plain Adagrad for dense)."""
+def make_dense_optimizer(model: nn.Module, name: str, lr: float, foreach: bool | None = None
+                         ) -> torch.optim.Optimizer:
+    """The workload's optimizer for the dense parameters (rowwise_adagrad is plain Adagrad for dense).
+    ``foreach``: multi-tensor kernels (the runner asks for them on CUDA, not on a CPU)."""
     params = list(model.parameters())
     if name == "sgd":
-        return torch.optim.SGD(params, lr=lr)
+        return torch.optim.SGD(params, lr=lr, foreach=foreach)
     if name in ("adagrad", "rowwise_adagrad"):
-        return torch.optim.Adagrad(params, lr=lr)
-    return torch.optim.Adam(params, lr=lr)
+        return torch.optim.Adagrad(params, lr=lr, foreach=foreach)
+    return torch.optim.Adam(params, lr=lr, foreach=foreach)

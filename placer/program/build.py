@@ -1,0 +1,378 @@
+"""Placements -> the ops and buffers they add to a training step (see ops.py for the vocabulary).
+
+Per shard of a table (global batch B, W GPUs, b = B / W samples per GPU, F features of the table, width c,
+element bytes e, pooling giving L lookups of which U distinct rows):
+
+- a GPU shard is one member of its device's ``hbm`` group (all rows in device memory), one of its ``uvm``
+  group (all rows in host memory read by the GPU), or a split: its hottest rows a member of the hbm group
+  and the rest of the uvm group. Lookups go where the rows are (the hot part takes coverage(k/n) of them; the
+  remap of ids to hot and cold slots is done in the input step, as in FAE, so neither part reads the other's
+  rows). Each part pools all F*B bags; a split adds its parts (one add on the device);
+- a host shard is a member of its host's ``cpu`` group (CPU lookup); its pooled output is copied to every GPU
+  (H2D) and its gradient back (D2H); not on a unified-memory node, where host memory is the device's RAM;
+- a data-parallel replica is a member of its GPU's ``replica`` group, pooling its own b samples; its backward
+  scatters into a dense gradient of the table, all-reduced over the GPUs, then streamed through the update.
+
+A group's ops: forward ``lookup``; backward ``pack_grad`` (its members' pooled gradients into one buffer),
+``sort`` (row ids with their positions), ``segment_reduce`` (gradient rows expanded per lookup and summed per
+distinct row) and ``update`` of the distinct rows (replicas: ``scatter`` and ``update_dense``, and an
+``all_reduce`` between them). Each op's fixed cost is charged once per group (``Op.once``); members add work.
+
+With W > 1 GPUs each shard's output travels to the sample owners (all_to_all: the shard's stream packs it,
+the links carry it, owners combine a table's shards over their b samples), and back in the backward.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from placer.plan import Placement, Shard
+from placer.program.dense import trace
+from placer.program.ops import (AR, BWD, BX, DENSE, FWD, FX, INDEX_BYTES, POOLED_BYTES, STATE_BYTES, GroupKey,
+                                Member, Op)
+from placer.program.traffic import Traffic
+from placer.specs.workload import Workload
+from placer.topology import Topology
+from placer.units import element_bytes
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """Bytes a placement (or the dense model) keeps in one memory during the step, and what for."""
+
+    memory: str
+    purpose: str
+    bytes: float
+
+
+class ProgramBuilder:
+    """Builds the ops and buffers of placements on one machine for one workload. Pure: caches only."""
+
+    def __init__(self, topology: Topology, workload: Workload, include_exchange: bool = True):
+        """``include_exchange=False`` leaves out the links' load of the all-to-all (callers that price it
+        themselves from ``exchange_bytes_per_gpu``: planner/scale.py); the streams' work stays in."""
+        self.topo = topology
+        self.wl = workload
+        self.include_exchange = include_exchange
+        self.traffic = Traffic(topology)
+        self.gpus = topology.gpus
+        self.W = len(self.gpus)
+        self.B = workload.batch_size
+        self.samples_per_gpu = self.B / self.W
+        self.tables = {t.name: t for t in workload.tables}
+        self.optimizer = workload.optimizer.name
+        self.state_factor = workload.optimizer_state_factor
+        self.lookups_per_sample = {t.name: workload.lookups_per_sample(t.name) for t in workload.tables}
+        self.features = {t.name: workload.outputs_per_sample(t.name) for t in workload.tables}
+        self._access: dict[tuple, object] = {}
+
+    # ---- sizes ---------------------------------------------------------------------------------------------
+
+    def lookups_per_step(self, table: str) -> float:
+        return self.B * self.lookups_per_sample[table]
+
+    def state_bytes(self, table: str, cols: int) -> float:
+        """Optimizer state bytes per row of ``cols`` columns (fp32)."""
+        return self.state_factor[table] * cols * STATE_BYTES
+
+    def exchange_bytes_per_gpu(self, table: str, cols: int) -> float:
+        """Bytes of pooled embeddings (``cols`` wide) a shard sends to each GPU per step, and gets back as
+        gradients: the GPU's samples x the table's features x cols x 4."""
+        return self.samples_per_gpu * self.features[table] * cols * POOLED_BYTES
+
+    def coverage(self, table: str, hot_frac: float) -> float:
+        key = ("coverage", table, hot_frac)
+        if key not in self._access:
+            self._access[key] = float(self.wl.access_models[table].coverage(hot_frac))
+        return self._access[key]
+
+    def unique_split(self, table: str, lookups: float, hot_frac: float) -> tuple[float, float]:
+        """Distinct rows (hot, cold) touched by ``lookups`` draws from the table, split at ``hot_frac``."""
+        key = ("unique", table, lookups, hot_frac)
+        if key not in self._access:
+            self._access[key] = self.wl.access_models[table].unique_rows_split(lookups, hot_frac)
+        return self._access[key]
+
+    # ---- members -------------------------------------------------------------------------------------------
+
+    def members(self, p: Placement) -> list[tuple[GroupKey, Member]]:
+        """Every (group, member) a placement puts on the machine, in shard order."""
+        out = []
+        t = self.tables[p.table]
+        F = self.features[p.table]
+        for i, s in enumerate(p.shards):
+            n, c = s.num_rows, s.num_cols
+            cols = (s.cols[0], s.cols[1])
+            ids = (s.rows[0], s.rows[1])
+            if p.sharding == "data_parallel":
+                lookups = self.lookups_per_sample[p.table] * self.samples_per_gpu
+                hot, cold = self.unique_split(p.table, lookups, 1.0)
+                bags = round(F * self.samples_per_gpu)
+                out.append((GroupKey(s.device, "replica", p.precision, c),
+                            Member(p.table, i, "all", n, cols, bags, lookups, hot + cold, ids)))
+                continue
+            share = n / t.rows
+            lookups = self.lookups_per_step(p.table) * share
+            bags = F * self.B
+            if p.sharding == "host":
+                hot, cold = self.unique_split(p.table, self.lookups_per_step(p.table), 1.0)
+                out.append((GroupKey(s.device, "cpu", p.precision, c),
+                            Member(p.table, i, "all", n, cols, bags, lookups, (hot + cold) * share, ids)))
+                continue
+            k = s.hbm_rows
+            frac = k / n
+            u_hot, u_cold = self.unique_split(p.table, self.lookups_per_step(p.table), frac)
+            if k == n or k == 0:
+                where = "hbm" if k == n else "uvm"
+                out.append((GroupKey(s.device, where, p.precision, c),
+                            Member(p.table, i, "all", n, cols, bags, lookups, (u_hot + u_cold) * share, ids)))
+                continue
+            hit = self.coverage(p.table, frac)
+            out.append((GroupKey(s.device, "hbm", p.precision, c),
+                        Member(p.table, i, "hot", k, cols, bags, lookups * hit, u_hot * share, ids)))
+            out.append((GroupKey(s.device, "uvm", p.precision, c),
+                        Member(p.table, i, "cold", n - k, cols, bags, lookups * (1 - hit), u_cold * share, ids)))
+        return out
+
+    # ---- ops -----------------------------------------------------------------------------------------------
+
+    def stream(self, device: str) -> str:
+        return self.topo.stream_of(device)
+
+    def _reads_host(self, key: GroupKey) -> bool:
+        """Rows the device reads across its link from host memory (not on a unified-memory node)."""
+        return key.location == "uvm" and not self.topo.is_unified(key.device)
+
+    def group_fixed_ops(self, key: GroupKey) -> list[Op]:
+        """The fixed cost of every op of a group: charged once per plan, however many members it has."""
+        dev = key.device
+        costs = self.topo.op_costs(dev)
+        st = self.stream(dev)
+        mk = lambda kind, phase, cost_kind, stream=st: Op(kind, phase, stream, costs.fixed(cost_kind), group=key,
+                                                         once=True)
+        ops = [mk("lookup", FWD, "lookup"), mk("sort", BWD, "sort"), mk("segment_reduce", BWD, "segment_reduce")]
+        copies = key.location == "cpu" and not self.topo.is_unified(dev)
+        if not copies:
+            ops.append(mk("pack_grad", BX, "copy"))
+        if key.location == "replica":
+            ops += [mk("scatter", BWD, "elementwise"), mk("update_dense", BWD, "elementwise")]
+            if self.W > 1:  # one all-reduce of the group's fused gradient
+                ops.append(mk("all_reduce", AR, "collective"))
+        else:
+            ops.append(mk("update", BWD, f"update_{self.optimizer}"))
+        if copies:  # pooled outputs copied to every GPU; there the gradients are packed and copied back
+            for g in self.gpus:
+                gc, gs = self.topo.op_costs(g), self.stream(g)
+                ops += [Op("copy_h2d", FX, gs, gc.fixed("copy"), group=key, once=True),
+                        Op("pack_grad", BX, gs, gc.fixed("copy"), group=key, once=True),
+                        Op("copy_d2h", BX, gs, gc.fixed("copy"), group=key, once=True)]
+        return ops
+
+    def member_ops(self, key: GroupKey, m: Member) -> list[Op]:
+        """A member's work in its group's ops (variable seconds; the fixed parts are group_fixed_ops)."""
+        dev, c = key.device, m.cols[1] - m.cols[0]
+        costs = self.topo.op_costs(dev)
+        st = self.stream(dev)
+        row_bytes = c * element_bytes(key.dtype)
+        state = self.state_bytes(m.table, c)
+        grad_row = c * POOLED_BYTES
+        out_bytes = m.bags * grad_row
+        host = self._reads_host(key)
+        copies = key.location == "cpu" and not self.topo.is_unified(dev)
+        ops = [Op("lookup", FWD, st, costs.lookup_s(row_bytes, m.lookups, m.unique_rows, out_bytes, host),
+                  key, m.table, traffic=self._row_traffic(key, m.lookups * row_bytes),
+                  sizes={"lookups": m.lookups, "unique_rows": m.unique_rows, "row_bytes": row_bytes,
+                         "bags": m.bags}),
+               Op("sort", BWD, st, costs.sort_s(m.lookups), key, m.table, sizes={"ids": m.lookups}),
+               Op("segment_reduce", BWD, st, costs.segment_reduce_s(grad_row, m.lookups), key, m.table,
+                  sizes={"lookups": m.lookups, "row_bytes": grad_row})]
+        if key.location == "replica":
+            grad = m.rows * grad_row
+            ops += [Op("scatter", BWD, st, costs.stream_s(grad + 2 * m.unique_rows * grad_row), key, m.table,
+                       sizes={"bytes": grad}),
+                    Op("update_dense", BWD, st, costs.stream_s(m.rows * (2 * row_bytes + 2 * state + grad_row)),
+                       key, m.table, sizes={"rows": m.rows})]
+        else:
+            rmw = row_bytes + state
+            ops.append(Op("update", BWD, st, costs.update_s(self.optimizer, rmw, m.unique_rows, host), key, m.table,
+                          traffic=self._row_traffic(key, m.unique_rows * rmw, both_ways=True),
+                          sizes={"rows": m.unique_rows, "row_bytes": rmw}))
+        if copies:
+            ops += self._host_output_copies(key, m)
+        else:
+            ops.append(Op("pack_grad", BX, st, costs.stream_s(2 * out_bytes), key, m.table, sizes={"bytes": out_bytes}))
+        return ops
+
+    def _row_traffic(self, key: GroupKey, n_bytes: float, both_ways: bool = False) -> tuple[tuple[str, float], ...]:
+        """Shared-resource load of rows read (and written back) in host memory: the host's DRAM, and the
+        link to the GPU for uvm rows."""
+        if key.location not in ("uvm", "cpu") or n_bytes <= 0:
+            return ()
+        host = self.topo.host_of(key.device)
+        ways = 2 if both_ways else 1
+        out = [(f"{host}:dram", ways * n_bytes / self.traffic.rate(f"{host}:dram"))]
+        if self._reads_host(key):
+            out += self.traffic.send(host, key.device, n_bytes)
+            if both_ways:
+                out += self.traffic.send(key.device, host, n_bytes)
+        return tuple(out)
+
+    def _host_output_copies(self, key: GroupKey, m: Member) -> list[Op]:
+        """A CPU-looked-up member's pooled output to every GPU (its samples' share), and its gradient packed on
+        the GPU and copied back."""
+        c = m.cols[1] - m.cols[0]
+        per_gpu = self.exchange_bytes_per_gpu(m.table, c)
+        ops, host = [], key.device
+        for g in self.gpus:
+            ops.append(Op("pack_grad", BX, self.stream(g), self.topo.op_costs(g).stream_s(2 * per_gpu), key, m.table,
+                          sizes={"bytes": per_gpu}))
+            seconds = per_gpu / self.traffic.path_Bps(host, g)
+            there = tuple(self.traffic.send(host, g, per_gpu)) if self.include_exchange else ()
+            back = tuple(self.traffic.send(g, host, per_gpu)) if self.include_exchange else ()
+            ops.append(Op("copy_h2d", FX, self.stream(g), seconds, key, m.table, traffic=there,
+                          sizes={"bytes": per_gpu}))
+            ops.append(Op("copy_d2h", BX, self.stream(g), seconds, key, m.table, traffic=back,
+                          sizes={"bytes": per_gpu}))
+        return ops
+
+    def placement_ops(self, p: Placement) -> list[Op]:
+        """Every op a placement adds: its members' work, the fixed costs of the groups it uses (``once``),
+        splits' adds, the all-to-all (W > 1) and the owners' combine of the table's shards."""
+        ops: list[Op] = []
+        for key, m in self.members(p):
+            ops += self.group_fixed_ops(key)
+            ops += self.member_ops(key, m)
+        F, d = self.features[p.table], self.tables[p.table].dim
+        for i, s in enumerate(p.shards):
+            if p.sharding in ("table_wise", "row_wise", "column_wise") and 0 < s.hbm_rows < s.num_rows:
+                costs, st = self.topo.op_costs(s.device), self.stream(s.device)
+                out = F * self.B * s.num_cols * POOLED_BYTES
+                ops.append(Op("combine", FWD, st, costs.fixed("elementwise") + costs.stream_s(3 * out), table=p.table,
+                              sizes={"bytes": out, "parts": 2}))
+            if self.W > 1 and p.sharding in ("table_wise", "row_wise", "column_wise"):
+                ops += self._gpu_shard_exchange(p.table, s)
+        if p.sharding == "data_parallel" and len(p.shards) > 1:  # the replicas' gradients, all-reduced
+            devices = tuple(s.device for s in p.shards)
+            grad = self.tables[p.table].rows * d * POOLED_BYTES
+            ops.append(Op("all_reduce", AR, self.stream(devices[0]), 0.0, table=p.table,
+                          traffic=tuple(self.traffic.allreduce(devices, grad)), sizes={"bytes": grad}))
+        ops += self._combine_on_owners(p, F, d)
+        return ops
+
+    def _gpu_shard_exchange(self, table: str, s: Shard) -> list[Op]:
+        """The all-to-all of one GPU shard: it packs its whole output (and unpacks its gradient), every owner
+        packs its samples' gradient slice, the links carry the bytes."""
+        c = s.num_cols
+        full = self.features[table] * self.B * c * POOLED_BYTES
+        per_gpu = self.exchange_bytes_per_gpu(table, c)
+        costs, st = self.topo.op_costs(s.device), self.stream(s.device)
+        out_traffic = self.traffic.exchange(s.device, per_gpu, True) if self.include_exchange else []
+        in_traffic = self.traffic.exchange(s.device, per_gpu, False) if self.include_exchange else []
+        ops = [Op("all_to_all", FX, st, costs.stream_s(2 * full), table=table, traffic=tuple(out_traffic),
+                  sizes={"bytes": full}),
+               Op("all_to_all", BX, st, costs.stream_s(2 * full), table=table, traffic=tuple(in_traffic),
+                  sizes={"bytes": full})]
+        for g in self.gpus:
+            ops.append(Op("all_to_all", BX, self.stream(g), self.topo.op_costs(g).stream_s(2 * per_gpu),
+                          table=table, sizes={"bytes": per_gpu}))
+        return ops
+
+    def _combine_on_owners(self, p: Placement, F: int, d: int) -> list[Op]:
+        """Each sample owner assembles the table from its shards' outputs: partial sums of row-wise shards
+        added, column-wise pieces concatenated (a general tiling: pieces padded to full width, then added)."""
+        if p.sharding == "data_parallel" or len(p.shards) == 1:
+            return []
+        cols = {s.cols for s in p.shards}
+        S = len(p.shards)
+        per_owner = self.samples_per_gpu * F * d * POOLED_BYTES
+        if len(cols) == 1:
+            n_ops, touched = S - 1, 3 * (S - 1) * per_owner
+        elif all(s.rows == (0, self.tables[p.table].rows) for s in p.shards):
+            n_ops, touched = 1, 2 * per_owner
+        else:
+            n_ops, touched = 2 * S - 1, 2 * S * per_owner + 3 * (S - 1) * per_owner
+        out = []
+        for g in self.gpus:
+            costs = self.topo.op_costs(g)
+            out.append(Op("combine", FX, self.stream(g), n_ops * costs.fixed("elementwise") + costs.stream_s(touched),
+                          table=p.table, sizes={"bytes": per_owner, "parts": S}))
+        return out
+
+    # ---- what no placement changes -------------------------------------------------------------------------
+
+    def dense_samples(self) -> int:
+        return max(1, round(self.samples_per_gpu))
+
+    def base_ops(self) -> list[Op]:
+        """The dense model's ops on every GPU (traced, program/dense.py), the embeddings handed to it (a view
+        per feature), the all-to-all's collectives and the dense gradient's all-reduce (W > 1)."""
+        ops: list[Op] = []
+        F = self.wl.num_pooled_features
+        dtype = self.wl.dense.dtype
+        params = None
+        for g in self.gpus:
+            costs, st = self.topo.op_costs(g), self.stream(g)
+            device_type = "cpu" if self.topo.is_unified(g) else "cuda"
+            ops.append(Op("elementwise", FX, st, 2 * F * costs.fixed("view"), sizes={"views": 2 * F}))
+            dense = trace(self.wl, self.dense_samples(), device_type)
+            params = dense.params
+            for op in dense.ops:
+                if op.kind == "gemm":
+                    batch, m, k, n = op.shape
+                    seconds = costs.fixed("gemm") + costs.gemm_s(dtype, m, k, n, batch)
+                    ops.append(Op("gemm", DENSE, st, seconds, sizes={"shape": op.shape, "aten": op.name}))
+                elif op.kind == "view":
+                    ops.append(Op("elementwise", DENSE, st, costs.fixed("view"), sizes={"aten": op.name}))
+                else:
+                    ops.append(Op("elementwise", DENSE, st, costs.fixed("elementwise") + costs.stream_s(op.bytes),
+                                  sizes={"bytes": op.bytes, "aten": op.name}))
+            if self.W > 1:
+                for phase in (FX, BX):
+                    ops.append(Op("all_to_all", phase, st, costs.fixed("collective")))
+                traffic = self.traffic.allreduce(tuple(self.gpus), params * 4) if g == self.gpus[0] else []
+                ops.append(Op("all_reduce", AR, st, costs.fixed("collective"), traffic=tuple(traffic),
+                              sizes={"bytes": params * 4}))
+        return ops
+
+    # ---- memory --------------------------------------------------------------------------------------------
+
+    def placement_buffers(self, p: Placement) -> list[Buffer]:
+        """What a placement keeps in memory during a step: rows and optimizer state where they live, pooled
+        outputs and their gradients, the backward's per-lookup gradient rows and sort keys, a replica's dense
+        gradient, a split's slot map (host memory: the input step remaps ids), the step's input ids, and the
+        all-to-all's buffers (W > 1). Summed, they bound the live set: groups run one after another, so at
+        most one group's backward workspace is live at a time, and the sum counts all of them."""
+        out: list[Buffer] = []
+        mem = self.topo.memory_of
+        for key, m in self.members(p):
+            c = m.cols[1] - m.cols[0]
+            row_bytes = c * element_bytes(key.dtype) + self.state_bytes(m.table, c)
+            rows_in = mem(key.device) if key.location in ("hbm", "replica") else mem(self.topo.host_of(key.device))
+            runs_in = mem(key.device)
+            out.append(Buffer(rows_in, "rows and optimizer state", m.rows * row_bytes))
+            out.append(Buffer(runs_in, "pooled outputs and gradients", 2 * m.bags * c * POOLED_BYTES))
+            out.append(Buffer(runs_in, "backward workspace", m.lookups * (c * POOLED_BYTES + 2 * INDEX_BYTES)))
+            out.append(Buffer(runs_in, "input ids", m.lookups * 2 * INDEX_BYTES))
+            if key.location == "replica":
+                out.append(Buffer(runs_in, "dense gradient", m.rows * c * POOLED_BYTES))
+            if m.part == "hot":
+                out.append(Buffer(mem(self.topo.host_of(key.device)), "slot map", (m.local_ids[1] - m.local_ids[0]) * 4))
+            if key.location == "cpu" and not self.topo.is_unified(key.device):
+                for g in self.gpus:
+                    out.append(Buffer(mem(g), "pooled outputs and gradients (copies)",
+                                      2 * self.exchange_bytes_per_gpu(m.table, c)))
+        if self.W > 1 and p.sharding in ("table_wise", "row_wise", "column_wise"):
+            F = self.features[p.table]
+            for s in p.shards:
+                full = F * self.B * s.num_cols * POOLED_BYTES
+                out.append(Buffer(mem(s.device), "all-to-all buffers", 2 * full))
+                for g in self.gpus:
+                    out.append(Buffer(mem(g), "all-to-all buffers", 2 * self.exchange_bytes_per_gpu(p.table, s.num_cols)))
+        return out
+
+    def base_buffers(self) -> list[Buffer]:
+        """The dense model on every GPU: weights, gradients, optimizer state, activations."""
+        out = []
+        for g in self.gpus:
+            dense = trace(self.wl, self.dense_samples(), "cpu" if self.topo.is_unified(g) else "cuda")
+            out.append(Buffer(self.topo.memory_of(g), "dense model", dense.memory_bytes(self.optimizer)))
+        return out

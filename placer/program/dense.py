@@ -1,0 +1,148 @@
+"""The dense part of a step as ops: the runner's own dense model, traced.
+
+The dense model (program/dense_model.py) runs forward, loss, backward (autograd) and the dense optimizer's
+step on the meta device (shapes only, no data, milliseconds) under a dispatch mode that records every ATen op
+it issues: exactly the ops the runner executes, in order, however the model is written. Each is then one of:
+
+- gemm: mm / addmm / bmm / baddbmm, with its (batch, m, k, n): priced by the device's GEMM rates by shape;
+- view: an op whose every output aliases an input without writing it (t, view, select, detach, ...): no data
+  moves, it costs the dispatch (fixed cost of kind "view");
+- elementwise: everything else (activations, their gradients, bias sums, the interaction's copies, the loss,
+  the optimizer's multi-tensor updates): the bytes of its tensor inputs and outputs, read + written.
+
+The trace is of one steady-state step (the optimizer's state is created by a first, unrecorded step). The
+optimizer runs the runner's way for the device type: multi-tensor (foreach) on CUDA, per tensor on a CPU.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+GEMM_OPS = {"aten.mm.default", "aten.addmm.default", "aten.bmm.default", "aten.baddbmm.default"}
+IGNORED_PREFIX = ("profiler.",)
+
+
+OPTIMIZER_STATE_TENSORS = {"sgd": 0, "adagrad": 1, "rowwise_adagrad": 1, "adam": 2}  # per dense parameter
+
+
+@dataclass(frozen=True)
+class DenseOp:
+    """One recorded ATen op: ``kind`` gemm | view | elementwise; ``shape`` (batch, m, k, n) for a GEMM;
+    ``bytes`` of tensor data read and written for the others."""
+
+    name: str
+    kind: str
+    shape: tuple[int, int, int, int] | None
+    bytes: float
+    out_bytes: float = 0.0  # bytes of its outputs (0 for a view)
+
+
+def _tensors(obj):
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, (list, tuple)):
+        for o in obj:
+            yield from _tensors(o)
+
+
+def _nbytes(obj) -> float:
+    return float(sum(t.numel() * t.element_size() for t in _tensors(obj)))
+
+
+def _is_view(func) -> bool:
+    returns = func._schema.returns
+    if not returns:
+        return False
+    for r in returns:
+        info = r.alias_info
+        if info is None or info.is_write:
+            return False
+    return True
+
+
+def _gemm_shape(name: str, args) -> tuple[int, int, int, int]:
+    if name == "aten.mm.default":
+        (m, k), n = args[0].shape, args[1].shape[1]
+        return 1, m, k, n
+    if name == "aten.addmm.default":
+        (m, k), n = args[1].shape, args[2].shape[1]
+        return 1, m, k, n
+    a, b = (args[0], args[1]) if name == "aten.bmm.default" else (args[1], args[2])
+    return a.shape[0], a.shape[1], a.shape[2], b.shape[2]
+
+
+@dataclass(frozen=True)
+class DenseTrace:
+    """One dense step: its ops in order, the model's parameter count, and the bytes of the forward's outputs
+    (the activations autograd keeps, fp32)."""
+
+    ops: tuple[DenseOp, ...]
+    params: int
+    forward_bytes: float
+
+    def memory_bytes(self, optimizer: str) -> float:
+        """Weights, gradients and optimizer state (fp32) plus the activations and their gradients."""
+        return self.params * 4 * (2 + OPTIMIZER_STATE_TENSORS[optimizer]) + 2 * self.forward_bytes
+
+
+def trace(workload, samples: int, device_type: str) -> DenseTrace:
+    """The dense step (forward, BCE loss, backward, optimizer step) of ``workload`` on ``samples`` samples, as
+    the runner issues it on a ``device_type`` ("cuda" or "cpu") device."""
+    return _trace(workload.model_dump_json(), int(samples), device_type)
+
+
+@lru_cache(maxsize=64)
+def _trace(workload_json: str, samples: int, device_type: str) -> DenseTrace:
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from placer.program.dense_model import DenseDLRM, make_dense_optimizer
+    from placer.specs.workload import Workload
+
+    wl = Workload.model_validate_json(workload_json)
+    dims = {t.name: t.dim for t in wl.tables}
+    ops: list[DenseOp] = []
+
+    class Recorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            name = str(func)
+            if name.startswith(IGNORED_PREFIX):
+                return out
+            if _is_view(func):
+                ops.append(DenseOp(name, "view", None, 0.0))
+            elif name in GEMM_OPS:
+                ops.append(DenseOp(name, "gemm", _gemm_shape(name, args), 0.0, _nbytes(out)))
+            else:
+                written = _nbytes(out)
+                moved = _nbytes(args) + _nbytes(list((kwargs or {}).values())) + written
+                ops.append(DenseOp(name, "elementwise", None, moved, written))
+            return out
+
+    with torch.device("meta"):
+        model = DenseDLRM(wl)
+        dense = torch.zeros(samples, wl.dense.num_dense_features)
+        labels = torch.zeros(samples)
+        embeddings = [torch.zeros(samples, dims[f.table], requires_grad=True) for f in wl.resolved_features]
+    # built outside the meta context: the optimizer's step counters stay on the CPU, as they are in the runner
+    opt = make_dense_optimizer(model, wl.optimizer.name, wl.optimizer.lr, foreach=device_type == "cuda")
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+
+    forward_ops = []
+
+    def step():
+        logits = model(dense, embeddings)
+        loss = loss_fn(logits.float(), labels)
+        forward_ops[:] = list(ops)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    step()  # creates the optimizer's state
+    ops.clear()
+    with Recorder():
+        step()
+    forward = sum(op.out_bytes for op in forward_ops)
+    return DenseTrace(tuple(ops), sum(p.numel() for p in model.parameters()), forward)

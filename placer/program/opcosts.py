@@ -1,0 +1,210 @@
+"""What one op of each kind costs on one device: fixed seconds per op and rates keyed by size.
+
+Every op's time on its stream is ``fixed(kind) + work / rate(kind, size)`` (an alpha-beta model): a fused
+group's op pays the fixed part once and each member its own work, so an option's load stays linear. The
+numbers come from the spec's ``op_costs`` (measured by ``placer calibrate``); where a spec has none, the
+DATASHEET DEFAULTS below derive them from the spec's other fields (which carry their own sources):
+
+GPU (a template's ``gpus``), with L = kernel_launch_us, H = hbm_bw_GBps, e = hbm_gather_efficiency:
+- fixed cost of a kind = L x KERNELS[kind] (kernels the runner's op launches, counted in runner/groups.py)
+- gather (rows from device memory, random and cache hits alike) = H x e, every row size
+- host gather (rows in pinned host memory read by the GPU) = the link's bw x efficiency x host_read_efficiency
+- stream (copies, elementwise; bytes read + written) = H
+- sort = 4 radix passes reading and writing 16 B (id + position) per id at H: 128 B / H per id
+- segment reduce = H x e / 2 (pooled gradient rows gathered per lookup, then read again to sum)
+- update = H x e / 2 for every optimizer (each distinct row and its state read and written back)
+- gemm = peak_TFLOPs[dtype] x compute_efficiency, every shape
+
+Host CPU (a template's ``host``), with G = cpu_gather_GBps, D = dram_bw_GBps:
+- fixed cost of a kind = HOST_OP_US x KERNELS[kind] (HOST_OP_US: dispatch of one eager PyTorch CPU op)
+- gather = G; stream = D; sort = HOST_SORT_NS per id; segment reduce and update = G / 2; gemm =
+  cpu_peak_TFLOPs.
+
+On a unified-memory template (CPU processes standing in for GPUs) the host's CPU work runs on the same cores
+as the device's, so the host's op costs ARE the device's, and rows "in host memory" are read at the device's
+own gather rates (one RAM).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from placer.specs.hardware import FIXED_COST_KINDS, OPTIMIZERS, GpuSpec, HostSpec, OpCostSpec
+from placer.units import GB, us_to_s
+
+#: kernels (GPU) or eager ops (CPU) one op of each kind runs, for the datasheet defaults of the fixed costs
+KERNELS = {"lookup": 2, "sort": 6, "segment_reduce": 3, "copy": 1, "elementwise": 1, "view": 0.2, "gemm": 1,
+           "collective": 1, "update_sgd": 4, "update_adagrad": 9, "update_rowwise_adagrad": 10,
+           "update_adam": 15}
+HOST_OP_US = 5.0  # assumption: one eager PyTorch CPU op dispatches in ~5 us (5.5 us measured for a tiny
+#                   embedding_bag on this project's 2-core development machine, 2026-11-23)
+HOST_SORT_NS = 30.0  # assumption: torch.sort on one CPU core, ~25-45 ns per int64 id at 1e4-1e6 ids (same machine)
+GPU_SORT_BYTES_PER_ID = 128  # 4 radix passes x (8 B id + 8 B position) read and written
+
+
+class RateTable:
+    """size -> rate (bytes/s or FLOP/s), piecewise linear in log2(size), constant beyond the ends."""
+
+    def __init__(self, points: dict[float, float]):
+        if not points:
+            raise ValueError("a rate table needs at least one point")
+        self.sizes = sorted(float(s) for s in points)
+        self.rates = [float(points[s] if s in points else points[int(s)]) for s in self.sizes]
+        self._cache: dict[float, float] = {}
+
+    @classmethod
+    def flat(cls, rate: float) -> "RateTable":
+        return cls({1.0: rate})
+
+    def __call__(self, size: float) -> float:
+        if size in self._cache:
+            return self._cache[size]
+        s, r = self.sizes, self.rates
+        if size <= s[0] or len(s) == 1:
+            out = r[0]
+        elif size >= s[-1]:
+            out = r[-1]
+        else:
+            i = next(j for j in range(1, len(s)) if s[j] >= size)
+            w = (math.log2(size) - math.log2(s[i - 1])) / (math.log2(s[i]) - math.log2(s[i - 1]))
+            out = r[i - 1] + w * (r[i] - r[i - 1])
+        self._cache[size] = out
+        return out
+
+    def scaled(self, factor: float) -> "RateTable":
+        return RateTable({s: r * factor for s, r in zip(self.sizes, self.rates)})
+
+
+class GemmTable:
+    """GEMM rates (FLOP/s) measured at shapes (m, k, n); a shape not measured takes the rate of the nearest
+    measured one (distance: summed |log2| of the three ratios); with no shapes, ``default``."""
+
+    def __init__(self, shapes: dict[tuple[int, int, int], float], default: float):
+        self.shapes = dict(shapes)
+        self.default = default
+        self._cache: dict[tuple, float] = {}
+
+    def rate(self, m: float, k: float, n: float) -> float:
+        key = (m, k, n)
+        if key not in self._cache:
+            if not self.shapes:
+                self._cache[key] = self.default
+            else:
+                logs = [math.log2(max(v, 1.0)) for v in key]
+                best = min(self.shapes, key=lambda s: sum(abs(math.log2(v) - x) for v, x in zip(s, logs)))
+                self._cache[key] = self.shapes[best]
+        return self._cache[key]
+
+
+@dataclass
+class OpCosts:
+    """Fixed seconds per op kind and rates of one stream's device (see the module docstring)."""
+
+    fixed_s: dict[str, float]
+    gather: RateTable  # row bytes -> bytes/s, rows read from this device's memory (misses)
+    gather_cached: RateTable  # row bytes -> bytes/s, rows read again within the step
+    host_gather: RateTable  # row bytes -> bytes/s, rows in host memory read by this device
+    stream_Bps: float  # bytes read + written per second
+    sort_s_per_id: float
+    segment_reduce: RateTable  # gradient row bytes -> bytes/s of per-lookup gradient rows
+    update: dict[str, RateTable]  # optimizer -> (weights + state) row bytes -> bytes/s of distinct rows
+    gemm: dict[str, GemmTable]  # dense dtype -> rates by shape
+    calibrated: set[str] = field(default_factory=set)  # fields measured (the rest are datasheet defaults)
+
+    # ---- op prices: variable seconds (work / rate); the fixed part is fixed(kind) --------------------------
+
+    def fixed(self, kind: str) -> float:
+        return self.fixed_s[kind]
+
+    def lookup_s(self, row_bytes: float, lookups: float, unique: float, out_bytes: float, from_host: bool) -> float:
+        """Gather ``lookups`` rows (``unique`` of them distinct) and write ``out_bytes`` of pooled output.
+        Rows in host memory are read at the host-gather rate, every lookup (no cache in front of PCIe)."""
+        if from_host:
+            read = lookups * row_bytes / self.host_gather(row_bytes)
+        else:
+            repeats = max(lookups - unique, 0.0)
+            read = unique * row_bytes / self.gather(row_bytes) + repeats * row_bytes / self.gather_cached(row_bytes)
+        return read + out_bytes / self.stream_Bps
+
+    def sort_s(self, ids: float) -> float:
+        return ids * self.sort_s_per_id
+
+    def segment_reduce_s(self, grad_row_bytes: float, lookups: float) -> float:
+        return lookups * grad_row_bytes / self.segment_reduce(grad_row_bytes)
+
+    def update_s(self, optimizer: str, row_bytes: float, rows: float, in_host: bool) -> float:
+        """Read, update and write back ``rows`` distinct rows of ``row_bytes`` (weights + state); rows in host
+        memory also cross the link twice (read and write) at the host-gather rate."""
+        rate = self.update[optimizer](row_bytes)
+        if in_host:
+            rate = min(rate, self.host_gather(row_bytes) / 2)
+        return rows * row_bytes / rate
+
+    def stream_s(self, touched_bytes: float) -> float:
+        return touched_bytes / self.stream_Bps
+
+    def gemm_s(self, dtype: str, m: float, k: float, n: float, batch: float = 1.0) -> float:
+        table = self.gemm[dtype]
+        return 2.0 * batch * m * k * n / table.rate(batch * m, k, n)
+
+
+# ---- construction from a spec -------------------------------------------------------------------------------
+
+def _table(points: dict | None, default: float, scale: float = GB) -> RateTable:
+    return RateTable({s: v * scale for s, v in points.items()}) if points else RateTable.flat(default)
+
+
+def peak_for(peaks: dict[str, float], dtype: str) -> float:
+    """Peak TFLOP/s for ``dtype``; a missing 16-bit or tf32 entry falls back to the next slower format."""
+    for key in {"bf16": ("bf16", "fp16", "tf32", "fp32"), "fp16": ("fp16", "bf16", "tf32", "fp32"),
+                "tf32": ("tf32", "fp32")}.get(dtype, ("fp32",)):
+        if key in peaks:
+            return peaks[key]
+    return min(peaks.values())
+
+
+def _gemm_tables(spec: OpCostSpec | None, peaks: dict[str, float], efficiency: float) -> dict[str, GemmTable]:
+    out = {}
+    measured = (spec.gemm_TFLOPs or {}) if spec else {}
+    for dtype in ("fp32", "tf32", "bf16", "fp16"):
+        peak = peak_for(peaks, dtype)
+        shapes = {tuple(int(x) for x in s.split("x")): v * 1e12 for s, v in measured.get(dtype, {}).items()}
+        out[dtype] = GemmTable(shapes, peak * 1e12 * efficiency)
+    return out
+
+
+def _build(spec: OpCostSpec | None, *, fixed_default, gather: float, host_gather: float, stream: float,
+           sort_s: float, reduce: float, update: float, gemm: dict[str, GemmTable]) -> OpCosts:
+    s = spec or OpCostSpec()
+    fixed = {k: us_to_s(s.fixed_us[k]) if k in s.fixed_us else fixed_default(k) for k in FIXED_COST_KINDS}
+    upd = {o: _table((s.update_GBps or {}).get(o), update) for o in OPTIMIZERS}
+    calibrated = {name for name in OpCostSpec.model_fields if getattr(s, name)}
+    return OpCosts(
+        fixed_s=fixed,
+        gather=_table(s.gather_GBps, gather),
+        gather_cached=_table(s.gather_cached_GBps or s.gather_GBps, gather),
+        host_gather=_table(s.host_gather_GBps, host_gather),
+        stream_Bps=s.stream_GBps * GB if s.stream_GBps else stream,
+        sort_s_per_id=s.sort_ns_per_id * 1e-9 if s.sort_ns_per_id is not None else sort_s,
+        segment_reduce=_table(s.segment_reduce_GBps, reduce),
+        update=upd, gemm=gemm, calibrated=calibrated)
+
+
+def gpu_op_costs(g: GpuSpec, host_link_Bps: float, dense_dtypes=()) -> OpCosts:
+    """A GPU's op costs: its ``op_costs`` where measured, datasheet defaults elsewhere. ``host_link_Bps``:
+    the GPU's path to its host (bytes/s, bw x efficiency), for the host-gather default."""
+    hbm = g.hbm_bw_GBps * GB
+    gather = hbm * g.hbm_gather_efficiency
+    launch = us_to_s(g.kernel_launch_us)
+    return _build(g.op_costs, fixed_default=lambda k: launch * KERNELS[k], gather=gather,
+                  host_gather=host_link_Bps * g.host_read_efficiency, stream=hbm,
+                  sort_s=GPU_SORT_BYTES_PER_ID / hbm, reduce=gather / 2, update=gather / 2,
+                  gemm=_gemm_tables(g.op_costs, dict(g.peak_TFLOPs), g.compute_efficiency))
+
+
+def host_op_costs(h: HostSpec) -> OpCosts:
+    """A host CPU's op costs (CPU lookups of host tables): ``op_costs`` where measured, else defaults."""
+    g = h.cpu_gather_GBps * GB
+    return _build(h.op_costs, fixed_default=lambda k: us_to_s(HOST_OP_US) * KERNELS[k], gather=g, host_gather=g,
+                  stream=h.dram_bw_GBps * GB, sort_s=HOST_SORT_NS * 1e-9, reduce=g / 2, update=g / 2,
+                  gemm=_gemm_tables(h.op_costs, {"fp32": h.cpu_peak_TFLOPs}, 1.0))
