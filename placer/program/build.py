@@ -376,3 +376,18 @@ class ProgramBuilder:
             dense = trace(self.wl, self.dense_samples(), "cpu" if self.topo.is_unified(g) else "cuda")
             out.append(Buffer(self.topo.memory_of(g), "dense model", dense.memory_bytes(self.optimizer)))
         return out
+
+
+def plan_ops(builder: ProgramBuilder, placements: list[Placement]) -> list[Op]:
+    """The whole step program of a plan: the placement-free ops, then every placement's, each group's fixed
+    costs once (the first placement that uses a group brings them)."""
+    ops = list(builder.base_ops())
+    seen: set = set()
+    for p in placements:
+        for op in builder.placement_ops(p):
+            if op.once:
+                if op.once_key in seen:
+                    continue
+                seen.add(op.once_key)
+            ops.append(op)
+    return ops

@@ -5,7 +5,8 @@ Entry points: ``run_plan`` (build + train + time + prediction beside it), ``Trai
 that does not fit this machine before allocating).
 """
 from placer.runner.memory import check_memory, estimate_needs
-from placer.runner.run import RunConfig, Trainer, run_plan
+from placer.runner.run import RunConfig, run_plan
+from placer.runner.trainer import Trainer
 from placer.runner.scale import scale_plan
 
 __all__ = ["RunConfig", "Trainer", "check_memory", "estimate_needs", "run_plan", "scale_plan"]

@@ -5,12 +5,10 @@ Per table, a fixed seeded permutation maps popularity ranks to row ids (rank 0 =
 the lookups. Bag sizes: a feature with pooling factor P gives each sample floor(P) lookups plus one more with
 probability P - floor(P) (mean exactly P, the least spread); one-hot features always look up one row.
 
-Layout per table (all features of the table in one kernel call, like TorchRec's KeyedJaggedTensor): ``ids``
-(L,) row ids, ``bags`` (L,) bag index of each lookup, ``offsets`` (F*B,) start of each bag, where bag
-f*B + s is feature f of sample s (features in workload order). Per shard, the rows it owns are selected and
-renumbered ahead of time (that is the input distribution, which TorchRec also runs outside the step):
-``ShardInput`` holds the shard's local ids (id - first row), its bags and offsets; data-parallel replicas get
-the lookups of their own slice of samples.
+Layout per table (all features of the table together, like TorchRec's KeyedJaggedTensor): ``ids`` (L,) row
+ids and ``bags`` (L,) bag index of each lookup, where bag f*B + s is feature f of sample s (features in
+workload order), sorted by bag. The input step (runner/groups.py) turns them into each fused group's ids,
+offsets and bags ahead of time (the input distribution, which TorchRec also runs outside the step).
 
 Labels: ``y = [z > 0]`` with ``z = x . w / sqrt(n_dense) + sum_f mean_bag(score(table, id)) / sqrt(F)``, where
 ``score`` is a fixed pseudo-random value per (table, row) from a hash (no per-row storage) and ``w`` a fixed random
@@ -54,42 +52,14 @@ def row_scores(ids: np.ndarray, table_index: int, seed: int) -> np.ndarray:
 
 
 @dataclass
-class ShardInput:
-    """Lookups one shard (or replica) serves in one batch. ``ids`` are local to the shard (id - first row)."""
-
-    ids: torch.Tensor
-    offsets: torch.Tensor
-    offsets32: torch.Tensor  # int32 copy, for int32 index kernels (the split shards' remapped slots)
-    bags: torch.Tensor
-    ids_cpu: torch.Tensor
-    offsets_cpu: torch.Tensor
-    bags_cpu: torch.Tensor
-    num_bags: int
-
-    @property
-    def lookups(self) -> int:
-        return int(self.ids_cpu.numel())
-
-
-@dataclass
 class Batch:
     dense: torch.Tensor  # (B, num_dense_features) fp32 on the device
     labels: torch.Tensor  # (B,) fp32 on the device
-    shards: dict[tuple[str, int], ShardInput]  # (table, shard index in its placement) -> input
+    groups: dict  # fused group key -> its GroupInput (runner/groups.py: the input step)
     table_ids: dict[str, np.ndarray]  # global row ids per table (numpy, for tests and accounting)
 
     def nbytes(self) -> int:
-        total = self.dense.numel() * 4 + self.labels.numel() * 4
-        for s in self.shards.values():
-            total += (s.ids.numel() + s.offsets.numel() + s.bags.numel()) * 8 + s.offsets32.numel() * 4
-        return total
-
-
-def _offsets_from_bags(bags: np.ndarray, num_bags: int) -> np.ndarray:
-    counts = np.bincount(bags, minlength=num_bags)
-    offsets = np.zeros(num_bags, dtype=np.int64)
-    np.cumsum(counts[:-1], out=offsets[1:])
-    return offsets
+        return self.dense.numel() * 4 + self.labels.numel() * 4 + sum(g.nbytes() for g in self.groups.values())
 
 
 class BatchGenerator:
@@ -154,60 +124,6 @@ class BatchGenerator:
         y = (z > 0).astype(np.float32)
         return {"dense": x, "labels": y, "tables": tables}
 
-    def shard_arrays(self, placement: Placement, ids: np.ndarray, bags: np.ndarray) -> list[tuple]:
-        """Per shard of a placement: (local ids, bags, offsets, num_bags) as numpy arrays."""
-        t = self.tables[placement.table]
-        F = len(self.features_of[t.name])
-        B = self.B
-        out = []
-        if placement.sharding == "data_parallel":
-            n_rep = len(placement.shards)
-            bounds = [B * i // n_rep for i in range(n_rep + 1)]
-            sample = bags % B
-            feature = bags // B
-            for r in range(n_rep):
-                s0, s1 = bounds[r], bounds[r + 1]
-                mask = (sample >= s0) & (sample < s1)
-                nb = F * (s1 - s0)
-                lb = feature[mask] * (s1 - s0) + (sample[mask] - s0)
-                out.append((ids[mask], lb, _offsets_from_bags(lb, nb), nb))
-            return out
-        nb = F * B
-        full = None
-        for s in placement.shards:
-            a, b = s.rows
-            if (a, b) == (0, t.rows):
-                if full is None:
-                    full = (ids, bags, _offsets_from_bags(bags, nb), nb)
-                out.append(full)
-                continue
-            mask = (ids >= a) & (ids < b)
-            lb = bags[mask]
-            out.append((ids[mask] - a, lb, _offsets_from_bags(lb, nb), nb))
-        return out
-
-    def make(self, device: torch.device) -> Batch:
-        """One batch, moved to ``device`` (and kept on the CPU for CPU-side consumers)."""
-        arrays = self.make_numpy()
-        shards: dict[tuple[str, int], ShardInput] = {}
-        for p in self.plan.placements:
-            ids, bags = arrays["tables"][p.table]
-            pieces = self.shard_arrays(p, ids, bags)
-            cache: dict[int, ShardInput] = {}  # shards with the same rows share one input (ids valid while alive)
-            for i, (lid, lb, off, nb) in enumerate(pieces):
-                key = id(lid)
-                if key not in cache:
-                    ic, bc, oc = (torch.from_numpy(np.ascontiguousarray(a)).to(INDEX_DTYPE) for a in (lid, lb, off))
-                    same = device.type == "cpu"
-                    cache[key] = ShardInput(
-                        ids=ic if same else ic.to(device), offsets=oc if same else oc.to(device),
-                        offsets32=oc.to(device=device, dtype=torch.int32),
-                        bags=bc if same else bc.to(device), ids_cpu=ic, offsets_cpu=oc, bags_cpu=bc, num_bags=nb)
-                shards[(p.table, i)] = cache[key]
-        return Batch(dense=torch.from_numpy(arrays["dense"]).to(device),
-                     labels=torch.from_numpy(arrays["labels"]).to(device), shards=shards,
-                     table_ids={k: v[0] for k, v in arrays["tables"].items()})
-
 
 def batch_bytes_estimate(workload: Workload, plan: Plan | None = None) -> float:
     """Bytes of one batch on the device (indices for every shard, bags, offsets, dense features, labels)."""
@@ -218,9 +134,10 @@ def batch_bytes_estimate(workload: Workload, plan: Plan | None = None) -> float:
         L = B * workload.lookups_per_sample(t.name)
         F = workload.outputs_per_sample(t.name)
         p = placements.get(t.name)
-        pieces = 1
+        pieces = 1  # column pieces each look up every id; row pieces and split parts divide them
         if p is not None and p.sharding != "data_parallel":
-            pieces = len({s.rows for s in p.shards})
-        # ids + bags (8 B each) over all row pieces (they partition the lookups), offsets per piece
-        total += 16.0 * L + 12.0 * F * B * pieces
+            pieces = len({s.cols for s in p.shards})
+        bags = len(p.shards) + sum(1 for s in p.shards if 0 < s.hbm_rows < s.num_rows) if p is not None else 1
+        # ids + bags (8 B each) of every lookup in each group it enters, offsets (8 B) of every bag of every member
+        total += 16.0 * L * pieces + 8.0 * F * B * bags
     return total

@@ -1,11 +1,11 @@
 """What a plan needs in memory on THIS machine, checked before anything is allocated.
 
-Computed from the plan's shards as the runner builds them (every GPU of the plan folded onto the one local
-device): rows x cols x element bytes + optimizer state (fp32) for every block of rows, the padding row of each
-split part, the split shards' two int32 maps, data-parallel gradients, the backward's per-lookup gradient rows of
-the largest shard, pooled outputs, the dense model (cost.py's DenseModelCost, the whole global batch on one
-device), the batch pool on the device and its CPU copy, and the build's transient rank permutation. A margin
-is added (MARGIN_FRACTION + MARGIN_BYTES). On a CPU run, device and host needs both come out of RAM.
+Computed from the step program's buffers (placer/program/build.py, the numbers the planner's memory rows
+sum; every GPU of the plan folded onto the one local device): rows and optimizer state where they live, pooled
+outputs and gradients, the backward's per-lookup workspace, replicas' dense gradients, split shards' slot maps,
+the step's input ids; plus the dense model at the whole batch, the batch pool on the device and its CPU copy,
+and the build's transient rank permutations. A margin is added (MARGIN_FRACTION + MARGIN_BYTES). On a CPU run,
+device and host needs both come out of RAM.
 """
 from __future__ import annotations
 
@@ -13,13 +13,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from placer.cost import DenseModelCost
 from placer.errors import InfeasibleError
 from placer.plan import Plan
+from placer.program.build import ProgramBuilder
+from placer.program.dense import trace
 from placer.runner.batches import batch_bytes_estimate
-from placer.runner.optim import state_bytes_per_row
 from placer.specs.workload import Workload
-from placer.units import GiB, element_bytes, fmt_bytes
+from placer.topology import Topology
+from placer.units import GiB, fmt_bytes
 
 MARGIN_FRACTION = 0.10
 MARGIN_BYTES = {"cuda": 768 * 2**20, "cpu": 512 * 2**20}
@@ -45,44 +46,20 @@ class MemoryNeeds:
         return sum(self.host.values())
 
 
-def estimate_needs(plan: Plan, workload: Workload, device_type: str, pool_batches: int) -> MemoryNeeds:
-    """Memory the runner will allocate for ``plan`` (before the margin)."""
+def estimate_needs(plan: Plan, workload: Workload, topology: Topology, device_type: str, pool_batches: int
+                   ) -> MemoryNeeds:
+    """Memory the runner will allocate for ``plan`` (before the margin): the step program's buffers
+    (program/build.py: the same numbers the planner's memory rows sum), every plan GPU's on the local device
+    and every host's in RAM, the dense model at the whole batch (one process runs it), the batch pool (and its
+    CPU copy on a GPU run) and the build's transient rank permutations."""
     need = MemoryNeeds()
-    tables = {t.name: t for t in workload.tables}
-    opt = workload.optimizer.name
-    B = workload.batch_size
-    largest_expand = {"device": 0.0, "host": 0.0}
+    builder = ProgramBuilder(topology, workload)
+    gpu_memories = {topology.memory_of(g) for g in topology.gpus} - set(topology.hosts)
     for p in plan.placements:
-        t = tables[p.table]
-        e = element_bytes(p.precision)
-        F = workload.outputs_per_sample(t.name)
-        lookups = B * workload.lookups_per_sample(t.name)
-        for s in p.shards:
-            n, c, k = s.num_rows, s.num_cols, s.hbm_rows
-            row = c * e + state_bytes_per_row(opt, c)
-            share = lookups * n / t.rows
-            if p.sharding == "host":
-                need.add("host", "tables", n * row)
-                largest_expand["host"] = max(largest_expand["host"], share * c * 4 * 2)
-                need.add("device", "pooled outputs", F * B * c * 4 * 3)
-                continue
-            if p.sharding == "data_parallel":
-                need.add("device", "tables", n * row)
-                need.add("device", "data-parallel gradients", n * c * 4)
-                need.add("device", "pooled outputs", F * B * c * 4 * 3 / len(p.shards))
-                largest_expand["device"] = max(largest_expand["device"], share / len(p.shards) * c * 4)
-                continue
-            split = 1 if 0 < k < n else 0
-            need.add("device", "tables", (k + split) * row if k else 0)
-            need.add("host", "tables", (n - k + split) * row if n - k else 0)
-            if split:
-                need.add("device", "remap", n * 8)  # hot map + cold map, int32
-                need.add("host", "remap", n * 4)
-            need.add("device", "pooled outputs", F * B * c * 4 * 3)
-            largest_expand["device"] = max(largest_expand["device"], share * c * 4 * 2 * (1 + split))
-    need.add("device", "backward workspace", largest_expand["device"])
-    need.add("host", "backward workspace", largest_expand["host"])
-    need.add("device", "dense model", DenseModelCost.of(workload).hbm_bytes(B, opt))
+        for b in builder.placement_buffers(p):
+            need.add("device" if b.memory in gpu_memories else "host", b.purpose, b.bytes)
+    dense = trace(workload, workload.batch_size, "cuda" if device_type == "cuda" else "cpu")
+    need.add("device", "dense model", dense.memory_bytes(workload.optimizer.name))
     per_batch = batch_bytes_estimate(workload, plan)
     need.add("device", "batch pool", per_batch * pool_batches)
     if device_type == "cuda":
@@ -150,8 +127,9 @@ def check_memory(need: MemoryNeeds, device: torch.device, *, host_available: flo
     return report
 
 
-def _top(parts: dict[str, float], n: int = 3) -> str:
-    items = sorted(((v, k) for k, v in parts.items() if v > 0), reverse=True)[:n]
+def _top(parts: dict[str, float]) -> str:
+    """Every part summed, largest first."""
+    items = sorted(((v, k) for k, v in parts.items() if v > 0), reverse=True)
     return ", ".join(f"{k} {fmt_bytes(v)}" for v, k in items) or "nothing"
 
 

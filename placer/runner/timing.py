@@ -77,6 +77,40 @@ class PhaseTimer:
         return {k: statistics.median(step.get(k, 0.0) for step in self.by_step) for k in phases}
 
 
+class OpTimer:
+    """Seconds per (op kind, stream) over instrumented steps: every op synchronized before and after, so each
+    is its own time (the keys are the step program's, placer/program/ops.py). ``off()`` runs ops untimed."""
+
+    def __init__(self, device: torch.device | None, active: bool = True):
+        self.device = device
+        self.active = active
+        self.totals: dict[tuple[str, str], float] = defaultdict(float)
+        self.counts: dict[tuple[str, str], int] = defaultdict(int)
+        self.steps = 0
+
+    @classmethod
+    def off(cls) -> "OpTimer":
+        return _OFF
+
+    def run(self, kind: str, stream: str, fn):
+        if not self.active:
+            return fn()
+        synchronize(self.device)
+        t0 = time.perf_counter()
+        out = fn()
+        synchronize(self.device)
+        self.totals[(kind, stream)] += time.perf_counter() - t0
+        self.counts[(kind, stream)] += 1
+        return out
+
+    def per_step(self) -> dict[tuple[str, str], float]:
+        """Mean seconds per step of each (kind, stream)."""
+        return {k: v / max(self.steps, 1) for k, v in self.totals.items()}
+
+
+_OFF = OpTimer(None, active=False)
+
+
 def summarize(times: list[float]) -> dict[str, float]:
     """median (the reported step time), mean, min, max, p90 and count of per-step times, seconds."""
     if not times:
