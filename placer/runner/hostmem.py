@@ -246,3 +246,24 @@ class HostMemory:
             self.close()
         except Exception:  # noqa: BLE001 - interpreter teardown
             pass
+
+
+M_TRIM_THRESHOLD = -1
+M_MMAP_MAX = -4
+
+
+def keep_freed_memory() -> bool:
+    """Make glibc keep freed memory for reuse instead of returning it to the OS (no mmap for large blocks, no
+    trimming), so that a tensor freed in one step and allocated again in the next reuses warm pages instead
+    of page-faulting fresh ones: PyTorch's CPU allocator has no cache of its own. The runner and ``placer
+    calibrate`` both call it, so that op costs are measured in the regime the runner runs in. Returns False
+    where mallopt is not available (not glibc)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, 2**31 - 1))

@@ -22,6 +22,7 @@ from placer.errors import SpecError
 from placer.plan import Plan, check_plan
 from placer.program.build import plan_ops
 from placer.runner.batches import batch_bytes_estimate
+from placer.runner.hostmem import keep_freed_memory
 from placer.runner.memory import check_memory, estimate_needs
 from placer.runner.opcompare import compare
 from placer.runner.scale import scale_plan
@@ -128,6 +129,7 @@ def run_plan(hardware, workload: Workload, plan: Plan, config: RunConfig = RunCo
     if config.check_memory:
         mem_report = check_memory(needs, device, host_available=config.host_available_bytes,
                                   device_free=config.device_free_bytes)
+    keep_freed_memory()
     rss_start = _rss_bytes()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
