@@ -1,15 +1,23 @@
-"""Cost model: hand-computed numbers on a 2-GPU, 3-table case, and communication on dgx-h100-2node."""
+"""Cost model: the step program's ops priced by hand on a 2-GPU, 3-table case (datasheet op costs), fused
+groups' fixed costs paid once, a unified-memory (CPU) machine priced as one stream and one RAM, and
+communication on dgx-h100-2node."""
 from __future__ import annotations
 
 import pytest
 
 from placer.cost import AR, BWD, BX, DENSE, FWD, FX, CostModel
 from placer.plan import Placement, Shard
+from placer.program.opcosts import RateTable
 from placer.specs import load_hardware, load_workload
 from placer.topology import Topology
-from tests.conftest import ROOT
+from tests.conftest import ROOT, TWO_GPU_YAML
 
 G0, G1, HOST = "node0/gpu0", "node0/gpu1", "node0/host"
+S0, S1, CPU = f"{G0}:stream", f"{G1}:stream", f"{HOST}:cpu"
+# datasheet defaults of the two-GPU spec (program/opcosts.py): launch 2 us, HBM 1000 GB/s x 0.5 gather
+GATHER, STREAM, REDUCE, UPDATE, SORT = 500e9, 1000e9, 250e9, 250e9, 128 / 1000e9
+HOST_GATHER = 20e9 * 0.5  # the PCIe link x host_read_efficiency
+LAUNCH = 2e-6
 
 
 def tw(table, rows, dim, gpu=G0, hbm=None, precision="fp32"):
@@ -19,42 +27,59 @@ def tw(table, rows, dim, gpu=G0, hbm=None, precision="fp32"):
 
 
 def test_table_wise_in_hbm_hand_computed(two_gpu_model):
-    # table a: 1000 rows x 16 fp32 (64 B rows), 1 lookup/sample, batch 100, 2 GPUs (50 samples each)
+    # table a: 1000 rows x 16 fp32 (64 B rows), 1 lookup/sample, batch 100 (L = 100), 2 GPUs (50 samples each)
     c = two_gpu_model.placement_cost(tw("a", 1000, 16))
-    # forward HBM: 100 lookups x 64 B / 0.5 efficiency + 100 pooled x 16 x 4 B = 12800 + 6400 B at 1000 GB/s
-    assert c.loads[(FWD, f"{G0}:hbm")] == pytest.approx(19200 / 1000e9)
-    assert c.loads[(FWD, f"{G0}:launch")] == pytest.approx(1 * 2e-6)
-    # exchange: 50 samples x 16 x 4 B = 3200 B to gpu1 over gpu0->sw and sw->gpu1 at 100 GB/s
+    uniq = 1000 * (1 - (1 - 1 / 1000) ** 100)  # uniform: distinct rows among 100 draws
+    # lookup: 100 rows of 64 B gathered (distinct and repeats alike at the datasheet rate) + 100 bags x 64 B written
+    assert c.loads[(FWD, S0)] == pytest.approx(6400 / GATHER + 6400 / STREAM)
+    # exchange: the shard packs its whole output (read + write), 50 x 64 B go to gpu1 over the switch at 100 GB/s
+    assert c.loads[(FX, S0)] == pytest.approx(2 * 6400 / STREAM)
     assert c.loads[(FX, f"{G0}->node0/sw")] == pytest.approx(3200 / 100e9)
     assert c.loads[(FX, f"node0/sw->{G1}")] == pytest.approx(3200 / 100e9)
     assert c.loads[(BX, f"{G1}->node0/sw")] == pytest.approx(3200 / 100e9)
-    # backward HBM: grads 2 x 100 x 16 x 4 = 12800, pooled grads 6400, update of the distinct rows
-    # (uniform: 1000 x (1 - (1 - 1/1000)^100) = 95.21 rows) read+write 64 B / 0.5
-    uniq = 1000 * (1 - (1 - 1 / 1000) ** 100)
-    assert c.loads[(BWD, f"{G0}:hbm")] == pytest.approx((12800 + 6400 + 2 * uniq * 64 / 0.5) / 1000e9, rel=1e-3)
-    assert c.memory[G0] == 1000 * 64
+    # backward exchange: every owner packs its 3200 B slice; the shard unpacks 6400 B and packs its group's grad
+    assert c.loads[(BX, S1)] == pytest.approx(2 * 3200 / STREAM)
+    assert c.loads[(BX, S0)] == pytest.approx((2 * 3200 + 2 * 6400 + 2 * 6400) / STREAM)
+    # backward: sort 100 ids, expand + sum 100 gradient rows of 64 B, read-modify-write the distinct rows (sgd)
+    assert c.loads[(BWD, S0)] == pytest.approx(100 * SORT + 6400 / REDUCE + uniq * 64 / UPDATE, rel=1e-3)
+    # the group's fixed costs, once: lookup 2 launches, sort 6, segment reduce 3, sgd update 4, pack 1
+    fixed = c.once[next(iter(c.once))]
+    assert fixed[(FWD, S0)] == pytest.approx(2 * LAUNCH)
+    assert fixed[(BWD, S0)] == pytest.approx((6 + 3 + 4) * LAUNCH)
+    assert fixed[(BX, S0)] == pytest.approx(LAUNCH)
+    # memory on gpu0: rows, pooled outputs + gradients, backward workspace (64 + 16 B per lookup), input ids
+    # (16 B per lookup), all-to-all buffers (2 x 6400 for the shard + 2 x 3200 as an owner)
+    assert c.memory[G0] == pytest.approx(64000 + 12800 + 100 * 80 + 1600 + 12800 + 6400)
+    assert c.memory[G1] == pytest.approx(6400)
     assert HOST not in c.memory
 
 
 def test_uvm_reads_cross_pcie(two_gpu_model):
-    # table b: 4000 x 8 fp32 (32 B), pooling 2 -> 200 lookups; all rows in host memory
+    # table b: 4000 x 8 fp32 (32 B), pooling 2 -> 200 lookups; all rows in host memory, read by gpu1
     c = two_gpu_model.placement_cost(tw("b", 4000, 8, gpu=G1, hbm=0))
-    # 200 x 32 B = 6400 B over host->gpu1 at 20 GB/s, host_read_efficiency 0.5
-    assert c.loads[(FWD, f"{HOST}->{G1}")] == pytest.approx(6400 / 0.5 / 20e9)
+    assert c.loads[(FWD, f"{HOST}->{G1}")] == pytest.approx(6400 / 20e9)
     assert c.loads[(FWD, f"{HOST}:dram")] == pytest.approx(6400 / 100e9)
+    # every lookup crosses the link at the host-gather rate (no cache in front of PCIe)
+    assert c.loads[(FWD, S1)] == pytest.approx(6400 / HOST_GATHER + 100 * 32 / STREAM)
     assert c.memory[HOST] == 4000 * 32
-    assert c.memory.get(G1, 0) == 0
+    assert G1 in c.memory and c.memory[G1] < 4000 * 32  # only outputs and workspace on the GPU
 
 
 def test_host_cpu_lookup(two_gpu_model):
     p = Placement(table="a", sharding="host", shards=[Shard(device=HOST, rows=(0, 1000), cols=(0, 16),
                                                             hbm_rows=0, host_rows=1000)])
     c = two_gpu_model.placement_cost(p)
-    assert c.loads[(FWD, f"{HOST}:cpu")] == pytest.approx(100 * 64 / 10e9)
-    # pooled results to each GPU: 50 x 64 B over PCIe at 20 GB/s
+    # the CPU gathers at cpu_gather_GBps (10 GB/s) and writes 100 bags x 64 B at the DRAM rate (100 GB/s)
+    assert c.loads[(FWD, CPU)] == pytest.approx(6400 / 10e9 + 6400 / 100e9)
+    # pooled results to each GPU: 50 x 64 B over PCIe at 20 GB/s, a copy on each GPU's stream
     assert c.loads[(FX, f"{HOST}->{G0}")] == pytest.approx(3200 / 20e9)
+    assert c.loads[(FX, S1)] == pytest.approx(3200 / 20e9)
     assert c.loads[(BX, f"{G1}->{HOST}")] == pytest.approx(3200 / 20e9)
-    assert c.memory[HOST] == 64000
+    assert c.memory[HOST] == pytest.approx(64000 + 12800 + 100 * 80 + 1600)
+    # the CPU group's fixed costs: the host's ops (5 us each) and a copy per GPU (one launch)
+    fixed = c.once[next(iter(c.once))]
+    assert fixed[(FWD, CPU)] == pytest.approx(2 * 5e-6)
+    assert fixed[(FX, S0)] == fixed[(FX, S1)] == pytest.approx(LAUNCH)
 
 
 def test_hot_split_uses_coverage(two_gpu_model):
@@ -62,17 +87,20 @@ def test_hot_split_uses_coverage(two_gpu_model):
     c = two_gpu_model.placement_cost(tw("c", 100, 4, hbm=10))
     hit = float(wl.access_models["c"].coverage(0.1))
     assert 0.3 < hit < 0.9
-    assert c.loads[(FWD, f"{HOST}->{G0}")] == pytest.approx(100 * (1 - hit) * 16 / 0.5 / 20e9)
-    # 10 hot rows of 16 B, plus the two int32 slot maps (8 B per row of the shard)
-    assert c.memory[G0] == 10 * 16 + 8 * 100 and c.memory[HOST] == 90 * 16
-    # remap, hot gather, cold gather, add, index work: 5 launches of 2 us
-    assert c.loads[(FWD, f"{G0}:launch")] == pytest.approx(5 * 2e-6)
+    # the cold part's lookups cross the link; the hot part reads HBM only
+    assert c.loads[(FWD, f"{HOST}->{G0}")] == pytest.approx(100 * (1 - hit) * 16 / 20e9)
+    # 10 hot rows of 16 B on the GPU, 90 in host memory with the shard's slot map (4 B per row, input step)
+    rows_on_gpu = c.memory[G0] - (2 * 2 * 100 * 16 + 100 * (16 + 16) + 100 * 16 + 2 * 1600 + 1600)
+    assert rows_on_gpu == pytest.approx(10 * 16)
+    assert c.memory[HOST] == pytest.approx(90 * 16 + 4 * 100)
+    assert len(c.once) == 2  # a member of gpu0's hbm group and of its uvm group
 
 
-def test_fp16_halves_bytes(two_gpu_model):
-    c32 = two_gpu_model.placement_cost(tw("a", 1000, 16))
-    c16 = two_gpu_model.placement_cost(tw("a", 1000, 16, precision="fp16"))
-    assert c16.memory[G0] == c32.memory[G0] / 2
+def test_fp16_halves_row_bytes(two_gpu_model):
+    c32 = two_gpu_model.builder.placement_buffers(tw("a", 1000, 16))
+    c16 = two_gpu_model.builder.placement_buffers(tw("a", 1000, 16, precision="fp16"))
+    rows = lambda bufs: next(b.bytes for b in bufs if b.purpose == "rows and optimizer state")
+    assert rows(c16) == rows(c32) / 2
 
 
 def test_data_parallel_allreduce(two_gpu_model):
@@ -82,13 +110,23 @@ def test_data_parallel_allreduce(two_gpu_model):
     # ring of 2: each sends 2 * (1/2) * 100 x 4 x 4 B = 1600 B to the other
     assert c.loads[(AR, f"{G0}->node0/sw")] == pytest.approx(1600 / 100e9)
     assert (FX, f"{G0}->node0/sw") not in c.loads
+    # each replica: a dense gradient of the table, streamed through the update after the all-reduce
+    assert c.memory[G0] == c.memory[G1]
+    assert len(c.once) == 2 and all((AR, s) in f for f, s in zip(c.once.values(), (S0, S1)))
 
 
-def test_dense_compute_and_reserve(two_gpu_model):
-    base = two_gpu_model.base_cost
-    # bottom 4->8: 2*4*8 = 64; concat -> 8 + 16 + 8 + 4 = 36 -> top 36->1: 72; forward 136 FLOPs/sample
-    assert two_gpu_model.dense.flops_per_sample == 136
-    assert base.loads[(DENSE, f"{G0}:compute")] == pytest.approx(3 * 136 * 50 / 5e12)
+def test_dense_ops_are_the_traced_model(two_gpu_model):
+    base = two_gpu_model.base_ops
+    dense = [op for op in base if op.phase == DENSE and op.stream == S0]
+    gemms = [op for op in dense if op.kind == "gemm"]
+    # bottom 4->8 and top 36->1 over 50 samples: forward GEMMs, weight gradients, the top's input gradient
+    shapes = sorted(op.sizes["shape"] for op in gemms)
+    assert (1, 50, 4, 8) in shapes and (1, 50, 36, 1) in shapes
+    assert len(gemms) == 5
+    for op in gemms:
+        b, m, k, n = op.sizes["shape"]
+        assert op.seconds == pytest.approx(LAUNCH + 2 * b * m * k * n / (10e12 * 0.5))
+    assert two_gpu_model.base_cost.loads[(DENSE, S0)] == pytest.approx(sum(op.seconds for op in dense))
 
 
 def test_row_and_column_wise_spread_the_work(two_gpu_model):
@@ -96,14 +134,65 @@ def test_row_and_column_wise_spread_the_work(two_gpu_model):
         Shard(device=G0, rows=(0, 500), cols=(0, 16), hbm_rows=500, host_rows=0),
         Shard(device=G1, rows=(500, 1000), cols=(0, 16), hbm_rows=500, host_rows=0)])
     c = two_gpu_model.placement_cost(rw)
-    # half the lookups per shard: 50 x 64 / 0.5 + all 100 partial sums x 64 B
-    assert c.loads[(FWD, f"{G0}:hbm")] == pytest.approx((6400 + 6400) / 1000e9)
+    # half the lookups per shard, all 100 partial sums written
+    assert c.loads[(FWD, S0)] == pytest.approx(3200 / GATHER + 6400 / STREAM)
+    # every owner adds the two partial sums of its 50 samples: one add, read 2 x 3200 B, write 3200 B
+    combine = [op for op in two_gpu_model.placement_ops(rw) if op.kind == "combine" and op.stream == S1]
+    assert len(combine) == 1 and combine[0].seconds == pytest.approx(LAUNCH + 3 * 3200 / STREAM)
     cw = Placement(table="a", sharding="column_wise", shards=[
         Shard(device=G0, rows=(0, 1000), cols=(0, 8), hbm_rows=1000, host_rows=0),
         Shard(device=G1, rows=(0, 1000), cols=(8, 16), hbm_rows=1000, host_rows=0)])
     c = two_gpu_model.placement_cost(cw)
-    assert c.loads[(FWD, f"{G1}:hbm")] == pytest.approx((100 * 32 / 0.5 + 100 * 32) / 1000e9)
-    assert c.memory[G0] == c.memory[G1] == 1000 * 32
+    assert c.loads[(FWD, S1)] == pytest.approx(100 * 32 / GATHER + 100 * 32 / STREAM)
+    assert c.memory[G0] == c.memory[G1]
+
+
+def test_a_groups_fixed_costs_are_paid_once(two_gpu_model):
+    """Two tables of the same width in gpu0's HBM share one fused group: one lookup launch, not two."""
+    from placer.simulate import phase_times, total_cost
+
+    one = two_gpu_model.placement_cost(tw("a", 1000, 16))
+    plan = type("P", (), {"placements": [tw("a", 1000, 16), tw("c", 100, 4, hbm=100)]})()
+    both = total_cost(two_gpu_model, plan)
+    assert len(both.once) == 2  # widths 16 and 4: two groups
+    same = type("P", (), {"placements": [tw("a", 1000, 16), tw("a", 1000, 16)]})()
+    twice = total_cost(two_gpu_model, same)
+    assert len(twice.once) == 1
+    fixed = next(iter(one.once.values()))[(FWD, S0)]
+    assert twice.total_loads()[(FWD, S0)] == pytest.approx(
+        two_gpu_model.base_cost.loads.get((FWD, S0), 0.0) + 2 * one.loads[(FWD, S0)] + fixed)
+    assert phase_times(two_gpu_model, twice)[0][FWD] >= 2 * one.loads[(FWD, S0)] + fixed
+
+
+def test_unified_memory_is_one_stream_and_one_ram(tmp_path, three_tables_path):
+    """CPU processes standing in for GPUs: host tables run on the first 'GPU''s stream, rows 'in HBM' and in
+    host memory fill the same RAM, nothing is copied between them, and host rows read like device rows."""
+    text = TWO_GPU_YAML.replace("count: 2", "count: 1").replace("    switches: [sw]\n", "    unified_memory: true\n")
+    text = text.replace("      - {kind: nvlink, between: [gpu*, sw], bw_GBps: 100, latency_us: 1}\n", "")
+    path = tmp_path / "cpu.yaml"
+    path.write_text(text)
+    wl = load_workload(three_tables_path)
+    topo = Topology(load_hardware(path), wl.dense.dtype)
+    model = CostModel(topo, wl)
+    assert set(topo.memories) == {HOST} and topo.memory_of(G0) == HOST
+    assert topo.stream_of(HOST) == S0 and CPU not in topo.resources
+    host = model.placement_cost(Placement(table="a", sharding="host", shards=[
+        Shard(device=HOST, rows=(0, 1000), cols=(0, 16), hbm_rows=0, host_rows=1000)]))
+    hbm = model.placement_cost(tw("a", 1000, 16))
+    uvm = model.placement_cost(tw("a", 1000, 16, hbm=0))
+    assert all(r in (S0, f"{HOST}:dram") for (_, r) in host.total_loads())
+    assert not any(op.kind.startswith("copy") for op in model.placement_ops(tw("a", 1000, 16, hbm=0)))
+    assert uvm.loads[(FWD, S0)] == pytest.approx(hbm.loads[(FWD, S0)])  # one RAM, one gather rate
+    assert set(hbm.memory) == set(uvm.memory) == {HOST}
+    assert hbm.memory[HOST] == pytest.approx(uvm.memory[HOST])
+    # the host's op costs are the device's: the same cores
+    assert topo.op_costs(HOST) is topo.op_costs(G0) or topo.op_costs(HOST).fixed_s == topo.op_costs(G0).fixed_s
+
+
+def test_rate_tables_interpolate_in_log_size():
+    t = RateTable({16: 1.0, 64: 3.0})
+    assert t(16) == 1.0 and t(64) == 3.0 and t(32) == pytest.approx(2.0)
+    assert t(4) == 1.0 and t(1024) == 3.0
 
 
 def test_cross_node_exchange_on_dgx_h100_2node():
