@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from placer.cli import main
-from placer.cost import DenseModelCost
 from placer.errors import InfeasibleError
 from placer.plan import Placement, Plan, Shard, SpecRef, check_plan
 from placer.runner import RunConfig, Trainer, run_plan, scale_plan
+from placer.program.dense import trace
 from placer.runner.memory import MemoryNeeds, check_memory, estimate_needs
 from placer.runner.optim import SparseRowOptimizer, aggregate
 from placer.specs import load_hardware, load_workload
@@ -149,12 +149,8 @@ def test_fp16_tables_are_stored_in_fp16(tiny, hw4):
     wl = fp16_ok(tiny)
     plan = make_plan(wl, hw4, [tw(t, hbm=t.rows // 2, precision="fp16") if i % 2 else host(t, "fp16")
                                for i, t in enumerate(wl.tables)])
-    tr = Trainer(plan, wl, CPU, pool_batches=1)
-    for shards in tr.shards.values():
-        for sh in shards:
-            store = sh.hot if getattr(sh, "hot", None) is not None else \
-                sh.cold.cpu if getattr(sh, "cold", None) is not None else sh.weight.cpu
-            assert store.dtype == torch.float16
+    tr = Trainer(plan, wl, CPU, Topology(hw4), pool_batches=1)
+    assert tr.groups and all(g.weight_cpu.dtype == torch.float16 for g in tr.groups.values())
     before = all_table_weights(tr)
     loss = tr.step(tr.pool[0])
     assert torch.isfinite(loss)
@@ -170,9 +166,9 @@ def test_dcnv2_concat_and_fractional_pooling_train(tiny, hw4):
         wl = tiny.model_copy(update={"dense": dense, "tables": tables, "features": None,
                                      "optimizer": OptimizerSpec(name="adam", lr=0.01)})
         plan = make_plan(wl, hw4, [tw(t, hbm=t.rows // 3) for t in wl.tables])
-        tr = Trainer(plan, wl, CPU, pool_batches=1)
+        tr = Trainer(plan, wl, CPU, Topology(hw4), pool_batches=1)
         n_params = sum(p.numel() for p in tr.model.parameters())
-        assert n_params == DenseModelCost.of(wl).params  # the runner runs the model the cost model prices
+        assert n_params == trace(wl, 4, "cpu").params  # the runner runs the model the cost model traces
         for _ in range(2):
             assert torch.isfinite(tr.step(tr.pool[0]))
 
@@ -180,7 +176,7 @@ def test_dcnv2_concat_and_fractional_pooling_train(tiny, hw4):
 def test_dot_model_matches_cost_model_shapes(tiny):
     from placer.program.dense_model import DenseDLRM
     m = DenseDLRM(tiny)
-    assert sum(p.numel() for p in m.parameters()) == DenseModelCost.of(tiny).params
+    assert sum(p.numel() for p in m.parameters()) == trace(tiny, 4, "cpu").params
     x = torch.randn(4, tiny.dense.num_dense_features)
     embs = [torch.randn(4, d) for d in m.dims]  # dims 32/16/8 differ from the bottom output (16): zero-padded
     assert m(x, embs).shape == (4,)
@@ -192,7 +188,7 @@ def test_loss_falls_on_the_learnable_target(tiny, hw4):
     wl = tiny.model_copy(update={"optimizer": OptimizerSpec(name="adagrad", lr=0.05)})
     plan = make_plan(wl, hw4, [KINDS[k](t) for k, t in zip(
         ["hot_cold_split", "host", "uvm", "table_wise_hbm", "row_wise", "column_wise"], wl.tables)])
-    tr = Trainer(plan, wl, CPU, pool_batches=8)
+    tr = Trainer(plan, wl, CPU, Topology(hw4), pool_batches=8)
     tr.train(50)
     h = tr.loss_history()
     assert np.mean(h[-10:]) < 0.8 * np.mean(h[:5]), h
@@ -205,7 +201,7 @@ def test_only_touched_rows_change(opt, tiny, hw4):
     if opt in ("sgd", "adagrad"):  # a zero gradient leaves a dense-updated replica row unchanged for these
         kinds[-1] = "data_parallel"
     plan = make_plan(wl, hw4, [KINDS[k](t) for k, t in zip(kinds, wl.tables)])
-    tr = Trainer(plan, wl, CPU, pool_batches=1)
+    tr = Trainer(plan, wl, CPU, Topology(hw4), pool_batches=1)
     before = all_table_weights(tr)
     batch = tr.pool[0]
     tr.step(batch)
@@ -220,7 +216,8 @@ def test_only_touched_rows_change(opt, tiny, hw4):
 # ---- equivalences ---------------------------------------------------------------------------------------------
 
 def _embed(wl, hw, placements, host_read="auto", seed=3):
-    tr = Trainer(make_plan(wl, hw, placements), wl, CPU, seed=seed, host_read=host_read, pool_batches=1)
+    tr = Trainer(make_plan(wl, hw, placements), wl, CPU, Topology(hw), seed=seed, host_read=host_read,
+                 pool_batches=1)
     return tr, tr.embed(tr.pool[0])
 
 
@@ -230,7 +227,7 @@ def test_hot_cold_remap_equals_one_plain_table(host_read, tiny, hw4):
     split, got = _embed(tiny, hw4, [tw(t, hbm=max(1, t.rows // 7)) if i % 2 == 0 else tw(t, hbm=0)
                                     for i, t in enumerate(tiny.tables)], host_read=host_read)
     assert split.host.mechanism == ("cpu" if host_read == "auto" else "cpu_gather_copy")
-    assert any(sh.kind == "split" for s in split.shards.values() for sh in s)
+    assert any(s.member.part == "hot" for g in split.groups.values() for s in g.slots)
     for a, b in zip(want, got):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     # same logical weights, and after one step they stay equal
@@ -298,8 +295,9 @@ def test_rowwise_adagrad_keeps_one_state_value_per_row():
 
 def test_memory_check_refuses_what_does_not_fit(tiny, hw4):
     plan = uniform_plan(tiny, hw4, KINDS["hot_cold_split"])
-    need = estimate_needs(plan, tiny, "cpu", 2)
-    assert need.host["tables"] > 0 and need.device["tables"] > 0
+    need = estimate_needs(plan, tiny, Topology(hw4), "cpu", 2)
+    assert need.host["rows and optimizer state"] > 0 and need.device["rows and optimizer state"] > 0
+    assert need.device["backward workspace"] > 0 and need.host["slot map"] > 0
     check_memory(need, CPU, host_available=1e12)
     with pytest.raises(InfeasibleError, match="does not fit this machine"):
         check_memory(need, CPU, host_available=1e6)
@@ -398,7 +396,7 @@ def test_host_tables_on_a_worker_thread_give_the_same_training(tiny, hw4):
     plan = make_plan(tiny, hw4, placements)
     runs = []
     for overlap in (False, True):
-        tr = Trainer(plan, tiny, CPU, seed=5, pool_batches=2, overlap_host=overlap)
+        tr = Trainer(plan, tiny, CPU, Topology(hw4), seed=5, pool_batches=2, overlap_host=overlap)
         tr.train(3)
         runs.append((tr.loss_history(), all_table_weights(tr)))
         tr.close()
