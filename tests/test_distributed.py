@@ -1,5 +1,6 @@
 """The runner over torch.distributed (gloo on CPU): the exchange layout, rank mapping, bad input, and the
-equivalence test: 2 and 4 processes train exactly like one process (same losses over the steps)."""
+equivalence tests: 2 and 4 processes train exactly like one process (same losses over the steps), and 2
+processes reproduce the losses recorded from the per-shard runner at ab4ea90 (tests/data)."""
 from __future__ import annotations
 
 import json
@@ -17,9 +18,11 @@ from placer.cli import main
 from placer.errors import SpecError
 from placer.plan import Placement, Plan, Shard, SpecRef, check_plan
 from placer.runner import RunConfig, Trainer
-from placer.runner.distributed import (DistEnv, check_distributable, node_needs, rank_map, rank_subplan,
-                                       run_distributed)
-from placer.runner.exchange import AllToAllLayout, ExchangeKey, sample_slices
+from placer.runner.distributed import free_port, run_distributed
+from placer.runner.exchange import AllToAllLayout, ExchangeKey
+from placer.runner.ranks import (check_distributable, node_needs, one_replica_per_rank, rank_map, rank_subplan,
+                                 sample_slices)
+from placer.runner.worker import DistEnv
 from placer.specs import load_hardware, load_workload
 from placer.topology import Topology
 
@@ -27,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 HW4 = ROOT / "hardware_specs" / "pcie-4gpu-workstation.yaml"
 DGX = ROOT / "hardware_specs" / "dgx-h100.yaml"
 TINY = ROOT / "workloads" / "tiny.yaml"
+REFERENCE = ROOT / "tests" / "data" / "reference-losses-ab4ea90.json"
 CPU = torch.device("cpu")
 GPUS = [f"node0/gpu{i}" for i in range(4)]
 
@@ -108,8 +112,8 @@ def test_exchange_layout_round_trip_without_processes():
         for k, got in zip(lay.recv_order, lay.unpack(recv)):
             torch.testing.assert_close(got, outs[k].view(k.features, B, k.cols)[:, a:b])
     # backward: owners send gradients (here: the forward slices) back; every shard gets its whole output
-    backs = [torch.cat([outs[k].view(k.features, B, k.cols)[:, slices[r][0]:slices[r][1]].reshape(-1)
-                        for k in lay.recv_order]) for r, lay in enumerate(layouts)]
+    backs = [lay.pack_grads([outs[k].view(k.features, B, k.cols)[:, slices[r][0]:slices[r][1]]
+                             for k in lay.recv_order]) for r, lay in enumerate(layouts)]
     for q, lay in enumerate(layouts):
         back = torch.cat([backs[r].split(layouts[r].recv_splits)[q] for r in range(world)])
         for k, g in zip(lay.local, lay.unpack_grads(back)):
@@ -146,7 +150,11 @@ def test_data_parallel_needs_a_replica_on_every_rank_and_subplans(tmp_path):
     sub = rank_subplan(full, m, 0)
     assert {p.table for p in sub.placements} == {"t_users", "t_geo", "t_ads", "t_hist"}
     assert len(sub.placement_of("t_geo").shards) == 1
-    needs = node_needs(full, wl, m, [0, 1], "cpu", 2)
+    # the plan a rank builds from: every shard index kept, one replica (the rank's first) per data-parallel table
+    built = one_replica_per_rank(full, m, 1)
+    assert [len(p.shards) for p in built.placements] == [4, 2, 1, 1, 1, 1]
+    assert built.placement_of("t_geo").shards[0].device == "node0/gpu1"
+    needs = node_needs(full, wl, topo, m, [0, 1], "cpu", 2)
     assert needs[0].device_total > 0 and needs[1].device_total > 0
     assert DistEnv.from_environ({"WORLD_SIZE": "4", "RANK": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"}
                                 ).node_ranks == [2, 3]
@@ -167,13 +175,14 @@ STEPS, PHASE_STEPS, POOL, SEED = 10, 2, 4, 7
 
 @pytest.fixture(scope="module")
 def reference(adagrad_tiny, tmp_path_factory):
-    """The plan file and one process's losses (the plain single-process Trainer) over the same steps."""
+    """The plan file and one process's losses (the plain single-process Trainer) over the same steps: the
+    timed steps, then the phase pass and the op pass (PHASE_STEPS each)."""
     wl, hw = load_workload(adagrad_tiny), load_hardware(HW4)
     plan = make_plan(wl, hw, mixed_placements(wl))
     path = tmp_path_factory.mktemp("plan") / "plan.json"
     plan.write(path)
-    tr = Trainer(plan, wl, CPU, seed=SEED, pool_batches=POOL)
-    tr.train(STEPS + PHASE_STEPS)
+    tr = Trainer(plan, wl, CPU, Topology(hw, wl.dense.dtype), seed=SEED, pool_batches=POOL)
+    tr.train(STEPS + 2 * PHASE_STEPS)
     losses = tr.loss_history()
     tr.close()
     return path, losses
@@ -186,7 +195,7 @@ def test_processes_train_exactly_like_one_process(nproc, reference, adagrad_tiny
         device="cpu", steps=STEPS, warmup=0, phase_steps=PHASE_STEPS, seed=SEED, pool_batches=POOL, threads=1),
         nproc)
     got = r["measured"]["loss_history"]
-    assert len(got) == len(want) == STEPS + PHASE_STEPS
+    assert len(got) == len(want) == STEPS + 2 * PHASE_STEPS
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
     assert want[-1] < want[0] - 0.01  # the losses do move: the comparison has teeth
     assert r["nproc"] == nproc and r["backend"] == "gloo" and r["devices_folded"] == 4 // nproc
@@ -196,6 +205,33 @@ def test_processes_train_exactly_like_one_process(nproc, reference, adagrad_tiny
     assert m["phases_s"]["forward_exchange"] > 0 and m["phases_s"]["gradient_allreduce"] > 0
     assert r["relative_error"] == pytest.approx(m["step_time_s"] / r["predicted"]["step_time_s"] - 1)
     assert [x["samples"] for x in r["ranks"]] == [256 // nproc] * nproc
+    assert [x["replicas"] for x in r["ranks"]] == [1] * nproc  # one t_geo replica per rank
+    assert sum(x["shards"] for x in r["ranks"]) == 4 + 2 + 1 + 1 + 1  # every non-replicated shard once
+    # the op pass: measured beside priced per (kind, stream); every rank's groups and its own work show up
+    ops = {(o["kind"], o["stream"]): o for o in m["ops"]}
+    for kind in ("lookup", "sort", "segment_reduce", "update", "pack_grad", "all_to_all", "dense"):
+        assert any(k == kind and o["measured_s"] > 0 for (k, _), o in ops.items()), kind
+    assert ops[("all_reduce", "node0/gpu0:stream")]["measured_s"] > 0
+    assert ops[("lookup", "node0/host:cpu")]["measured_s"] > 0 and ops[("lookup", "node0/host:cpu")]["priced_s"] > 0
+    assert ops[("lookup", "node0/gpu3:stream")]["measured_s"] > 0  # measured on rank 3 mod N
+    assert "node0/gpu3" in r["ranks"][3 % nproc]["plan_devices"]
+
+
+def test_two_processes_reproduce_the_per_shard_runners_losses(tmp_path):
+    """The adagrad "mixed" case recorded from the per-shard runner at ab4ea90 (one process): every placement
+    kind at once (row-wise with hot/cold splits, column-wise, replicas, host, a table with two features), on 2
+    processes of the grouped executor: the same 12 losses, rtol 1e-4."""
+    case = next(c for c in json.loads(REFERENCE.read_text())["cases"]
+                if c["optimizer"] == "adagrad" and any(p["sharding"] == "row_wise" for p in c["plan"]["placements"]))
+    (tmp_path / "wl.yaml").write_text(case["workload"])
+    plan = Plan.model_validate(case["plan"])
+    plan.write(tmp_path / "plan.json")
+    phase_steps = 2
+    r = run_distributed(HW4, tmp_path / "wl.yaml", tmp_path / "plan.json", RunConfig(
+        device="cpu", steps=case["steps"] - 2 * phase_steps, warmup=0, phase_steps=phase_steps, seed=case["seed"],
+        pool_batches=case["pool_batches"], threads=1), 2)
+    np.testing.assert_allclose(r["measured"]["loss_history"], case["losses"], rtol=1e-4, atol=1e-7)
+    assert case["losses"][-1] < case["losses"][0]
 
 
 def test_done_when_dgx_h100_folded_onto_two_processes(tmp_path, capsys):
@@ -229,7 +265,6 @@ def test_torchrun_runs_the_module(tmp_path):
 
 
 def _free_port():
-    from placer.runner.distributed import free_port
     return free_port()
 
 

@@ -1,15 +1,17 @@
-"""The all-to-all of pooled embeddings between ranks, forward and backward, as one autograd Function.
+"""The all-to-all of pooled embeddings between ranks: each shard's output to the sample owners, and back.
 
-Every rank owns a contiguous slice of the global batch (``sample_slices``: rank r owns samples
-[B*r/N, B*(r+1)/N)). A shard (table_wise, row_wise or column_wise piece, or a host table) pools its lookups
-for the WHOLE global batch on the rank that owns it: an (F*B, c) tensor, bag f*B + s = feature f of sample s.
-The forward exchange sends each rank the (F, n_r, c) slice of every shard's output for the samples it owns,
-with one ``torch.distributed.all_to_all_single`` over a flat fp32 buffer with explicit split sizes (the
-piece a rank keeps for itself is part of the same call: the collective copies it locally). The owner then
-assembles each table: row-wise partial sums added, column-wise pieces concatenated (``TableAssembler``).
+Every rank owns a contiguous slice of the global batch (runner/ranks.sample_slices: rank r owns samples
+[B*r/N, B*(r+1)/N)). A shard (a table_wise, row_wise or column_wise piece, or a host table) pools its lookups
+for the WHOLE global batch on the rank that builds it: (F, B, c) fp32, F the table's features, c the shard's
+columns (a hot/cold split shard: the sum of its two parts, added on its device before the exchange). The
+forward exchange (``exchange_outputs``) sends each rank the (F, n_r, c) slice of every shard's output for the
+samples it owns, with one ``torch.distributed.all_to_all_single`` over a flat fp32 buffer with explicit split
+sizes (the piece a rank keeps for itself is part of the same call: the collective copies it locally). The
+owners then assemble each table over their samples (runner/rank_trainer.py).
 
-The backward is the same collective in reverse: the owners' gradients of the pooled slices go back to the
-shards' ranks, which concatenate them over the sample slices into the (F*B, c) gradient of their output.
+The backward (``exchange_gradients``) is the same collective in reverse: each owner sends the gradient of
+every (F, n_r, c) slice it received back to the shard's rank, which concatenates them over the sample slices
+into the (F*B, c) gradient of the shard's output: what its groups' ``pack_grad`` reads.
 
 Layout of the flat buffers (every rank derives it from the plan alone, so they agree):
 - send, on rank q: for each destination r in rank order, for each shard q owns in plan order, the
@@ -27,11 +29,6 @@ import torch
 import torch.distributed as dist
 
 
-def sample_slices(batch: int, world: int) -> list[tuple[int, int]]:
-    """[start, stop) of the samples each rank owns: contiguous, sizes differ by at most one."""
-    return [(batch * r // world, batch * (r + 1) // world) for r in range(world)]
-
-
 @dataclass(frozen=True)
 class ExchangeKey:
     """One shard in the exchange: (table, shard index in its placement), its owner rank, features, columns."""
@@ -45,10 +42,10 @@ class ExchangeKey:
 
 @dataclass
 class ExchangeRecorder:
-    """Wall times of the collective itself, when ``active`` (the instrumented pass): the device is synchronized
-    and, with ``barrier_group`` set, every rank waits at a barrier first, so that the time is the transfer and
-    not a rank waiting for another one to finish packing. The barrier's own time is kept in ``excluded_s``
-    (the phase timer leaves it out of the phase)."""
+    """Wall times of the collective itself, seconds, when ``active`` (the instrumented pass): the device is
+    synchronized and, with ``barrier_group`` set, every rank waits at a barrier first, so that the time is the
+    transfer and not a rank waiting for another one to finish packing. The barrier's own time is kept in
+    ``excluded_s`` (the phase timer leaves it out of the phase)."""
 
     device: torch.device
     active: bool = False
@@ -65,23 +62,24 @@ class ExchangeRecorder:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def run(self, name: str, fn) -> None:
+    def run(self, name: str, fn):
+        """``fn()``, timed under ``name`` when active; returns what it returns."""
         if not self.active:
-            fn()
-            return
+            return fn()
         self.sync()
         if self.use_barrier:
             b0 = time.perf_counter()
             dist.barrier(group=self.barrier_group)
             self.excluded_s += time.perf_counter() - b0
         t0 = time.perf_counter()
-        fn()
+        out = fn()
         self.sync()
         self.times.setdefault(name, []).append(time.perf_counter() - t0)
+        return out
 
 
 class AllToAllLayout:
-    """Split sizes, packing and unpacking of the exchange for one rank (see the module docstring)."""
+    """Split sizes (fp32 elements), packing and unpacking of the exchange for one rank (module docstring)."""
 
     def __init__(self, keys: list[ExchangeKey], slices: list[tuple[int, int]], rank: int, batch: int,
                  device: torch.device, group=None):
@@ -120,7 +118,7 @@ class AllToAllLayout:
         return not self.keys
 
     def pack(self, outs: list[torch.Tensor]) -> torch.Tensor:
-        """Flat send buffer from the local shards' (F*B, c) outputs (in ``self.local`` order)."""
+        """Flat send buffer from the local shards' (F, B, c) or (F*B, c) outputs (in ``self.local`` order)."""
         pieces = []
         for a, b in self.slices:
             for k, o in zip(self.local, outs):
@@ -130,9 +128,16 @@ class AllToAllLayout:
         return torch.cat(pieces, out=self.buffer("forward_send", sum(self.send_splits)))
 
     def unpack(self, recv: torch.Tensor) -> list[torch.Tensor]:
-        """(F, n_me, c) per received shard, in ``self.recv_order``."""
+        """(F, n_me, c) per received shard, in ``self.recv_order`` (views of ``recv``)."""
         n = self.n_of[self.rank]
         return [c.view(k.features, n, k.cols) for k, c in zip(self.recv_order, recv.split(self.recv_sizes))]
+
+    def pack_grads(self, grads: list[torch.Tensor]) -> torch.Tensor:
+        """Flat send buffer of the reverse exchange from the (F, n_me, c) gradients of the received slices
+        (in ``self.recv_order``)."""
+        if not grads:
+            return torch.zeros(0, dtype=torch.float32, device=self.device)
+        return torch.cat([g.reshape(-1) for g in grads], out=self.buffer("backward_send", sum(self.recv_splits)))
 
     def unpack_grads(self, back: torch.Tensor) -> list[torch.Tensor]:
         """The (F*B, c) gradient of every local shard's output from the reverse exchange's flat buffer."""
@@ -154,53 +159,27 @@ class AllToAllLayout:
         return out
 
 
-class PooledAllToAll(torch.autograd.Function):
-    """Forward: local shards' pooled outputs -> this rank's (F, n_me, c) slices of every shard.
-    Backward: the slices' gradients -> the (F*B, c) gradients of the local outputs (the reverse all-to-all).
+def exchange_outputs(layout: AllToAllLayout, outs: list[torch.Tensor], recorder: ExchangeRecorder | None = None
+                     ) -> list[torch.Tensor]:
+    """The forward exchange: the local shards' outputs (``layout.local`` order) -> this rank's (F, n_me, c)
+    slices of every shard, in ``layout.recv_order``. Every rank calls it (the collective needs them all)."""
+    send = layout.pack([o.float() for o in outs])
 
-    ``anchor`` is a zero-size tensor that requires grad, so that every rank, including one that owns no
-    shard, runs the backward (the collective needs every rank)."""
+    def go():
+        return layout.all_to_all(send, layout.recv_splits, layout.send_splits, "forward_recv")
 
-    @staticmethod
-    def forward(ctx, layout: AllToAllLayout, recorder: ExchangeRecorder | None, anchor: torch.Tensor,
-                *outs: torch.Tensor):
-        ctx.layout = layout
-        ctx.recorder = recorder
-        ctx.anchor_shape = anchor.shape
-        send = layout.pack([o.float() for o in outs])
-        result = {}
-
-        def go():
-            result["recv"] = layout.all_to_all(send, layout.recv_splits, layout.send_splits, "forward_recv")
-
-        (recorder.run("forward_all_to_all", go) if recorder else go())
-        return tuple(layout.unpack(result["recv"]))
-
-    @staticmethod
-    def backward(ctx, *grads: torch.Tensor):
-        layout: AllToAllLayout = ctx.layout
-        parts = []
-        for k, g in zip(layout.recv_order, grads):
-            if g is None:
-                g = torch.zeros((k.features, layout.n_of[layout.rank], k.cols), dtype=torch.float32,
-                                device=layout.device)
-            parts.append(g.reshape(-1).float())
-        send = torch.cat(parts, out=layout.buffer("backward_send", sum(layout.recv_splits))) if parts else \
-            torch.zeros(0, dtype=torch.float32, device=layout.device)
-        result = {}
-
-        def go():
-            result["back"] = layout.all_to_all(send, layout.send_splits, layout.recv_splits, "backward_recv")
-
-        (ctx.recorder.run("backward_all_to_all", go) if ctx.recorder else go())
-        grads_out = layout.unpack_grads(result["back"])
-        anchor_grad = torch.zeros(ctx.anchor_shape, device=layout.device)
-        return (None, None, anchor_grad, *grads_out)
+    recv = recorder.run("forward_all_to_all", go) if recorder else go()
+    return layout.unpack(recv)
 
 
-def exchange(layout: AllToAllLayout, outs: list[torch.Tensor], recorder: ExchangeRecorder | None = None
-             ) -> list[torch.Tensor]:
-    """Autograd-aware all-to-all (see PooledAllToAll); returns the received (F, n_me, c) slices in
-    ``layout.recv_order``."""
-    anchor = torch.zeros(0, device=layout.device, requires_grad=True)
-    return list(PooledAllToAll.apply(layout, recorder, anchor, *outs))
+def exchange_gradients(layout: AllToAllLayout, grads: list[torch.Tensor],
+                       recorder: ExchangeRecorder | None = None) -> list[torch.Tensor]:
+    """The backward exchange: gradients of the received slices (``layout.recv_order``) -> the (F*B, c)
+    gradient of every local shard's output (``layout.local`` order). Every rank calls it."""
+    send = layout.pack_grads([g.float() for g in grads])
+
+    def go():
+        return layout.all_to_all(send, layout.send_splits, layout.recv_splits, "backward_recv")
+
+    back = recorder.run("backward_all_to_all", go) if recorder else go()
+    return layout.unpack_grads(back)

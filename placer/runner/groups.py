@@ -263,13 +263,16 @@ class FusedGroup:
 
     def memory_bytes(self) -> dict[str, int]:
         nb = lambda t: t.numel() * t.element_size()
-        rows = nb(self.weight_cpu) + sum(nb(t) for t in (self._host_states if self._host else self.states))
+        rows = nb(self.weight_cpu) + sum(nb(t) for t in self.states)  # states: views of the host states
         return {"device": 0 if self.host_rows else rows, "host": rows if self.host_rows else 0}
 
 
-def build_groups(plan: Plan, ctx: BuildContext, builder: ProgramBuilder, devices: set[str] | None = None
-                 ) -> dict[GroupKey, FusedGroup]:
-    """The plan's groups (those on ``devices``, or all), built on the local device; slots in plan order."""
+def build_groups(plan: Plan, ctx: BuildContext, builder: ProgramBuilder, devices: set[str] | None = None,
+                 replica_samples: tuple[int, int] | None = None) -> dict[GroupKey, FusedGroup]:
+    """The plan's groups (those on ``devices``, or all), built on the local device; slots in plan order.
+
+    Replica r of a data-parallel table with n replicas pools samples [B*r/n, B*(r+1)/n) of the global batch,
+    or ``replica_samples`` [start, stop) when given (a rank of a distributed run: its own sample slice)."""
     slots: dict[GroupKey, list[Slot]] = {}
     W = len(builder.gpus)
     for p in plan.placements:
@@ -282,6 +285,8 @@ def build_groups(plan: Plan, ctx: BuildContext, builder: ProgramBuilder, devices
                 r = m.shard
                 samples = (ctx.batch * r // W, ctx.batch * (r + 1) // W) if len(p.shards) == W else \
                     (ctx.batch * r // len(p.shards), ctx.batch * (r + 1) // len(p.shards))
+                if replica_samples is not None:
+                    samples = tuple(replica_samples)
                 m = Member(m.table, m.shard, m.part, m.rows, m.cols, F * (samples[1] - samples[0]), m.lookups,
                            m.unique_rows, m.local_ids)
             else:

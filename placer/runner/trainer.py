@@ -57,8 +57,10 @@ class TableParts:
     and cold), then the shards combined by the placement's kind."""
 
     def __init__(self, placement, parts: dict[int, list[tuple[FusedGroup, Slot]]], dim: int):
+        """``parts``: per shard index, its (group, slot) pairs here (a rank of a distributed run builds some
+        shards only: the others get no parts)."""
         self.p = placement
-        self.shards = [parts[i] for i in range(len(placement.shards))]
+        self.shards = [parts.get(i, []) for i in range(len(placement.shards))]
         self.dim = dim
         cols = {s.cols for s in placement.shards}
         if placement.sharding == "data_parallel":
@@ -72,6 +74,74 @@ class TableParts:
             self.order = sorted(range(len(placement.shards)), key=lambda i: placement.shards[i].cols[0])
         else:
             self.mode = "general"
+
+    def combine(self, outs: list[torch.Tensor]) -> torch.Tensor:
+        """The table's (features, samples, dim) output from its shards' (features, samples, cols) outputs, in
+        shard order: replicas' sample slices concatenated, row-wise partial sums added (in shard order),
+        column-wise pieces concatenated, a general tiling padded to full width and added."""
+        if self.mode == "single":
+            return outs[0]
+        if self.mode == "samples":
+            return torch.cat(outs, dim=1)
+        if self.mode == "sum":
+            acc = outs[0]
+            for o in outs[1:]:
+                acc = acc + o
+            return acc
+        if self.mode == "cat":
+            return torch.cat([outs[i] for i in self.order], dim=2)
+        acc = None
+        for s, o in zip(self.p.shards, outs):
+            padded = torch.nn.functional.pad(o, (s.cols[0], self.dim - s.cols[1]))
+            acc = padded if acc is None else acc + padded
+        return acc
+
+
+def feature_slots(workload: Workload) -> list[tuple[str, int]]:
+    """Per pooled feature (workload order): its table and its position among the table's features."""
+    pos: dict[str, int] = {}
+    out = []
+    for f in workload.resolved_features:
+        out.append((f.table, pos.get(f.table, 0)))
+        pos[f.table] = pos.get(f.table, 0) + 1
+    return out
+
+
+def each_group(groups: dict, fn, worker: ThreadPoolExecutor | None) -> None:
+    """``fn(key, group)`` for every group, in key order; CPU groups on ``worker`` (a thread) when given, so
+    that they overlap the device's groups."""
+    items = list(groups.items())
+    cpu = [(k, g) for k, g in items if g.on_cpu] if worker is not None else []
+    future = worker.submit(lambda: [fn(k, g) for k, g in cpu]) if cpu else None
+    for k, g in items:
+        if future is None or not g.on_cpu:
+            fn(k, g)
+    if future is not None:
+        future.result()
+
+
+def split_sums(tables, outs: dict, streams: dict, device: torch.device, timer: OpTimer, copied: bool
+               ) -> dict[tuple[str, int], torch.Tensor]:
+    """Split shards' outputs among ``tables`` (TableParts): hot part + cold part, (features, B, cols), on the
+    shard's stream (``copied``: the splits with a part looked up by the CPU of a GPU run, after its copy)."""
+    sums = {}
+    for tp in tables:
+        for i, parts in enumerate(tp.shards):
+            if len(parts) == 2 and copied == any(g.on_cpu and device.type == "cuda" for g, _ in parts):
+                views = [g.member_output(outs[g.key], s) for g, s in parts]
+                sums[(tp.p.table, i)] = timer.run("combine", streams[parts[0][0].key], lambda v=views: v[0] + v[1])
+    return sums
+
+
+def backward_group(g: FusedGroup, inp, timer: OpTimer, stream: str) -> None:
+    """A group's backward after its pack_grad: sort, segment_reduce, then update (replicas: scatter into
+    their dense gradient, updated after the all-reduce)."""
+    runs = timer.run("sort", stream, lambda: g.sort(inp))
+    summed = timer.run("segment_reduce", stream, lambda: g.segment_reduce(runs))
+    if g.key.location == "replica":
+        timer.run("scatter", stream, lambda: g.scatter(runs, summed))
+    else:
+        timer.run("update", stream, lambda: g.update(runs, summed))
 
 
 class Trainer:
@@ -96,11 +166,7 @@ class Trainer:
                 parts[s.member.table].setdefault(s.member.shard, []).append((g, s))
         dims = {t.name: t.dim for t in workload.tables}
         self.tables = [TableParts(p, parts[p.table], dims[p.table]) for p in plan.placements]
-        pos: dict[str, int] = {}
-        self.feature_slots = []  # per feature: (table, its position among the table's features)
-        for f in workload.resolved_features:
-            self.feature_slots.append((f.table, pos.get(f.table, 0)))
-            pos[f.table] = pos.get(f.table, 0) + 1
+        self.feature_slots = feature_slots(workload)  # per feature: (table, its position among the table's)
         self.model = DenseDLRM(workload).to(device)
         self.dense_opt = make_dense_optimizer(self.model, workload.optimizer.name, workload.optimizer.lr,
                                               foreach=device.type == "cuda")
@@ -132,27 +198,12 @@ class Trainer:
     def _each_group(self, fn, ops: OpTimer | None) -> None:
         """``fn(key, group)`` for every group; CPU groups on the worker thread when overlapping (not while ops
         are timed one by one)."""
-        items = list(self.groups.items())
-        worker = self._worker if ops is None else None
-        cpu = [(k, g) for k, g in items if g.on_cpu] if worker is not None else []
-        future = worker.submit(lambda: [fn(k, g) for k, g in cpu]) if cpu else None
-        for k, g in items:
-            if future is None or not g.on_cpu:
-                fn(k, g)
-        if future is not None:
-            future.result()
+        each_group(self.groups, fn, self._worker if ops is None else None)
 
     def _split_sums(self, outs: dict, ops: OpTimer, copied: bool) -> dict[tuple[str, int], torch.Tensor]:
         """Split shards' outputs: hot part + cold part, on the shard's device (in the forward, as the program
         has it; after the copies where a part was looked up by the CPU of a GPU run)."""
-        sums = {}
-        for tp in self.tables:
-            for i, parts in enumerate(tp.shards):
-                if len(parts) == 2 and copied == any(g.on_cpu and self.device.type == "cuda" for g, _ in parts):
-                    views = [g.member_output(outs[g.key], s) for g, s in parts]
-                    sums[(tp.p.table, i)] = ops.run("combine", self.streams[parts[0][0].key],
-                                                    lambda v=views: v[0] + v[1])
-        return sums
+        return split_sums(self.tables, outs, self.streams, self.device, ops, copied)
 
     def _assemble(self, outs: dict, sums: dict, ops: OpTimer) -> dict[str, torch.Tensor]:
         """Each table's (features, B, dim) output from its shards' outputs."""
@@ -166,26 +217,7 @@ class Trainer:
     def _combine(self, tp: TableParts, outs: list[torch.Tensor], ops: OpTimer) -> torch.Tensor:
         if tp.mode == "single":
             return outs[0]
-        st = self.dense_stream
-        if tp.mode == "samples":
-            return ops.run("combine", st, lambda: torch.cat(outs, dim=1))
-        if tp.mode == "sum":
-            def total():
-                acc = outs[0]
-                for o in outs[1:]:
-                    acc = acc + o
-                return acc
-            return ops.run("combine", st, total)
-        if tp.mode == "cat":
-            return ops.run("combine", st, lambda: torch.cat([outs[i] for i in tp.order], dim=2))
-
-        def general():
-            acc = None
-            for s, o in zip(tp.p.shards, outs):
-                padded = torch.nn.functional.pad(o, (s.cols[0], tp.dim - s.cols[1]))
-                acc = padded if acc is None else acc + padded
-            return acc
-        return ops.run("combine", st, general)
+        return ops.run("combine", self.dense_stream, lambda: tp.combine(outs))
 
     def step(self, batch: Batch, phases: PhaseTimer | None = None, ops: OpTimer | None = None) -> torch.Tensor:
         """One training step; returns the loss (a device tensor, not synchronized). ``phases`` marks the
@@ -256,14 +288,7 @@ class Trainer:
         return pieces
 
     def _backward(self, k, g: FusedGroup, batch: Batch, timer: OpTimer) -> None:
-        st = self.streams[k]
-        inp = batch.groups[k]
-        runs = timer.run("sort", st, lambda: g.sort(inp))
-        summed = timer.run("segment_reduce", st, lambda: g.segment_reduce(runs))
-        if g.key.location == "replica":
-            timer.run("scatter", st, lambda: g.scatter(runs, summed))
-        else:
-            timer.run("update", st, lambda: g.update(runs, summed))
+        backward_group(g, batch.groups[k], timer, self.streams[k])
 
     # ---- loop and inspection ----------------------------------------------------------------------------------
 
