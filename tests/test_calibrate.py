@@ -1,4 +1,5 @@
-"""placer calibrate on CPU: writes a spec that placer check accepts and the planner plans on."""
+"""placer calibrate: op costs measured on the runner's own code, written as a spec the planner accepts, and
+priced back to the times measured (the inversion round trip)."""
 from __future__ import annotations
 
 import json
@@ -8,83 +9,186 @@ from pathlib import Path
 import pytest
 import torch
 
-from placer.calibrate import Calibration, Measurement, to_yaml
+from placer.calibrate import Calibration, Entry, Measurement, OpCostEntries, calibrate, to_yaml
 from placer.cli import main
-from placer.planner.solve import SolveConfig, solve
+from placer.program.dense import trace
 from placer.specs import load_hardware, load_workload
+from placer.specs.hardware import FIXED_COST_KINDS, OPTIMIZERS, OpCostSpec
 from placer.topology import Topology
 
 ROOT = Path(__file__).resolve().parent.parent
-NUMBER_LINE = re.compile(r"^\s*-?\s*[A-Za-z_0-9]+:\s*-?[0-9.]+(e-?[0-9]+)?\s*(#.*)?$")
+TINY = ROOT / "workloads" / "tiny.yaml"
+NUMBER = re.compile(r"^\s*-?\s*[\"A-Za-z_0-9]+\"?:\s*-?[0-9][0-9.]*(e-?[0-9]+)?\s*(#.*)?$")
 
 
 @pytest.fixture(scope="module")
-def quick_spec(tmp_path_factory):
-    out = tmp_path_factory.mktemp("cal") / "local.yaml"
+def quick(tmp_path_factory):
+    """A quick CPU calibration (1 torch thread, the tiny workload's GEMMs) and the spec it wrote."""
     threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     try:
-        code = main(["calibrate", "--device", "cpu", "--quick", "-o", str(out), "--threads", "1", "--json"])
+        cal = calibrate(torch.device("cpu"), quick=True, workloads=[load_workload(TINY)])
     finally:
         torch.set_num_threads(threads)
-    assert code == 0
-    return out
+    path = tmp_path_factory.mktemp("cal") / "local.yaml"
+    path.write_text(to_yaml(cal, name="quick-cpu"), encoding="utf-8")
+    return cal, path
 
 
-def test_quick_calibration_writes_a_spec_check_accepts(quick_spec, capsys):
-    assert main(["check", str(quick_spec)]) == 0
+def test_the_spec_loads_with_every_op_cost_and_unified_memory(quick, capsys):
+    cal, path = quick
+    assert main(["check", str(path)]) == 0
     assert "ok" in capsys.readouterr().out
+    t = load_hardware(path).templates["local"]
+    assert t.unified_memory and t.gpus.count == 1 and t.host.op_costs is None  # one RAM, one stream
+    oc = t.gpus.op_costs
+    for name in OpCostSpec.model_fields:
+        assert getattr(oc, name), f"op_costs.{name} is empty"
+    assert set(oc.fixed_us) == set(FIXED_COST_KINDS) - {"collective"}  # one process: no collective to time
+    assert {16, 64, 256, 1024} <= set(oc.gather_GBps) and 8 in oc.gather_GBps  # fp32 16..1024 B, fp16 below
+    assert set(oc.gather_GBps) == set(oc.gather_cached_GBps) == set(oc.host_gather_GBps)
+    assert set(oc.update_GBps) == set(OPTIMIZERS)
+    wl = load_workload(TINY)
+    shapes = {f"{b * m}x{k}x{n}" for b, m, k, n in (op.shape for op in trace(wl, wl.batch_size, "cpu").ops
+                                                    if op.kind == "gemm")}
+    assert shapes <= set(oc.gemm_TFLOPs["fp32"])  # the workload's exact GEMMs, beside the grid
+    assert len(oc.gemm_TFLOPs["fp32"]) > len(shapes)
 
 
-def test_every_number_has_a_source_comment(quick_spec):
-    text = quick_spec.read_text()
-    assert text.startswith("# Hardware spec measured by `placer calibrate --quick`")
-    lines = [ln for ln in text.splitlines() if NUMBER_LINE.match(ln) and not ln.lstrip().startswith("#")]
-    assert len(lines) >= 18
+def test_every_number_has_a_source_comment(quick):
+    _, path = quick
+    text = path.read_text()
+    assert text.startswith("# Hardware spec measured by `placer calibrate --quick --workload tiny`")
+    lines = [ln for ln in text.splitlines() if NUMBER.match(ln)]
+    assert len(lines) > 60
     for ln in lines:
         if ln.strip().startswith(("schema_version", "count: 1")) and "#" not in ln:
             continue  # the schema version and the node count are not measurements
         assert "# placer calibrate " in ln and " torch " in ln, ln
 
 
-def test_the_planner_plans_on_the_calibrated_spec(quick_spec):
-    hw = load_hardware(quick_spec)
-    g = hw.templates["local"].gpus
-    assert g.model.startswith("CPU") and 0 < g.hbm_gather_efficiency <= 1 and 0 < g.host_read_efficiency <= 1
-    assert g.peak_TFLOPs["fp32"] > 0 and 0 < g.compute_efficiency <= 1 and g.kernel_launch_us > 0
-    wl = load_workload(ROOT / "workloads" / "tiny.yaml")
-    plan = solve(Topology(hw, wl.dense.dtype), wl, SolveConfig(time_limit_s=10))
-    assert plan.predicted["step_time_s"] > 0 and len(plan.placements) == len(wl.tables)
+def test_placer_solve_accepts_the_spec(quick, tmp_path):
+    _, path = quick
+    plan = tmp_path / "plan.json"
+    assert main(["solve", str(path), str(TINY), "-q", "--time-limit", "10", "-o", str(plan)]) == 0
+    data = json.loads(plan.read_text())
+    assert data["predicted"]["step_time_s"] > 0
 
 
-def test_quick_calibration_is_quick(tmp_path, capsys):
+def _priced(kind: str, z: dict, c) -> float:
+    """The op's price, written out as placer/program/build.py prices it (fixed part + variable part)."""
+    if kind == "fixed":
+        return c.fixed(z["kind"])
+    if kind == "lookup":
+        return c.fixed("lookup") + c.lookup_s(z["row_bytes"], z["lookups"], z["unique"], z["out_bytes"], False)
+    if kind == "sort":
+        return c.fixed("sort") + c.sort_s(z["ids"])
+    if kind == "segment_reduce":
+        return c.fixed("segment_reduce") + c.segment_reduce_s(z["row_bytes"], z["lookups"])
+    if kind == "update":
+        return c.fixed(f"update_{z['optimizer']}") + c.update_s(z["optimizer"], z["row_bytes"], z["rows"], False)
+    if kind == "copy":
+        return c.fixed("copy") + c.stream_s(2 * z["bytes"])
+    assert kind == "gemm"
+    return c.fixed("gemm") + c.gemm_s(z["dtype"], z["m"], z["k"], z["n"], z["batch"])
+
+
+def test_pricing_the_timed_ops_with_the_written_spec_gives_their_times_back(quick):
+    cal, path = quick
+    costs = Topology(load_hardware(path)).op_costs("node0/gpu0")
+    defining = [s for s in cal.samples if s.defines]
+    kinds = {s.kind for s in defining}
+    assert kinds == {"fixed", "lookup", "sort", "segment_reduce", "update", "copy", "gemm"}
+    assert {s.sizes["optimizer"] for s in defining if s.kind == "update"} == set(OPTIMIZERS)
+    clamped = [s for s in defining if not s.exact and s.kind != "gemm"]
+    assert len(clamped) <= len(defining) // 10, [s.what for s in clamped]
+    by_key: dict[tuple, list] = {}
+    for s in defining:
+        if s.kind == "gemm":  # GEMMs sharing a key share a rate: their sum comes back
+            by_key.setdefault(s.defines, []).append(s)
+            continue
+        if s.exact:
+            assert _priced(s.kind, s.sizes, costs) == pytest.approx(s.seconds, rel=0.02), s.what
+    for group in by_key.values():
+        if len(group) == 1 and not group[0].exact:
+            continue  # faster than the fixed cost: no rate can give it back
+        measured = sum(s.seconds for s in group)
+        assert sum(_priced("gemm", s.sizes, costs) for s in group) == pytest.approx(measured, rel=0.02)
+    lookups = [s for s in defining if s.kind == "lookup" and s.exact]
+    assert len(lookups) >= 8  # both lookups of each row size, big table and cached table
+
+
+def test_checks_are_priced_in_the_comments(quick):
+    cal, path = quick
+    checks = [s for s in cal.samples if s.about]
+    assert {s.kind for s in checks} >= {"scatter", "update_dense"}
+    assert "checks, measured / priced:" in path.read_text()
+
+
+def test_the_command_writes_json_and_a_spec(tmp_path, capsys):
     out = tmp_path / "x.yaml"
     threads = torch.get_num_threads()
-    try:
-        assert main(["calibrate", "--device", "cpu", "--quick", "-o", str(out), "--json", "--threads", "1"]) == 0
-    finally:
-        torch.set_num_threads(threads)
+    assert main(["calibrate", "--device", "cpu", "--quick", "-o", str(out), "--json", "--threads", "1"]) == 0
+    assert torch.get_num_threads() == threads
     data = json.loads(capsys.readouterr().out)
-    assert data["wall_s"] < 30
-    assert data["host_read_mechanism"] == "cpu"
-    assert data["values"]["hbm_bw_GBps"]["value"] > 0
+    assert data["wall_s"] < 30 and data["unified_memory"] and data["host_read_mechanism"] == "cpu"
+    assert data["threads"] == 1
+    exact = [s for s in data["samples"] if s["defines"] and s["exact"] and s["kind"] != "gemm"]
+    assert exact and all(abs(s["priced_s"] / s["measured_s"] - 1) < 0.02 for s in exact)
+    assert load_hardware(out).templates["local"].unified_memory
 
 
-def test_yaml_for_several_gpus_validates(tmp_path):
+def _fake_gpu_calibration() -> Calibration:
+    """What a CUDA calibration records, without a GPU: every legacy value, device and host op costs."""
     cal = Calibration(device=torch.device("cuda", 0), device_name="Fake GPU", torch_version="x", date="2026-01-01",
-                      quick=False, host_read_mechanism="uva")
+                      quick=False, host_read_mechanism="uva (test)")
     for k, v in {"hbm_GiB": 80, "hbm_bw_GBps": 3000, "hbm_gather_efficiency": 0.4, "hbm_reserve_GiB": 3,
                  "compute_efficiency": 0.6, "kernel_launch_us": 6, "host_read_efficiency": 0.7, "dram_GiB": 128,
                  "dram_bw_GBps": 90, "dram_reserve_GiB": 12.8, "cpu_cores": 16, "cpu_gather_GBps": 6,
                  "cpu_peak_TFLOPs": 1.2, "link_bw_GBps": 55, "link_efficiency": 0.97, "link_latency_us": 9}.items():
         cal.set(k, v, "test")
     cal.peaks = {"fp32": Measurement(51, "t"), "tf32": Measurement(370, "t"), "bf16": Measurement(700, "t")}
+
+    def costs(scale: float) -> OpCostEntries:
+        e = OpCostEntries()
+        e.fixed_us = {k: Entry(5.0 * scale, "t") for k in FIXED_COST_KINDS if k != "collective"}
+        e.gather_GBps = {rb: Entry(500.0 / scale, "t") for rb in (16, 64, 256, 1024)}
+        e.gather_cached_GBps = {rb: Entry(2000.0 / scale, "t") for rb in (16, 64, 256, 1024)}
+        e.host_gather_GBps = {rb: Entry(20.0 / scale, "t") for rb in (16, 64, 256, 1024)}
+        e.stream_GBps, e.sort_ns_per_id = Entry(2500.0 / scale, "t"), Entry(0.1 * scale, "t")
+        e.segment_reduce_GBps = {64: Entry(800.0 / scale, "t")}
+        e.update_GBps = {o: {64: Entry(400.0 / scale, "t")} for o in OPTIMIZERS}
+        e.gemm_TFLOPs = {"bf16": {"4096x512x256": Entry(300.0 / scale, "t")}}
+        return e
+
+    cal.device_costs, cal.host_costs = costs(1.0), costs(20.0)
+    return cal
+
+
+def test_a_gpu_spec_has_host_op_costs_and_validates(tmp_path):
     p = tmp_path / "gpu.yaml"
-    p.write_text(to_yaml(cal, name="fake", gpus=4))
+    p.write_text(to_yaml(_fake_gpu_calibration(), name="fake", gpus=4))
     hw = load_hardware(p)
+    t = hw.templates["local"]
+    assert not t.unified_memory and t.host.op_costs.gather_GBps[64] == 1.0 / 20 * 500
     topo = Topology(hw)
-    assert len(topo.gpus) == 4 and hw.templates["local"].gpus.peak_TFLOPs["bf16"] == 700
+    assert len(topo.gpus) == 4 and t.gpus.peak_TFLOPs["bf16"] == 700
+    assert topo.op_costs("node0/host").gather(64) == pytest.approx(25e9)
+    assert topo.op_costs("node0/gpu1").host_gather(64) == pytest.approx(20e9)
+    assert "uva (test)" in p.read_text()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_quick_cuda_calibration(tmp_path):
+    cal = calibrate(torch.device("cuda"), quick=True)
+    p = tmp_path / "gpu.yaml"
+    p.write_text(to_yaml(cal))
+    t = load_hardware(p).templates["local"]
+    assert not t.unified_memory and t.host.op_costs is not None and t.gpus.op_costs.host_gather_GBps
+    assert cal.host_read_mechanism.split()[0] in ("uva", "cpu_gather_copy")
 
 
 def test_calibrate_rejects_bad_arguments(tmp_path):
     assert main(["calibrate", "--device", "cpu", "-o", str(tmp_path / "x.yaml"), "--gpus", "0"]) == 2
     assert main(["calibrate", "--device", "tpu", "-o", str(tmp_path / "x.yaml")]) == 2
+    assert main(["calibrate", "--device", "cpu", "-o", str(tmp_path / "x.yaml"), "--workload", "nope.yaml"]) == 2

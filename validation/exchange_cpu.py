@@ -12,8 +12,9 @@ Two steps:
    inter-process path: bw_GBps = bw (one rank's send bytes per second; the receive side is the other
    direction) and latency_us = L / 2 (two hops: cost.py's exchange latency is the farthest path, 2 x the
    link's). The in-process memcpy that ``placer calibrate`` measures for that link is kept in the comments,
-   and host_read_efficiency is re-expressed over the loopback bandwidth (clamped to 1). HBM: MemTotal / 2
-   shared by the N ranks.
+   and host_read_efficiency is re-expressed over the loopback bandwidth (clamped to 1). Memory: the spec is
+   unified (placer calibrate --device cpu writes unified_memory: true): the N ranks share one RAM,
+   host.dram_GiB = MemTotal, and gpus.hbm_GiB is ignored.
    A slower direct gpu<->gpu (or switch) link cannot be used instead: routes take the least summed
    1/bandwidth, so the faster memcpy path through the host would always win.
 
@@ -36,6 +37,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import re
 import shlex
 import socket
 import statistics
@@ -129,9 +131,8 @@ def write_spec(path: Path, nproc: int, quick: bool) -> dict:
     """placer calibrate --device cpu (1 thread) + the loopback all-to-all at ``nproc``; writes the spec."""
     import torch
 
-    from placer.calibrate import _meminfo, calibrate, to_yaml
+    from placer.calibrate import calibrate, to_yaml
     from placer.specs import load_hardware
-    from placer.units import GiB
 
     torch.set_num_threads(1)
     cal = calibrate(torch.device("cpu"), quick=quick)
@@ -151,8 +152,6 @@ def write_spec(path: Path, nproc: int, quick: bool) -> dict:
     cal.set("host_read_efficiency", min(1.0, eff),
             f"the in-process gather of host rows ({hr_rate:.2f} GB/s, placer calibrate) over the loopback bw"
             + (" (clamped to 1: in-process reads are faster than the link; priced pessimistically)" if eff > 1 else ""))
-    mem_total = _meminfo("MemTotal") or 16 * GiB
-    cal.set("hbm_GiB", mem_total / 2 / nproc / GiB, f"MemTotal / 2 shared by the {nproc} ranks")
     text = to_yaml(cal, name="local-cpu-procs", gpus=nproc)
     src = f"placer calibrate {cal.date} on {cal.device_name}, torch {cal.torch_version}"
     mine = f"validation/exchange_cpu.py {cal.date} on {socket.gethostname().split('.')[0]} ({cal.device_name}), " \
@@ -160,26 +159,28 @@ def write_spec(path: Path, nproc: int, quick: bool) -> dict:
     out = []
     for line in text.splitlines():
         key = line.split(":")[0].strip()
-        if key in ("bw_GBps", "efficiency", "latency_us", "host_read_efficiency", "hbm_GiB", "count"):
+        if key in ("bw_GBps", "efficiency", "latency_us", "host_read_efficiency", "count"):
             line = line.replace(src, mine)
         if key == "count" and line.startswith("      count"):
             line = line.split("#")[0] + f"# {mine}: N ranks = N CPU processes (placer run --nproc {nproc})"
-        if line.startswith("# CPU run:"):
+        if line.startswith("# CPU run (unified memory):"):
             out += [f"# {nproc} CPU processes of one machine, one torch thread each: the 'GPUs' are the ranks of "
                     f"`placer run --device cpu --nproc {nproc}`",
                     "# (gloo over loopback). Per-device numbers: placer calibrate --device cpu with 1 thread. The "
                     "gpu<->host link is",
                     "# the inter-process path measured by validation/exchange_cpu.py (every GPU-to-GPU route goes "
                     "through the host).",
+                    "# Unified memory: the ranks share one RAM (host.dram_GiB) and the same cores; gpus.hbm_GiB is "
+                    "ignored.",
                     "# Regenerate: python3 validation/exchange_cpu.py calibrate --nproc N"]
             continue
-        if line.startswith("# RAM, its bandwidths"):
-            continue
+        if line.startswith(("# memory, the host's and the 'link'", "# same cores (one stream)")):
+            continue  # the rest of placer calibrate's CPU-run paragraph, replaced above
         if line.startswith("      - kind: pcie"):
             line = "      - kind: network                 # loopback TCP between the rank processes (gloo)"
         if line.startswith("# Hardware spec measured by"):
-            line = line.replace("`placer calibrate`", "`placer calibrate --device cpu --threads 1` + "
-                                "`validation/exchange_cpu.py`").replace("(CPU run)", f"(CPU run, {nproc} processes)")
+            line = re.sub(r"`placer calibrate([^`]*)`", r"`placer calibrate --device cpu --threads 1\1` + "
+                          "`validation/exchange_cpu.py`", line).replace("(CPU run,", f"(CPU run, {nproc} processes,")
         if line.startswith("# Source of every number:"):
             line = line.replace("(per-line comments say how)", "or validation/exchange_cpu.py (per-line comments say "
                                 "which and how)")

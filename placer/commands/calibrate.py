@@ -1,4 +1,5 @@
-"""``placer calibrate --device cuda|cpu -o FILE``: measure this machine and write a hardware spec."""
+"""``placer calibrate --device cuda|cpu -o FILE [--workload WL ...]``: measure what each op of the step program
+costs on this machine, as functions of size, and write a hardware spec with them (``op_costs``)."""
 from __future__ import annotations
 
 import argparse
@@ -14,7 +15,9 @@ from rich.table import Table
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda when available)")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="hardware spec YAML to write")
-    p.add_argument("--quick", action="store_true", help="smaller buffers and fewer repeats (seconds, noisier)")
+    p.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (seconds, noisier)")
+    p.add_argument("--workload", action="append", default=[], metavar="WL",
+                   help="also time the GEMMs of this workload's dense step at their exact shapes (repeatable)")
     p.add_argument("--gpus", type=int, default=1, metavar="N",
                    help="GPUs per node to write (the one measured device replicated; default 1)")
     p.add_argument("--name", default=None, help="spec name (default <hostname>-cpu|gpu-calibrated)")
@@ -25,21 +28,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     import torch
 
-    from placer.calibrate import calibrate, to_yaml
+    from placer.calibrate import calibrate, price, to_yaml
     from placer.errors import PlacerError, SpecError
     from placer.runner.run import resolve_device
-    from placer.specs import load_hardware
+    from placer.specs import load_hardware, load_workload
 
     if args.gpus < 1:
         raise SpecError("--gpus must be >= 1")
-    if args.threads is not None:
-        if args.threads < 1:
-            raise SpecError("--threads must be >= 1")
-        torch.set_num_threads(args.threads)
+    if args.threads is not None and args.threads < 1:
+        raise SpecError("--threads must be >= 1")
     device = resolve_device(args.device)
+    if not args.json:
+        from placer.commands.run import _warn_if_oversubscribed
+
+        _warn_if_oversubscribed(args)  # several torch threads on a busy CPU: times 10-100x off, rates noise
+    workloads = [load_workload(w) for w in args.workload]
+    threads_before = torch.get_num_threads()
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
-    cal = calibrate(device, quick=args.quick,
-                    progress=None if args.json else (lambda msg: err.print(f"[dim]measuring {escape(msg)}...[/]")))
+    try:
+        cal = calibrate(device, quick=args.quick, workloads=workloads, gpus=args.gpus,
+                        progress=None if args.json else (lambda msg: err.print(f"[dim]measuring {escape(msg)}...[/]")))
+    finally:
+        torch.set_num_threads(threads_before)
     text = to_yaml(cal, name=args.name, gpus=args.gpus)
     out = Path(args.output)
     try:
@@ -50,23 +62,32 @@ def run(args) -> int:
         load_hardware(out)  # what we write must be a valid spec
     except PlacerError as exc:
         raise PlacerError(f"calibrate wrote a spec that does not validate (a bug): {exc}") from None
+    checked = cal.check()
     if args.json:
         data = {"output": str(out), "device": str(device), "device_name": cal.device_name,
                 "torch_version": cal.torch_version, "date": cal.date, "quick": cal.quick, "wall_s": cal.wall_s,
-                "host_read_mechanism": cal.host_read_mechanism,
+                "threads": cal.threads, "unified_memory": cal.unified, "host_read_mechanism": cal.host_read_mechanism,
+                "workloads": cal.workloads, "notes": cal.notes,
                 "values": {k: {"value": m.value, "how": m.how} for k, m in cal.values.items()},
-                "peak_TFLOPs": {k: {"value": m.value, "how": m.how} for k, m in cal.peaks.items()}}
+                "peak_TFLOPs": {k: {"value": m.value, "how": m.how} for k, m in cal.peaks.items()},
+                "samples": [{"kind": s.kind, "side": s.side, "sizes": s.sizes, "measured_s": s.seconds,
+                             "priced_s": p, "defines": list(s.defines), "about": s.about, "exact": s.exact,
+                             "what": s.what} for s, p in checked]}
         sys.stdout.write(json.dumps(data, indent=1) + "\n")
         return 0
     console = Console(highlight=False, soft_wrap=True)
     t = Table(title=f"calibrated {escape(cal.device_name)} in {cal.wall_s:.1f} s -> {escape(str(out))}",
               title_justify="left")
-    t.add_column("field")
-    t.add_column("value", justify="right")
-    t.add_column("how")
-    for k, m in cal.values.items():
-        t.add_row(k, f"{m.value:,.4g}", escape(m.how))
-    for k, m in cal.peaks.items():
-        t.add_row(f"peak_TFLOPs.{k}", f"{m.value:,.4g}", escape(m.how))
+    for col, justify in (("op", "left"), ("side", "left"), ("timed", "right"), ("measured / priced", "right"),
+                         ("defines", "left")):
+        t.add_column(col, justify=justify)
+    kinds: dict[tuple[str, str, bool], list] = {}
+    for s, p in checked:
+        kinds.setdefault((s.kind, s.side, bool(s.defines)), []).append(s.seconds / p)
+    for (kind, side, defines), ratios in sorted(kinds.items()):
+        span = f"{min(ratios):.2f} .. {max(ratios):.2f}"
+        t.add_row(kind, side, str(len(ratios)), span, "yes" if defines else "check")
     console.print(t)
+    console.print("[dim]defining samples price back to their measured time; checks show how far the cost model's "
+                  "formula is from other sizes (comments in the YAML name each).[/]")
     return 0

@@ -1,0 +1,21 @@
+"""``placer calibrate``: measure what each op of the step program costs on this machine, as functions of
+size, and write it into a hardware spec (``op_costs``) with a source comment per number.
+
+Modules:
+- timing.py:  medians of synchronized calls, sizes per mode (--quick: seconds; full: minutes at most)
+- benches.py: the runner's own embedding ops timed (lookup, sort, segment_reduce, update, pack_grad, tiny ops
+              for the fixed costs), each rate inverted from the formula placer/program/opcosts.py prices with
+- gemm.py:    GEMM rates at a DLRM-like grid and at the exact shapes of given workloads' dense steps
+- machine.py: ``calibrate()``: all of it in order, the link and memory facts, the schema's scalar fields
+- record.py:  ``Calibration`` (samples, entries, legacy values), ``price`` (a sample under given op costs)
+- writer.py:  ``to_yaml`` / ``template``: the spec, every number with its comment
+"""
+from placer.calibrate.machine import calibrate, measure_link
+from placer.calibrate.record import Calibration, Entry, Measurement, OpCostEntries, Sample, price
+from placer.calibrate.timing import meminfo
+from placer.calibrate.writer import template, to_yaml
+
+_meminfo = meminfo  # the name validation/exchange_cpu.py imported
+
+__all__ = ["Calibration", "Entry", "Measurement", "OpCostEntries", "Sample", "calibrate", "measure_link", "meminfo",
+           "price", "template", "to_yaml"]

@@ -1,0 +1,405 @@
+"""The op benchmarks of ``placer calibrate``: the runner's own code (runner/kernels.py, runner/optim.py) timed
+at known sizes, each number obtained by inverting the formula placer/program/opcosts.py prices that op with.
+
+T is a median measured time (seconds), f(kind) the fixed cost measured for that kind, sizes in bytes:
+
+- fixed_us[kind] = T of the kind's smallest op (1 id, one 1 x 4 row, a 1 x 1 x 1 GEMM, ...): the dispatch,
+  launch and smallest run of one op; priced as fixed(kind) alone.
+- stream = 2 B / (T - f(copy)) for ``pack_grad`` of B bytes (read + written).
+- gather(rb), gather_cached(rb): two lookups in bags of BAG, one of L1 random ids over a table far larger
+  than the caches (U1 expected distinct rows, about L1), one of L2 ids over a cache-resident table (U2 about
+  its rows, at most L2 / 256); both priced as f(lookup) + U rb / gather + (L - U) rb / gather_cached + out /
+  stream, two equations solved for the two rates.
+- host_gather(rb) = L rb / (T - f(lookup) - out / stream): a lookup of rows in host memory by the device.
+- sort_ns_per_id = (T - f(sort)) / ids.
+- segment_reduce(grb) = L grb / (T - f(segment_reduce)), grb = gradient row bytes (fp32).
+- update[opt](rb) = rows rb / (T - f(update_opt)), rb = weight + optimizer state bytes of a row.
+
+Rows: fp32 rows (widths 4..256: 16..1024 B) define the tables keyed by row bytes; fp16 rows define only
+the keys below the smallest fp32 row (the schema keys by bytes alone, so an fp16 row of the same bytes as an
+fp32 row cannot have its own rate); the other fp16 rows are timed as checks and reported beside the entry.
+Every timed input rotates between repeats (fresh random ids), so no repeat finds the previous one's rows in
+a cache.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+
+import torch
+
+from placer.calibrate.record import Calibration, Entry, OpCostEntries, Sample
+from placer.calibrate.timing import Sizes, bench, bench_tiny
+from placer.runner import kernels
+from placer.runner.optim import NAMES as OPTIMIZERS, SparseRowOptimizer, state_bytes_per_row, state_shapes
+from placer.units import MiB
+
+BAG = 4  # lookups per bag in the lookup benchmarks
+LR = 0.01
+FP16_CHECK_WIDTHS = (8, 16, 32, 64, 128, 256)
+TORCH = {"fp32": torch.float32, "fp16": torch.float16}
+ESIZE = {"fp32": 4, "fp16": 2}
+CACHED_DRAWS = 16  # the cached lookup draws 16 x the big lookup's ids ...
+CACHED_REUSE = 256  # ... from a table of at most 1/256 as many rows
+MAX_ID_SETS = 8  # random id sets a benchmark rotates through (the warm-up's included)
+
+
+def expected_unique(rows: float, draws: float) -> float:
+    """Expected distinct rows among ``draws`` uniform draws (with replacement) from ``rows`` rows."""
+    if rows <= 1:
+        return min(1.0, draws)
+    return rows * -math.expm1(draws * math.log1p(-1.0 / rows))
+
+
+def _mib(n: float) -> str:
+    return f"{n / MiB:.0f} MiB" if n >= MiB else f"{n / 1024:.0f} KiB"
+
+
+def _ms(t: float) -> str:
+    return f"{t * 1e3:.4g} ms"
+
+
+class OpBench:
+    """Times the runner's ops on ``device`` and fills ``entries`` (the device's or the host CPU's op costs)."""
+
+    def __init__(self, cal: Calibration, device: torch.device, sizes: Sizes, entries: OpCostEntries,
+                 side: str = "device", say=None):
+        self.cal, self.device, self.s, self.entries, self.side = cal, device, sizes, entries, side
+        self.say = say or (lambda _msg: None)
+        self.gen = torch.Generator(device="cpu").manual_seed(1234)
+        self._buf: torch.Tensor | None = None
+        self.sets = min(sizes.reps + 1, MAX_ID_SETS)  # inputs rotated between repeats
+
+    # ---- helpers ------------------------------------------------------------------------------------------
+
+    @property
+    def buf(self) -> torch.Tensor:
+        """The big table's bytes (``table_bytes``), filled with fp16 1.0 (read as fp32: 0.0078), allocated once."""
+        if self._buf is None:
+            half = torch.empty(self.s.table_bytes // 2, dtype=torch.float16, device=self.device)
+            half.fill_(1.0)
+            self._buf = half.view(torch.uint8)
+        return self._buf
+
+    def release(self) -> None:
+        self._buf = None
+
+    def region(self, offset: int, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
+        n = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+        return self.buf[offset:offset + n].view(dtype).view(*shape)
+
+    def ids(self, high: int, n: int) -> torch.Tensor:
+        return torch.randint(0, int(high), (int(n),), generator=self.gen).to(self.device)
+
+    def fixed_s(self, kind: str) -> float:
+        return self.entries.fixed_us[kind].value * 1e-6
+
+    def stream_Bps(self) -> float:
+        return self.entries.stream_GBps.value * 1e9
+
+    def add(self, kind, sizes, seconds, what, defines=(), about="", exact=True) -> Sample:
+        return self.cal.add(Sample(kind, sizes, seconds, what, self.side, tuple(defines), about, exact))
+
+    def _count(self, bytes_per_item: float, lo: int | None = None, hi: int | None = None) -> int:
+        """Items (ids, rows) one timed op handles: ``gather_bytes`` worth, clamped, a multiple of BAG."""
+        lo, hi = lo or self.s.min_ids, hi or self.s.max_ids
+        n = int(min(max(self.s.gather_bytes // bytes_per_item, lo), hi))
+        return max(BAG, n - n % BAG)
+
+    # ---- fixed costs --------------------------------------------------------------------------------------
+
+    def fixed_costs(self) -> None:
+        """``fixed_us`` of every kind the runner times, from its smallest op; also ``kernel_launch_us``."""
+        dev, batches = self.device, self.s.tiny_batches
+        z = lambda *shape, dtype=torch.float32: torch.zeros(shape, dtype=dtype, device=dev)
+        w, g1, out = z(16, 4), z(1, 4), z(1, 4)
+        one = torch.tensor([3], device=dev)
+        zero = z(1, dtype=torch.int64)
+        runs = kernels.sort(one, zero)
+        m1 = z(1, 1)
+        a, b = torch.ones((1, 4), device=dev), torch.ones((1, 4), device=dev)
+        plain = {
+            "lookup": (lambda: kernels.lookup(w, one, zero),
+                       "kernels.lookup of 1 id in 1 bag over a 16 x 4 fp32 table"),
+            "sort": (lambda: kernels.sort(one, zero), "kernels.sort of 1 id"),
+            "segment_reduce": (lambda: kernels.segment_reduce(g1, runs[2], runs[1]),
+                               "kernels.segment_reduce of 1 lookup of a 4-column gradient"),
+            "copy": (lambda: kernels.pack_grad([g1], out), "kernels.pack_grad of one 1 x 4 part"),
+            "gemm": (lambda: torch.mm(m1, m1), "torch.mm of 1 x 1 by 1 x 1, fp32"),
+        }
+        for kind, (fn, what) in plain.items():
+            self._fixed(kind, bench_tiny(fn, dev, batches), what)
+        groups = {
+            "elementwise": {"add": lambda: torch.add(a, b), "mul": lambda: torch.mul(a, b),
+                            "relu": lambda: torch.relu(a), "sum": lambda: a.sum()},
+            "view": {"t": lambda: a.t(), "view": lambda: a.view(-1), "select": lambda: a.select(0, 0),
+                     "detach": lambda: a.detach(), "unsqueeze": lambda: a.unsqueeze(0)},
+        }
+        for kind, ops in groups.items():
+            times = {name: bench_tiny(fn, dev, batches) for name, fn in ops.items()}
+            per = ", ".join(f"{n} {t * 1e6:.2f}" for n, t in times.items())
+            self._fixed(kind, statistics.median(times.values()),
+                        f"median over tiny 1 x 4 fp32 ops ({per} us)")
+        for opt in OPTIMIZERS:
+            o = SparseRowOptimizer(opt, LR)
+            o.new_step()
+            states = [z(*shape) for shape in state_shapes(opt, 16, 4)]
+            self._fixed(f"update_{opt}", bench_tiny(lambda: o.update(w, states, one, g1), dev, batches),
+                        f"SparseRowOptimizer('{opt}').update of 1 row of a 16 x 4 fp32 table")
+        x = z(1)
+        launch = bench_tiny(lambda: x.add_(1.0), dev, batches)
+        if self.side == "device":
+            self.cal.set("kernel_launch_us", launch * 1e6, "a tiny in-place add (1 element), per op, median of "
+                                                          f"{batches} batches of 20 back to back")
+
+    def _fixed(self, kind: str, seconds: float, what: str) -> None:
+        what = f"{what}: median of {self.s.tiny_batches} batches of 20 back to back"
+        self.entries.fixed_us[kind] = Entry(seconds * 1e6, what)
+        self.add("fixed", {"kind": kind}, seconds, what, defines=(f"fixed_us.{kind}",))
+
+    # ---- streaming copies -----------------------------------------------------------------------------------
+
+    def _pack(self, nbytes: int) -> tuple[float, int]:
+        c = 64
+        rows = max(2, nbytes // (4 * c))
+        parts = [torch.ones((rows // 2, c), device=self.device), torch.ones((rows - rows // 2, c), device=self.device)]
+        out = torch.empty((rows, c), device=self.device)
+        return bench(lambda i: kernels.pack_grad(parts, out), self.device, self.s.reps), rows * c * 4
+
+    def stream(self) -> None:
+        """``stream_GBps`` from ``pack_grad`` of ``stream_bytes`` (two parts into one buffer)."""
+        t, n = self._pack(self.s.stream_bytes)
+        var = t - self.fixed_s("copy")
+        exact = var > 0
+        var = var if exact else 0.5 * t
+        what = f"kernels.pack_grad of two 64-column fp32 parts, {_mib(n)} in all ({_ms(t)})"
+        self.entries.stream_GBps = Entry(2 * n / var / 1e9, f"{what}, inverted: 2 x bytes / (T - fixed copy)")
+        self.add("copy", {"bytes": n}, t, what, defines=("stream_GBps",), exact=exact)
+        for nb in self.s.stream_check_bytes:
+            t, n = self._pack(nb)
+            self.add("copy", {"bytes": n}, t, f"pack_grad of {_mib(n)}", about="stream_GBps")
+
+    # ---- lookups --------------------------------------------------------------------------------------------
+
+    def _rows(self, fp16_checks: bool) -> list[tuple[str, int, bool]]:
+        """(dtype, width, defines) of the rows timed: fp32 widths, fp16 below them, fp16 checks."""
+        out = [("fp32", c, True) for c in self.s.fp32_widths]
+        smallest = 4 * min(self.s.fp32_widths)
+        out += [("fp16", c, 2 * c < smallest) for c in (4,) + (FP16_CHECK_WIDTHS if fp16_checks else ())
+                if 2 * c < smallest or fp16_checks]
+        return out
+
+    def _lookup_time(self, table: torch.Tensor, L: int, rotate: bool = True) -> float:
+        rows = table.shape[0]
+        sets = [self.ids(rows, L) for _ in range(self.sets if rotate else 1)]
+        offsets = torch.arange(0, L, BAG, device=self.device)
+        return bench(lambda i: kernels.lookup(table, sets[i % len(sets)], offsets), self.device, self.s.reps)
+
+    def gathers(self) -> None:
+        """``gather_GBps`` and ``gather_cached_GBps`` per row bytes (see the module docstring). The cached
+        lookup draws CACHED_DRAWS x as many ids from a table of at most 1/CACHED_REUSE of them, so that its
+        distinct rows (priced at the miss rate) are a small share of its time and the two equations stay
+        well apart."""
+        stream, f = self.stream_Bps(), self.fixed_s("lookup")
+        for dt, c, defines in self._rows(self.s.fp16_checks):
+            rb = c * ESIZE[dt]
+            L1 = self._count(rb)
+            L2 = max(L1, min(CACHED_DRAWS * L1, self.s.max_ids * 4))
+            n_big = self.s.table_bytes // rb
+            n_small = int(max(16, min(self.s.cached_table_bytes // rb, L2 // CACHED_REUSE)))
+            big = self.buf.view(TORCH[dt])[:n_big * c].view(n_big, c)
+            t1 = self._lookup_time(big, L1)
+            t2 = self._lookup_time(big[:n_small], L2, rotate=False)  # cache-resident: nothing to rotate
+            u1, u2 = expected_unique(n_big, L1), expected_unique(n_small, L2)
+            out1, out2 = L1 // BAG * c * 4, L2 // BAG * c * 4
+            r1, r2 = t1 - f - out1 / stream, t2 - f - out2 / stream
+            det = rb * (u1 * (L2 - u2) - u2 * (L1 - u1))
+            x = (r1 * (L2 - u2) - r2 * (L1 - u1)) / det  # s per byte of distinct (missed) rows
+            y = (u1 * r2 - u2 * r1) / det  # s per byte of repeated rows
+            exact = x > 0 and y > 0
+            if not exact:  # noise: all of the big lookup's rows as misses, the small one's rest as hits
+                x = max(r1, 1e-3 * t1) / (L1 * rb)
+                y = max(r2 - u2 * rb * x, 1e-3 * t2) / ((L2 - u2) * rb)
+            what = (f"{dt} x{c} rows ({rb} B): kernels.lookup (bags of {BAG}) of {L1} random ids over a "
+                    f"{_mib(n_big * rb)} table ({_ms(t1)}, {u1:.0f} expected distinct rows) and of {L2} over a "
+                    f"{_mib(n_small * rb)} one ({_ms(t2)}, {u2:.0f} distinct)")
+            sizes = lambda L, u, out: {"row_bytes": rb, "lookups": L, "unique": u, "out_bytes": out, "dtype": dt}
+            if defines:
+                how = (f"{what}; the two rates solved from lookup = fixed + U rb / gather + (L - U) rb / "
+                       "gather_cached + out / stream" + ("" if exact else " (noisy: clamped)"))
+                self.entries.gather_GBps[rb] = Entry(1 / x / 1e9, how)
+                self.entries.gather_cached_GBps[rb] = Entry(1 / y / 1e9, how)
+                paths = (f"gather_GBps.{rb}", f"gather_cached_GBps.{rb}")
+                self.add("lookup", sizes(L1, u1, out1), t1, what + " [big table]", defines=paths, exact=exact)
+                self.add("lookup", sizes(L2, u2, out2), t2, what + " [cached table]", defines=paths, exact=exact)
+            else:
+                self.add("lookup", sizes(L1, u1, out1), t1, f"fp16 x{c} big table", about=f"gather_GBps.{rb}")
+                self.add("lookup", sizes(L2, u2, out2), t2, f"fp16 x{c} cached table",
+                         about=f"gather_cached_GBps.{rb}")
+
+    def unified_host_gathers(self) -> None:
+        """A CPU run: rows "in host memory" are the same RAM, read in place by the same lookup (HostMemory's
+        mechanism "cpu"), so host_gather_GBps is gather_GBps; a unified node never prices it."""
+        for rb, e in self.entries.gather_GBps.items():
+            self.entries.host_gather_GBps[rb] = Entry(
+                e.value, "unified memory: host rows are this RAM, read in place by the same kernels.lookup "
+                         "(HostMemory mechanism 'cpu'): the gather_GBps entry; not priced on a unified node")
+
+    def host_gathers(self) -> str:
+        """``host_gather_GBps`` on a GPU: lookups of rows in host memory through the runner's HostMemory (uva:
+        the GPU gathers mapped pinned rows; else the CPU gathers and copies the pooled rows over). Returns the
+        mechanism."""
+        from placer.runner.hostmem import HostMemory
+
+        mem = HostMemory(self.device, "auto")
+        try:
+            nbytes = self.s.table_bytes // 2
+            h = mem.empty((nbytes,), torch.uint8, gpu_readable=True)
+            h.cpu.view(torch.float16).fill_(1.0)
+            stream, f = self.stream_Bps(), self.fixed_s("lookup")
+            for dt, c, defines in self._rows(False):
+                rb = c * ESIZE[dt]
+                L = self._count(rb)
+                out = L // BAG * c * 4
+                n = nbytes // rb
+                if h.dev is not None:
+                    table = h.dev[:n * rb].view(TORCH[dt]).view(n, c)
+                    t = self._lookup_time(table, L)
+                else:  # cpu_gather_copy: the CPU pools the rows, the pooled rows cross to the GPU
+                    table = h.cpu[:n * rb].view(TORCH[dt]).view(n, c)
+                    sets = [torch.randint(0, n, (L,), generator=self.gen) for _ in range(self.sets)]
+                    offsets = torch.arange(0, L, BAG)
+                    t = bench(lambda i: kernels.lookup(table, sets[i % len(sets)], offsets).to(self.device),
+                              self.device, self.s.reps)
+                var = t - f - out / stream
+                exact = var > 0
+                var = var if exact else 0.5 * t
+                what = (f"{dt} x{c} rows ({rb} B) in host memory ({mem.mechanism}: {mem.detail}): kernels.lookup of "
+                        f"{L} random ids in bags of {BAG} over a {_mib(n * rb)} table ({_ms(t)})")
+                self.entries.host_gather_GBps[rb] = Entry(L * rb / var / 1e9, what + ", inverted: L rb / (T - fixed "
+                                                                                     "lookup - out / stream)")
+                self.add("lookup", {"row_bytes": rb, "lookups": L, "unique": L, "out_bytes": out, "from_host": True},
+                         t, what, defines=(f"host_gather_GBps.{rb}",), exact=exact)
+            return f"{mem.mechanism} ({mem.detail})"
+        finally:
+            mem.close()
+
+    # ---- backward ops --------------------------------------------------------------------------------------
+
+    def sort(self) -> None:
+        """``sort_ns_per_id`` from kernels.sort of ``sort_ids`` random ids; other counts are checks."""
+        span = 2**26
+
+        def timed(n: int) -> float:
+            sets = [self.ids(span, n) for _ in range(self.sets)]
+            bags = torch.arange(n, device=self.device) // BAG
+            return bench(lambda i: kernels.sort(sets[i % len(sets)], bags), self.device, self.s.reps)
+
+        n = self.s.sort_ids
+        t = timed(n)
+        var = t - self.fixed_s("sort")
+        exact = var > 0
+        var = var if exact else 0.5 * t
+        what = f"kernels.sort of {n} random ids of a {span}-row id space, bags of {BAG} ({_ms(t)})"
+        self.entries.sort_ns_per_id = Entry(var / n * 1e9, f"{what}, inverted: (T - fixed sort) / ids")
+        self.add("sort", {"ids": n}, t, what, defines=("sort_ns_per_id",), exact=exact)
+        for m in self.s.sort_check_ids:
+            self.add("sort", {"ids": m}, timed(m), f"{m} ids", about="sort_ns_per_id")
+
+    def segment_reduces(self) -> None:
+        """``segment_reduce_GBps`` per gradient row bytes (fp32, widths as the fp32 rows)."""
+        f = self.fixed_s("segment_reduce")
+        for c in self.s.fp32_widths:
+            grb = 4 * c
+            L = self._count(grb)
+            ids = self.ids(L, L)  # a table of L rows: about 63% of the lookups distinct
+            runs = kernels.sort(ids, torch.arange(L, device=self.device) // BAG)
+            grad = torch.rand((L // BAG, c), device=self.device)
+            t = bench(lambda i: kernels.segment_reduce(grad, runs[2], runs[1]), self.device, self.s.reps)
+            var = t - f
+            exact = var > 0
+            var = var if exact else 0.5 * t
+            what = (f"kernels.segment_reduce of {L} lookups ({runs[0].numel()} distinct rows) of {c}-column fp32 "
+                    f"gradients ({grb} B rows) pooled in bags of {BAG} ({_ms(t)})")
+            self.entries.segment_reduce_GBps[grb] = Entry(L * grb / var / 1e9,
+                                                          f"{what}, inverted: L grb / (T - fixed segment_reduce)")
+            self.add("segment_reduce", {"row_bytes": grb, "lookups": L}, t, what,
+                     defines=(f"segment_reduce_GBps.{grb}",), exact=exact)
+
+    def updates(self) -> None:
+        """``update_GBps[opt]`` per row bytes (weights + fp32 state) for every optimizer."""
+        for opt in OPTIMIZERS:
+            f = self.fixed_s(f"update_{opt}")
+            for dt, c, defines in self._rows(self.s.fp16_checks):
+                e = ESIZE[dt]
+                rb = c * e + state_bytes_per_row(opt, c)
+                n = self.s.table_bytes // rb
+                weight = self.region(0, TORCH[dt], (n, c))
+                states, off = [], n * c * e
+                for shape in state_shapes(opt, n, c):
+                    states.append(self.region(off, torch.float32, shape))
+                    off += math.prod(shape) * 4
+                u = self._count(rb, lo=max(BAG, self.s.min_ids // 4), hi=self.s.update_rows)
+                sets = [torch.unique(self.ids(n, u)) for _ in range(self.sets)]
+                grads = [torch.rand((s.numel(), c), device=self.device).mul_(1e-3) for s in sets]
+                rows = statistics.median(s.numel() for s in sets)
+                o = SparseRowOptimizer(opt, LR)
+                o.new_step()
+                t = bench(lambda i: o.update(weight, states, sets[i % len(sets)], grads[i % len(sets)]), self.device,
+                          self.s.reps)
+                path = f"update_GBps.{opt}.{rb}"
+                what = (f"{dt} x{c} rows ({rb} B with state): SparseRowOptimizer('{opt}').update of {rows:.0f} "
+                        f"distinct random rows (sorted) of a {_mib(n * rb)} table ({_ms(t)})")
+                sizes = {"optimizer": opt, "row_bytes": rb, "rows": rows, "dtype": dt}
+                if not defines:
+                    self.add("update", sizes, t, f"fp16 x{c}", about=self._nearest_update(opt, rb))
+                    continue
+                var = t - f
+                exact = var > 0
+                var = var if exact else 0.5 * t
+                self.entries.update_GBps.setdefault(opt, {})[rb] = Entry(
+                    rows * rb / var / 1e9, f"{what}, inverted: rows rb / (T - fixed update_{opt})")
+                self.add("update", sizes, t, what, defines=(path,), exact=exact)
+
+    def _nearest_update(self, opt: str, rb: int) -> str:
+        widths = self.s.fp32_widths
+        keys = [4 * c + state_bytes_per_row(opt, c) for c in widths]
+        best = min(keys, key=lambda k: abs(math.log2(k / rb)))
+        return f"update_GBps.{opt}.{best}"
+
+    def replica_checks(self) -> None:
+        """A replica's scatter and dense update (priced at the stream rate): checks of stream_GBps."""
+        rows, c = (2**12 if self.s.reps <= 3 else 2**16), 64
+        dev = self.device
+        dense = torch.zeros((rows, c), device=dev)
+        uniq = torch.unique(self.ids(rows, rows // 4))
+        summed = torch.rand((uniq.numel(), c), device=dev)
+        t = bench(lambda i: kernels.scatter(dense, uniq, summed), dev, self.s.reps)
+        self.add("scatter", {"bytes": rows * c * 4, "unique": uniq.numel(), "grad_row_bytes": 4 * c}, t,
+                 f"kernels.scatter into a {rows} x {c} gradient", about="stream_GBps")
+        for opt in OPTIMIZERS:
+            weight = torch.zeros((rows, c), device=dev)
+            states = [torch.zeros(s, device=dev) for s in state_shapes(opt, rows, c)]
+            o = SparseRowOptimizer(opt, LR)
+            o.new_step()
+            t = bench(lambda i: o.update_dense(weight, states, dense), dev, self.s.reps)
+            self.add("update_dense", {"rows": rows, "row_bytes": 4 * c, "state_bytes": state_bytes_per_row(opt, c),
+                                      "grad_row_bytes": 4 * c}, t,
+                     f"update_dense ({opt}) of {rows} x {c} fp32", about="stream_GBps")
+
+    def run_all(self) -> None:
+        """Every embedding op, in dependency order (rates need the fixed costs and the stream rate)."""
+        self.say(f"{self.side}: fixed costs of tiny ops")
+        self.fixed_costs()
+        self.say(f"{self.side}: streaming copies")
+        self.stream()
+        self.say(f"{self.side}: lookups of random and cached rows")
+        self.gathers()
+        self.say(f"{self.side}: sorts and segment reductions")
+        self.sort()
+        self.segment_reduces()
+        self.say(f"{self.side}: optimizer updates")
+        self.updates()
+        self.release()
+        self.say(f"{self.side}: replica scatter and dense updates")
+        self.replica_checks()

@@ -1,0 +1,165 @@
+"""GEMM rates for ``placer calibrate``: a grid of DLRM-like shapes and the exact GEMMs of given workloads.
+
+A workload's dense step is traced as the runner issues it (placer/program/dense.py ``trace``: mm / addmm /
+bmm / baddbmm with their (batch, m, k, n)); each distinct (op, shape) is timed with that ATen op on contiguous
+operands of the dense dtype, and the rate inverted from the price build.py gives it:
+
+    time = fixed(gemm) + 2 batch m k n / rate(batch m, k, n)   =>   rate = 2 batch m k n / (T - f(gemm))
+
+written under ``op_costs.gemm_TFLOPs[dtype]["(batch m)xKxN"]`` (the key GemmTable looks a shape up by). Where
+several timed GEMMs share a key, the rate is their FLOPs over their summed variable times, so the GEMMs of
+that key together price at their measured total.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from placer.calibrate.record import Entry, OpCostEntries, Sample
+from placer.calibrate.timing import Sizes, bench
+
+#: DLRM MLP layers (in, out): MLPerf DLRM's bottom and top MLPs
+DLRM_LAYERS = ((13, 512), (512, 256), (256, 128), (479, 1024), (1024, 1024), (1024, 512), (512, 256), (256, 1))
+INTERACTION = (27, 128)  # dot interaction of MLPerf DLRM: 26 embeddings + the bottom MLP's output, width 128
+GEMM_OPS = ("aten.mm.default", "aten.addmm.default", "aten.bmm.default", "aten.baddbmm.default")
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """One GEMM to time: the ATen op, (batch, m, k, n), the dense dtype, and where the shape came from."""
+
+    op: str
+    batch: int
+    m: int
+    k: int
+    n: int
+    dtype: str
+    source: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.batch * self.m}x{self.k}x{self.n}"
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.batch * self.m * self.k * self.n
+
+
+def grid(sizes: Sizes, dtypes: tuple[str, ...]) -> list[Gemm]:
+    """DLRM-like shapes: every layer's forward (addmm), input gradient and weight gradient (mm) at each batch
+    in ``gemm_batch_rows``, and the dot interaction's batched GEMMs."""
+    out = []
+    for dtype in dtypes:
+        for M in sizes.gemm_batch_rows:
+            for i, o in DLRM_LAYERS[:sizes.gemm_layers]:
+                out += [Gemm("aten.addmm.default", 1, M, i, o, dtype, "grid"),
+                        Gemm("aten.mm.default", 1, M, o, i, dtype, "grid"),
+                        Gemm("aten.mm.default", 1, o, M, i, dtype, "grid")]
+            f, d = INTERACTION
+            out += [Gemm("aten.bmm.default", M, f, d, f, dtype, "grid"),
+                    Gemm("aten.bmm.default", M, f, f, d, dtype, "grid")]
+    return out
+
+
+def workload_gemms(workload, samples: int, device_type: str) -> list[Gemm]:
+    """The GEMMs of ``workload``'s dense step on ``samples`` samples, as the runner issues them."""
+    from placer.program.dense import trace
+
+    return [Gemm(op.name, *op.shape, workload.dense.dtype, workload.name)
+            for op in trace(workload, samples, device_type).ops if op.kind == "gemm"]
+
+
+def _torch_dtype(dtype: str) -> torch.dtype:
+    return {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+
+
+def time_gemm(g: Gemm, device: torch.device, reps: int) -> float:
+    """Median seconds of the GEMM's ATen op on contiguous random operands (tf32 allowed for dtype tf32)."""
+    dt = _torch_dtype(g.dtype)
+    r = lambda *shape: torch.randn(shape, device=device).to(dt)
+    if g.batch == 1 and g.op in ("aten.mm.default", "aten.addmm.default"):
+        a, b = r(g.m, g.k), r(g.k, g.n)
+        fn = (lambda i: torch.addmm(bias, a, b)) if g.op == "aten.addmm.default" else (lambda i: torch.mm(a, b))
+        bias = r(g.n)
+    else:
+        a, b = r(g.batch, g.m, g.k), r(g.batch, g.k, g.n)
+        base = r(g.batch, g.m, g.n)
+        fn = (lambda i: torch.baddbmm(base, a, b)) if g.op == "aten.baddbmm.default" else (lambda i: torch.bmm(a, b))
+    allow = None
+    if device.type == "cuda":
+        allow = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = g.dtype == "tf32"
+    try:
+        return bench(fn, device, reps)
+    finally:
+        if allow is not None:
+            torch.backends.cuda.matmul.allow_tf32 = allow
+
+
+def measure(gemms: list[Gemm], device: torch.device, sizes: Sizes, entries: OpCostEntries, add, side: str = "device"
+            ) -> dict[Gemm, float]:
+    """Time each distinct GEMM once, write ``entries.gemm_TFLOPs`` and a sample per GEMM; returns the times.
+    ``add``: the calibration's sample recorder."""
+    f = entries.fixed_us["gemm"].value * 1e-6
+    times: dict[Gemm, float] = {}
+    distinct: dict[tuple, Gemm] = {}
+    for g in gemms:
+        distinct.setdefault((g.op, g.batch, g.m, g.k, g.n, g.dtype), g)
+    for g in distinct.values():
+        times[g] = time_gemm(g, device, sizes.reps)
+    by_key: dict[tuple[str, str], list[Gemm]] = {}
+    for g in distinct.values():
+        by_key.setdefault((g.dtype, g.key), []).append(g)
+    for (dtype, key), gs in by_key.items():
+        var = sum(times[g] - f for g in gs)
+        exact = var > 0 and all(times[g] > f for g in gs)
+        clamped = var <= 0
+        var = var if not clamped else 0.01 * sum(times[g] for g in gs)
+        flops = sum(g.flops for g in gs)
+        parts = "; ".join(f"{g.op.split('.')[1]} {g.batch}x{g.m}x{g.k}x{g.n} ({g.source}) {times[g] * 1e3:.4g} ms"
+                          for g in gs)
+        how = (f"{dtype} {parts}, inverted: 2 b m k n / (T - fixed gemm)"
+               + (" summed over the GEMMs of this key" if len(gs) > 1 else "")
+               + (" (faster than the fixed cost: rate clamped)" if clamped else ""))
+        entries.gemm_TFLOPs.setdefault(dtype, {})[key] = Entry(flops / var / 1e12, how)
+        for g in gs:
+            add(Sample("gemm", {"dtype": dtype, "batch": g.batch, "m": g.m, "k": g.k, "n": g.n}, times[g],
+                       f"{g.op} {g.batch}x{g.m}x{g.k}x{g.n} {dtype} ({g.source})", side,
+                       defines=(f"gemm_TFLOPs.{dtype}.{key}",), exact=exact and len(gs) == 1))
+    return times
+
+
+def dense_step_check(workload, samples: int, device: torch.device, reps: int, add) -> None:
+    """A check of the dense ops' pricing: the runner's dense step (DenseDLRM forward, BCE loss, backward, the
+    dense optimizer's step) on ``samples`` samples, timed whole, next to the price of its traced ops as
+    build.py sums them (GEMMs, views at fixed(view), the rest at fixed(elementwise) + bytes / stream)."""
+    from placer.program.dense import trace
+    from placer.program.dense_model import DenseDLRM, make_dense_optimizer
+
+    ops = trace(workload, samples, device.type).ops
+    gemms = [list(op.shape) for op in ops if op.kind == "gemm"]
+    sizes = {"dtype": workload.dense.dtype, "gemms": gemms, "views": sum(op.kind == "view" for op in ops),
+             "elementwise": sum(op.kind == "elementwise" for op in ops),
+             "elementwise_bytes": sum(op.bytes for op in ops if op.kind == "elementwise")}
+    dims = {t.name: t.dim for t in workload.tables}
+    model = DenseDLRM(workload).to(device)
+    opt = make_dense_optimizer(model, workload.optimizer.name, workload.optimizer.lr, foreach=device.type == "cuda")
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+    dense = torch.randn(samples, workload.dense.num_dense_features, device=device)
+    labels = torch.rand(samples, device=device)
+    leaves = [torch.randn(samples, dims[f.table], device=device, requires_grad=True)
+              for f in workload.resolved_features]
+    low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(workload.dense.dtype)
+
+    def step(_i):
+        with torch.autocast(device_type=device.type, dtype=low, enabled=low is not None):
+            logits = model(dense, leaves)
+        loss = loss_fn(logits.float(), labels)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    t = bench(step, device, max(reps, 5), warmup=2)
+    add(Sample("dense_step", sizes, t, f"the dense step of {workload.name} on {samples} samples ({len(ops)} ops)",
+               about="fixed_us.elementwise"))

@@ -1,0 +1,167 @@
+"""What ``placer calibrate`` measured and what it writes: samples (timed ops), entries (spec numbers).
+
+A ``Sample`` is one timed op of the runner's code at known sizes, with the median seconds it took. Each
+number of the spec's ``op_costs`` (an ``Entry``) is obtained by inverting the very formula
+placer/program/opcosts.py prices that op with, from the samples that ``define`` it; so pricing those samples
+with the written op costs gives their measured times back (``price`` below, ``Calibration.check``). Other
+samples are checks: priced with the same op costs, their ratio measured / priced goes into the comments.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from placer.specs.hardware import FIXED_COST_KINDS, OpCostSpec
+
+
+@dataclass
+class Entry:
+    """One number of the spec: its value in the field's unit and how it was obtained."""
+
+    value: float
+    how: str
+
+
+@dataclass
+class Sample:
+    """One timed op. ``kind``: fixed | lookup | sort | segment_reduce | update | copy | scatter | update_dense |
+    gemm | dense_step (a workload's whole dense step: a check); ``sizes``: what it is priced from (keys as in
+    ``price``; bytes, counts); ``seconds``: median measured time;
+    ``side``: "device" (the device's op costs) or "host" (the host CPU's, on a GPU machine); ``defines``: the
+    spec fields it sets (empty for a check), as paths "field.key" ("gather_GBps.64", "update_GBps.adam.48");
+    ``about``: for a check, the entry whose comment reports it; ``exact``: False where the inversion had to
+    clamp (noise made a rate negative or infinite) and the price no longer reproduces the time."""
+
+    kind: str
+    sizes: dict
+    seconds: float
+    what: str
+    side: str = "device"
+    defines: tuple[str, ...] = ()
+    about: str = ""
+    exact: bool = True
+
+
+@dataclass
+class OpCostEntries:
+    """The ``op_costs`` of one device being built, field by field (see OpCostSpec for units and keys)."""
+
+    fixed_us: dict[str, Entry] = field(default_factory=dict)
+    gather_GBps: dict[int, Entry] = field(default_factory=dict)
+    gather_cached_GBps: dict[int, Entry] = field(default_factory=dict)
+    host_gather_GBps: dict[int, Entry] = field(default_factory=dict)
+    stream_GBps: Entry | None = None
+    sort_ns_per_id: Entry | None = None
+    segment_reduce_GBps: dict[int, Entry] = field(default_factory=dict)
+    update_GBps: dict[str, dict[int, Entry]] = field(default_factory=dict)
+    gemm_TFLOPs: dict[str, dict[str, Entry]] = field(default_factory=dict)
+
+    def spec(self) -> OpCostSpec:
+        vals = lambda d: {k: e.value for k, e in d.items()} or None
+        return OpCostSpec(
+            fixed_us={k: e.value for k, e in self.fixed_us.items()},
+            gather_GBps=vals(self.gather_GBps), gather_cached_GBps=vals(self.gather_cached_GBps),
+            host_gather_GBps=vals(self.host_gather_GBps),
+            stream_GBps=self.stream_GBps.value if self.stream_GBps else None,
+            sort_ns_per_id=self.sort_ns_per_id.value if self.sort_ns_per_id else None,
+            segment_reduce_GBps=vals(self.segment_reduce_GBps),
+            update_GBps={o: vals(t) for o, t in self.update_GBps.items()} or None,
+            gemm_TFLOPs={d: vals(t) for d, t in self.gemm_TFLOPs.items()} or None)
+
+    def missing_fixed(self) -> list[str]:
+        return [k for k in FIXED_COST_KINDS if k not in self.fixed_us]
+
+
+@dataclass
+class Measurement:
+    """A legacy scalar field of the schema (hbm_bw_GBps, kernel_launch_us, ...), filled from measurements."""
+
+    value: float
+    how: str
+
+
+@dataclass
+class Calibration:
+    """Everything one ``placer calibrate`` measured on ``device``: samples, op costs of the device (and of the
+    host CPU on a GPU machine), the legacy scalar fields and peaks, and notes for the YAML header."""
+
+    device: torch.device
+    device_name: str
+    torch_version: str
+    date: str
+    quick: bool
+    threads: int = 1
+    samples: list[Sample] = field(default_factory=list)
+    device_costs: OpCostEntries = field(default_factory=OpCostEntries)
+    host_costs: OpCostEntries | None = None
+    values: dict[str, Measurement] = field(default_factory=dict)
+    peaks: dict[str, Measurement] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    host_read_mechanism: str = ""
+    workloads: list[str] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    @property
+    def unified(self) -> bool:
+        """A CPU run: the 'GPU' is this CPU process; device memory, host memory and the link are one RAM."""
+        return self.device.type != "cuda"
+
+    def set(self, key: str, value: float, how: str) -> None:
+        self.values[key] = Measurement(float(value), how)
+
+    def v(self, key: str) -> float:
+        return self.values[key].value
+
+    def add(self, sample: Sample) -> Sample:
+        self.samples.append(sample)
+        return sample
+
+    def costs(self, side: str = "device"):
+        """The OpCosts the planner will price with, built from this calibration's spec numbers (the written
+        YAML reads back to the same, up to the printed digits)."""
+        from placer.calibrate.writer import template
+        from placer.program.opcosts import gpu_op_costs, host_op_costs
+
+        t = template(self)
+        if side == "host" and not self.unified:
+            return host_op_costs(t.host)
+        link = self.v("link_bw_GBps") * 1e9 * min(1.0, self.v("link_efficiency"))
+        return gpu_op_costs(t.gpus, link)
+
+    def check(self) -> list[tuple[Sample, float]]:
+        """Every sample with its priced seconds under this calibration's op costs."""
+        costs = {side: self.costs(side) for side in ("device", "host")}
+        return [(s, price(s, costs[s.side])) for s in self.samples]
+
+
+def price(s: Sample, costs) -> float:
+    """Seconds the cost model prices sample ``s`` at: the op's fixed cost plus its variable part, exactly as
+    placer/program/build.py prices the same op (``costs``: an opcosts.OpCosts)."""
+    z = s.sizes
+    if s.kind == "fixed":
+        return costs.fixed(z["kind"])
+    if s.kind == "lookup":
+        return costs.fixed("lookup") + costs.lookup_s(z["row_bytes"], z["lookups"], z["unique"], z["out_bytes"],
+                                                      z.get("from_host", False))
+    if s.kind == "sort":
+        return costs.fixed("sort") + costs.sort_s(z["ids"])
+    if s.kind == "segment_reduce":
+        return costs.fixed("segment_reduce") + costs.segment_reduce_s(z["row_bytes"], z["lookups"])
+    if s.kind == "update":
+        return costs.fixed(f"update_{z['optimizer']}") + costs.update_s(z["optimizer"], z["row_bytes"], z["rows"],
+                                                                        z.get("in_host", False))
+    if s.kind == "copy":  # pack_grad: bytes read and written
+        return costs.fixed("copy") + costs.stream_s(2 * z["bytes"])
+    if s.kind == "scatter":
+        return costs.fixed("elementwise") + costs.stream_s(z["bytes"] + 2 * z["unique"] * z["grad_row_bytes"])
+    if s.kind == "update_dense":
+        return costs.fixed("elementwise") + costs.stream_s(
+            z["rows"] * (2 * z["row_bytes"] + 2 * z["state_bytes"] + z["grad_row_bytes"]))
+    if s.kind == "gemm":
+        return costs.fixed("gemm") + costs.gemm_s(z["dtype"], z["m"], z["k"], z["n"], z["batch"])
+    if s.kind == "dense_step":  # build.py's base_ops for the dense phase, summed
+        gemms = sum(costs.fixed("gemm") + costs.gemm_s(z["dtype"], m, k, n, b) for b, m, k, n in z["gemms"])
+        return (gemms + z["views"] * costs.fixed("view") + z["elementwise"] * costs.fixed("elementwise")
+                + costs.stream_s(z["elementwise_bytes"]))
+    raise ValueError(f"unknown sample kind {s.kind!r}")

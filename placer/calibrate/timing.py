@@ -1,0 +1,162 @@
+"""Timing and machine facts for ``placer calibrate``: medians of synchronized calls, sizes per mode.
+
+Times are seconds; sizes bytes. Every benchmark times the call the runner makes, the device idle before it
+as under the runner's per-op timer (runner/timing.py ``OpTimer``): on a CPU the call's wall time, on a GPU
+CUDA events around it (the stream's time, launch gaps included, without the host's synchronization), and
+keeps the median of its repeats.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+
+from placer.units import MiB
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def bench(fn, device: torch.device, reps: int, warmup: int = 1) -> float:
+    """Median seconds of ``fn(i)`` over ``reps`` calls (i = 0..reps-1; warm-up calls get
+    i = reps.., so a benchmark that rotates its inputs by ``i`` never times an input the warm-up touched)."""
+    for w in range(warmup):
+        fn(reps + w)
+    sync(device)
+    times = []
+    for i in range(reps):
+        if device.type == "cuda":  # the stream's time from before the launch to the last kernel's end
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn(i)
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+            continue
+        t0 = time.perf_counter()
+        fn(i)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def bench_tiny(fn, device: torch.device, batches: int, per_batch: int = 20) -> float:
+    """Median seconds per call of a tiny op: ``batches`` timed batches of ``per_batch`` back-to-back calls
+    (one clock read per batch, so the clock's own cost stays out), synchronized at the batch ends."""
+    for _ in range(per_batch):
+        fn()
+    sync(device)
+    times = []
+    for _ in range(batches):
+        t0 = time.perf_counter()
+        for _ in range(per_batch):
+            fn()
+        sync(device)
+        times.append((time.perf_counter() - t0) / per_batch)
+    return statistics.median(times)
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How large and how often, per mode (``quick``: seconds, noisier; full: minutes at most).
+
+    ``table_bytes``: the big table random rows are gathered from (far larger than the caches);
+    ``cached_table_bytes``: the small, cache-resident table; ``gather_bytes``: bytes of rows one timed gather
+    reads (ids = gather_bytes / row bytes, clamped to [min_ids, max_ids]); ``fp32_widths``: columns of fp32
+    rows (4..256: 16..1024 B); ``fp16_checks``: also time fp16 rows whose bytes equal an fp32 row's."""
+
+    table_bytes: int
+    cached_table_bytes: int
+    gather_bytes: int
+    min_ids: int
+    max_ids: int
+    fp32_widths: tuple[int, ...]
+    fp16_checks: bool
+    sort_ids: int
+    sort_check_ids: tuple[int, ...]
+    update_rows: int
+    stream_bytes: int
+    stream_check_bytes: tuple[int, ...]
+    reps: int
+    tiny_batches: int
+    gemm_batch_rows: tuple[int, ...]
+    gemm_layers: int
+    big_gemm: int
+
+
+def sizes_for(device: torch.device, quick: bool) -> Sizes:
+    widths_full = (4, 8, 16, 32, 64, 128, 256)
+    if device.type == "cuda":
+        return Sizes(table_bytes=(1024 if quick else 4096) * MiB, cached_table_bytes=2 * MiB,
+                     gather_bytes=(16 if quick else 64) * MiB, min_ids=2**16, max_ids=2**22,
+                     fp32_widths=(4, 16, 64, 256) if quick else widths_full, fp16_checks=not quick,
+                     sort_ids=2**20, sort_check_ids=() if quick else (2**16, 2**23), update_rows=2**20,
+                     stream_bytes=256 * MiB, stream_check_bytes=() if quick else (4 * MiB, 1024 * MiB),
+                     reps=5 if quick else 15, tiny_batches=20 if quick else 100,
+                     gemm_batch_rows=(2048,) if quick else (512, 4096, 32768), gemm_layers=4 if quick else 8,
+                     big_gemm=4096 if quick else 8192)
+    return Sizes(table_bytes=(256 if quick else _big_table_bytes()) * MiB, cached_table_bytes=256 * 1024,
+                 gather_bytes=(1 if quick else 16) * MiB, min_ids=2**11 if quick else 2**14,
+                 max_ids=2**16 if quick else 2**20, fp32_widths=(4, 16, 64, 256) if quick else widths_full,
+                 fp16_checks=not quick, sort_ids=2**15 if quick else 2**16,
+                 sort_check_ids=() if quick else (2**12, 2**14, 2**18, 2**21), update_rows=2**12 if quick else 2**16,
+                 stream_bytes=4 * MiB, stream_check_bytes=() if quick else (MiB // 4, 32 * MiB, 256 * MiB),
+                 reps=3 if quick else 9, tiny_batches=10 if quick else 50,
+                 gemm_batch_rows=(256,) if quick else (256, 2048), gemm_layers=3 if quick else 8,
+                 big_gemm=512 if quick else 1536)
+
+
+def _big_table_bytes() -> int:
+    """MiB of the CPU's big table: 4 x the last-level cache, at least 1 GiB, at most a quarter of what is
+    available."""
+    llc = last_level_cache_bytes() or 64 * MiB
+    avail = meminfo("MemAvailable") or 8 * 2**30
+    return int(max(1024 * MiB, min(4 * llc, avail / 4)) // MiB)
+
+
+def last_level_cache_bytes() -> int | None:
+    """Size of the largest CPU cache Linux reports (sysfs), bytes."""
+    best = None
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for entry in os.listdir(base):
+            if not entry.startswith("index"):
+                continue
+            with open(os.path.join(base, entry, "size"), encoding="ascii") as fh:
+                text = fh.read().strip()
+            scale = {"K": 1024, "M": MiB, "G": 2**30}.get(text[-1:], 1)
+            value = int(text.rstrip("KMG")) * scale
+            best = value if best is None else max(best, value)
+    except (OSError, ValueError):
+        return best
+    return best
+
+
+def meminfo(key: str) -> float | None:
+    """A /proc/meminfo field, bytes (None where there is no such file)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith(key + ":"):
+                    return float(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"CPU ({platform.machine()}, {cores()} cores) rank"

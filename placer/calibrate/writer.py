@@ -1,0 +1,205 @@
+"""The hardware spec YAML ``placer calibrate`` writes: every number with its source comment.
+
+Each line with a number ends in ``# placer calibrate <date> on <device>, torch <version>: <how>``; an entry
+of ``op_costs`` says which op was timed at which sizes, its measured time and the inversion, and, where
+check samples were priced against it, their measured / priced ratios. The same tree of items gives the YAML
+text and the in-memory NodeTemplate (``template``), with the values rounded as printed, so what the planner
+reads back from the file is what ``Calibration.costs`` priced with.
+"""
+from __future__ import annotations
+
+import json
+import socket
+from dataclasses import dataclass
+
+from placer.calibrate.record import Calibration, OpCostEntries, price
+from placer.specs.hardware import FIXED_COST_KINDS, NodeTemplate, OPTIMIZERS
+
+COMMENT_COLUMN = 44
+
+
+@dataclass
+class Item:
+    """One YAML key: a scalar ``value`` with its ``comment``, or ``children`` (key "-": a list entry)."""
+
+    key: object
+    value: object = None
+    comment: str = ""
+    children: list | None = None
+
+
+def num(x: float) -> str:
+    """A float as YAML reads it back as a float (5 significant digits, a dot before any exponent)."""
+    text = f"{x:.5g}"
+    if "e" in text and "." not in text.split("e")[0]:
+        text = text.replace("e", ".0e")
+    return text
+
+
+def _scalar(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return num(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(json.dumps(x) if '*' in str(x) else str(x) for x in v) + "]"
+    text = str(v)
+    if text.isidentifier() and text.lower() not in ("true", "false", "yes", "no", "on", "off", "null"):
+        return text
+    return json.dumps(text)
+
+
+def _key(k) -> str:
+    return json.dumps(k) if isinstance(k, str) and "x" in k and k[0].isdigit() else str(k)
+
+
+def render(items: list[Item], indent: int = 0) -> list[str]:
+    lines = []
+    for it in items:
+        pad = " " * indent
+        if it.key == "-":
+            first, rest = it.children[0], it.children[1:]
+            sub = render([first], indent + 2)
+            sub[0] = pad + "- " + sub[0].lstrip()
+            lines += sub + render(rest, indent + 2)
+            continue
+        if it.children is not None:
+            head = f"{pad}{_key(it.key)}:"
+            lines.append(head.ljust(COMMENT_COLUMN) + f"# {it.comment}" if it.comment else head)
+            lines += render(it.children, indent + 2)
+            continue
+        text = f"{pad}{_key(it.key)}: {_scalar(it.value)}"
+        lines.append(text.ljust(COMMENT_COLUMN) + f"# {it.comment}" if it.comment else text)
+    return lines
+
+
+def to_data(items: list[Item]):
+    out = {}
+    for it in items:
+        if it.children is None:
+            out[it.key] = float(num(it.value)) if isinstance(it.value, float) else it.value
+        elif it.children and it.children[0].key == "-":
+            out[it.key] = [to_data(c.children) for c in it.children]
+        else:
+            out[it.key] = to_data(it.children)
+    return out
+
+
+# ---- the tree -------------------------------------------------------------------------------------------------
+
+def source(cal: Calibration) -> str:
+    return f"placer calibrate {cal.date} on {cal.device_name}, torch {cal.torch_version}"
+
+
+def _op_cost_items(e: OpCostEntries, src: str, checks: dict[str, list[str]]) -> list[Item]:
+    def c(path: str, how: str) -> str:
+        text = f"{src}: {how}"
+        if checks.get(path):
+            text += " | checks, measured / priced: " + "; ".join(checks[path])
+        return text
+
+    items = [Item("fixed_us", children=[Item(k, e.fixed_us[k].value, c(f"fixed_us.{k}", e.fixed_us[k].how))
+                                        for k in FIXED_COST_KINDS if k in e.fixed_us])]
+    for name in ("gather_GBps", "gather_cached_GBps", "host_gather_GBps"):
+        table = getattr(e, name)
+        if table:
+            items.append(Item(name, children=[Item(int(rb), table[rb].value, c(f"{name}.{rb}", table[rb].how))
+                                              for rb in sorted(table)]))
+    if e.stream_GBps:
+        items.append(Item("stream_GBps", e.stream_GBps.value, c("stream_GBps", e.stream_GBps.how)))
+    if e.sort_ns_per_id:
+        items.append(Item("sort_ns_per_id", e.sort_ns_per_id.value, c("sort_ns_per_id", e.sort_ns_per_id.how)))
+    if e.segment_reduce_GBps:
+        t = e.segment_reduce_GBps
+        items.append(Item("segment_reduce_GBps", children=[
+            Item(int(rb), t[rb].value, c(f"segment_reduce_GBps.{rb}", t[rb].how)) for rb in sorted(t)]))
+    if e.update_GBps:
+        items.append(Item("update_GBps", children=[
+            Item(o, children=[Item(int(rb), t[rb].value, c(f"update_GBps.{o}.{rb}", t[rb].how)) for rb in sorted(t)])
+            for o in OPTIMIZERS if (t := e.update_GBps.get(o))]))
+    if e.gemm_TFLOPs:
+        def order(k: str):
+            return tuple(int(x) for x in k.split("x"))
+        items.append(Item("gemm_TFLOPs", children=[
+            Item(d, children=[Item(k, t[k].value, c(f"gemm_TFLOPs.{d}.{k}", t[k].how)) for k in sorted(t, key=order)])
+            for d, t in e.gemm_TFLOPs.items()]))
+    return items
+
+
+def _template_items(cal: Calibration, gpus: int, checks: dict[str, dict[str, list[str]]]) -> list[Item]:
+    src = source(cal)
+    v = cal.values
+    m = lambda key, k=None, cast=float: Item(k or key, cast(v[key].value), f"{src}: {v[key].how}")
+    gpu = [Item("model", cal.device_name),
+           Item("count", gpus, f"{src}: " + (f"--gpus {gpus}: the one device measured, replicated" if gpus > 1
+                                              else "the one device measured")),
+           m("hbm_GiB"), m("hbm_bw_GBps"), m("hbm_gather_efficiency"), m("hbm_reserve_GiB"),
+           Item("peak_TFLOPs", children=[Item(k, p.value, f"{src}: {p.how}") for k, p in cal.peaks.items()]),
+           m("compute_efficiency"), m("kernel_launch_us"), m("host_read_efficiency"),
+           Item("op_costs", children=_op_cost_items(cal.device_costs, src, checks.get("device", {})))]
+    host = [m("dram_GiB"), m("dram_bw_GBps"), m("dram_reserve_GiB"), m("cpu_cores", cast=int), m("cpu_gather_GBps"),
+            m("cpu_peak_TFLOPs")]
+    if cal.host_costs is not None:
+        host.append(Item("op_costs", children=_op_cost_items(cal.host_costs, src, checks.get("host", {}))))
+    between = ["gpu*", "host"] if gpus > 1 else ["gpu0", "host"]
+    link = Item("-", children=[Item("kind", "pcie"), Item("between", between),
+                               m("link_bw_GBps", "bw_GBps"),
+                               Item("efficiency", min(1.0, v["link_efficiency"].value),
+                                    f"{src}: {v['link_efficiency'].how}"),
+                               m("link_latency_us", "latency_us")])
+    items = []
+    if cal.unified:
+        items.append(Item("unified_memory", True, f"{src}: a CPU run: the 'GPU' is the CPU training process; device "
+                                                  "memory, host memory and the link are one RAM, one set of cores"))
+    items += [Item("gpus", children=gpu), Item("host", children=host), Item("links", children=[link])]
+    return items
+
+
+def template(cal: Calibration, gpus: int = 1) -> NodeTemplate:
+    """The node template the YAML describes (values rounded as printed)."""
+    return NodeTemplate.model_validate(to_data(_template_items(cal, gpus, {})))
+
+
+def _checks(cal: Calibration) -> dict[str, dict[str, list[str]]]:
+    """Per side and entry path, "what measured / priced = ratio" of every check sample priced against it."""
+    out: dict[str, dict[str, list[str]]] = {}
+    costs = {side: cal.costs(side) for side in ("device", "host")}
+    for s in cal.samples:
+        if s.about:
+            p = price(s, costs[s.side])
+            out.setdefault(s.side, {}).setdefault(s.about, []).append(
+                f"{s.what} {s.seconds * 1e3:.4g} / {p * 1e3:.4g} ms = {s.seconds / p:.2f}")
+    return out
+
+
+def to_yaml(cal: Calibration, name: str | None = None, gpus: int = 1) -> str:
+    """The hardware spec YAML: a header saying what was measured how, then the spec, a comment per number."""
+    src = source(cal)
+    kind = "cpu" if cal.unified else "gpu"
+    name = name or f"{socket.gethostname().split('.')[0] or 'local'}-{kind}-calibrated"
+    flags = " --quick" if cal.quick else ""
+    flags += "".join(f" --workload {w}" for w in cal.workloads)
+    lines = [f"# Hardware spec measured by `placer calibrate{flags}` ({'CPU run' if cal.unified else str(cal.device)}, "
+             f"{cal.threads} torch threads) in {cal.wall_s:.0f} s.",
+             f"# Source of every number: {src} (per-line comments say how).",
+             "# op_costs: the runner's own ops (runner/kernels.py, runner/optim.py) timed at known sizes (medians),",
+             "# each number inverted from the formula placer/program/opcosts.py prices that op with, so pricing the",
+             "# timed op gives its measured time back; fp32 rows define the tables keyed by row bytes, fp16 rows only",
+             "# below the smallest fp32 row (the schema keys by bytes alone), other fp16 rows are checks in the",
+             "# comments (measured / priced)."]
+    if cal.unified:
+        lines += ["# CPU run (unified memory): the 'GPU' is the CPU training process (placer run --device cpu); its",
+                  "# memory, the host's and the 'link' are one RAM (host.dram_GiB), and host-table work runs on the",
+                  "# same cores (one stream), so op_costs are the device's only."]
+    else:
+        lines += [f"# Host rows read by the GPU through the runner's HostMemory: {cal.host_read_mechanism}. GPU-to-GPU "
+                  "links are not measured: with gpus.count > 1 their traffic routes through the host here."]
+    lines += [f"# Note: {n}" for n in cal.notes]
+    lines += ["schema_version: 1", f"name: {name}",
+              f"description: measured by placer calibrate on {cal.device_name} ({cal.date})", "templates:"]
+    tree = [Item("local", children=_template_items(cal, gpus, _checks(cal)))]
+    lines += render(tree, 2)
+    lines += ["nodes:", "  - template: local", "    count: 1"]
+    return "\n".join(lines) + "\n"
