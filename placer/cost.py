@@ -21,7 +21,7 @@ from functools import cached_property
 
 from placer.plan import Placement
 from placer.program.build import Buffer, ProgramBuilder
-from placer.program.ops import AR, BWD, BX, DENSE, FWD, FX, PHASES, GroupKey, Op
+from placer.program.ops import AR, BWD, BX, DENSE, EVERY_GPU, FWD, FX, PHASES, GroupKey, Op
 from placer.specs.workload import Workload
 from placer.topology import Topology
 
@@ -64,20 +64,24 @@ class Cost:
         return out
 
 
-def cost_of(ops: list[Op], buffers: list[Buffer] = ()) -> Cost:
+def cost_of(ops: list[Op], buffers: list[Buffer] = (), every_gpu: tuple[list[str], list[str]] = ((), ())) -> Cost:
     """Sum ops (and buffers) into a Cost: each op's seconds on its stream, its traffic on shared resources,
-    ``once`` ops as their group's fixed costs."""
+    ``once`` ops as their group's fixed costs. ``every_gpu``: the GPUs' (streams, memories) that an EVERY_GPU
+    op or buffer stands for."""
     cost = Cost()
+    streams, memories = every_gpu
     for op in ops:
-        if op.once:
-            charges = cost.once.setdefault(op.group, {})
-            charges[(op.phase, op.stream)] = charges.get((op.phase, op.stream), 0.0) + op.seconds
-        else:
-            cost.add_load(op.phase, op.stream, op.seconds)
+        for stream in (streams if op.stream == EVERY_GPU else (op.stream,)):
+            if op.once:
+                charges = cost.once.setdefault(op.group, {})
+                charges[(op.phase, stream)] = charges.get((op.phase, stream), 0.0) + op.seconds
+            else:
+                cost.add_load(op.phase, stream, op.seconds)
         for resource, seconds in op.traffic:
             cost.add_load(op.phase, resource, seconds)
     for b in buffers:
-        cost.add_memory(b.memory, b.bytes)
+        for memory in (memories if b.memory == EVERY_GPU else (b.memory,)):
+            cost.add_memory(memory, b.bytes)
     return cost
 
 
@@ -100,6 +104,7 @@ class CostModel:
         self.state_factor = workload.optimizer_state_factor
         self.lookups_per_sample = self.builder.lookups_per_sample
         self.outputs_per_sample = self.builder.features
+        self._every_gpu = (self.builder.gpu_streams, self.builder.gpu_memories)
 
     def lookups_per_step(self, table: str) -> float:
         return self.builder.lookups_per_step(table)
@@ -117,7 +122,7 @@ class CostModel:
 
     def placement_cost(self, p: Placement) -> Cost:
         """Loads, group fixed costs and memory of one table's placement."""
-        return cost_of(self.builder.placement_ops(p), self.builder.placement_buffers(p))
+        return cost_of(self.builder.placement_ops(p), self.builder.placement_buffers(p), self._every_gpu)
 
     # ---- the part that does not depend on the placement -----------------------------------------------------
 
@@ -128,7 +133,7 @@ class CostModel:
     @cached_property
     def base_cost(self) -> Cost:
         """The dense model's ops and memory on every GPU, the collectives' fixed costs (placement-free)."""
-        return cost_of(self.base_ops, self.builder.base_buffers())
+        return cost_of(self.base_ops, self.builder.base_buffers(), self._every_gpu)
 
     @cached_property
     def fixed_latency_s(self) -> dict[int, float]:

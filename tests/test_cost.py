@@ -8,6 +8,7 @@ import pytest
 from placer.cost import AR, BWD, BX, DENSE, FWD, FX, CostModel
 from placer.plan import Placement, Shard
 from placer.program.opcosts import RateTable
+from placer.program.ops import EVERY_GPU
 from placer.specs import load_hardware, load_workload
 from placer.topology import Topology
 from tests.conftest import ROOT, TWO_GPU_YAML
@@ -37,9 +38,10 @@ def test_table_wise_in_hbm_hand_computed(two_gpu_model):
     assert c.loads[(FX, f"{G0}->node0/sw")] == pytest.approx(3200 / 100e9)
     assert c.loads[(FX, f"node0/sw->{G1}")] == pytest.approx(3200 / 100e9)
     assert c.loads[(BX, f"{G1}->node0/sw")] == pytest.approx(3200 / 100e9)
-    # backward exchange: every owner packs its 3200 B slice; the shard unpacks 6400 B and packs its group's grad
-    assert c.loads[(BX, S1)] == pytest.approx(2 * 3200 / STREAM)
-    assert c.loads[(BX, S0)] == pytest.approx((2 * 3200 + 2 * 6400 + 2 * 6400) / STREAM)
+    # backward exchange: the shard unpacks 6400 B and packs its group's gradient; every owner's packing of its
+    # 3200 B slice is in the base (every table's, test_owners_share_of_the_exchange)
+    assert (BX, S1) not in c.loads
+    assert c.loads[(BX, S0)] == pytest.approx((2 * 6400 + 2 * 6400) / STREAM)
     # backward: sort 100 ids, expand + sum 100 gradient rows of 64 B, read-modify-write the distinct rows (sgd)
     assert c.loads[(BWD, S0)] == pytest.approx(100 * SORT + 6400 / REDUCE + uniq * 64 / UPDATE, rel=1e-3)
     # the group's fixed costs, once: lookup 2 launches, sort 6, segment reduce 3, sgd update 4, pack 1
@@ -48,10 +50,27 @@ def test_table_wise_in_hbm_hand_computed(two_gpu_model):
     assert fixed[(BWD, S0)] == pytest.approx((6 + 3 + 4) * LAUNCH)
     assert fixed[(BX, S0)] == pytest.approx(LAUNCH)
     # memory on gpu0: rows, pooled outputs + gradients, backward workspace (64 + 16 B per lookup), input ids
-    # (16 B per lookup), all-to-all buffers (2 x 6400 for the shard + 2 x 3200 as an owner)
-    assert c.memory[G0] == pytest.approx(64000 + 12800 + 100 * 80 + 1600 + 12800 + 6400)
-    assert c.memory[G1] == pytest.approx(6400)
-    assert HOST not in c.memory
+    # (16 B per lookup), the shard's all-to-all buffers (2 x 6400; the owners' are in the base)
+    assert c.memory[G0] == pytest.approx(64000 + 12800 + 100 * 80 + 1600 + 12800)
+    assert G1 not in c.memory and HOST not in c.memory
+
+
+def test_owners_share_of_the_exchange(two_gpu_model):
+    """Every sample owner packs its samples' slice of every table's pooled gradients for the reverse
+    all-to-all: once per table in the base; a row-wise table's S shards take S slices back (S - 1 more on
+    every GPU), a replicated table none (one less)."""
+    m = two_gpu_model
+    per_owner = 50 * (16 + 8 + 4) * 4  # samples x the tables' widths (one feature each) x 4 B
+    assert m.base_cost.loads[(BX, S1)] == pytest.approx(LAUNCH + 2 * per_owner / STREAM)
+    rw = Placement(table="a", sharding="row_wise", shards=[
+        Shard(device=G0, rows=(0, 500), cols=(0, 16), hbm_rows=500, host_rows=0),
+        Shard(device=G1, rows=(500, 1000), cols=(0, 16), hbm_rows=500, host_rows=0)])
+    owners = [op for op in m.placement_ops(rw) if op.kind == "all_to_all" and op.stream == EVERY_GPU]
+    assert len(owners) == 1 and owners[0].seconds == pytest.approx(2 * 3200 / STREAM)  # S - 1 = 1 more slice
+    dp = Placement(table="c", sharding="data_parallel", shards=[
+        Shard(device=g, rows=(0, 100), cols=(0, 4), hbm_rows=100, host_rows=0) for g in (G0, G1)])
+    dp_ops = [op for op in m.placement_ops(dp) if op.kind == "all_to_all"]
+    assert len(dp_ops) == 1 and dp_ops[0].seconds == pytest.approx(-2 * 50 * 4 * 4 / STREAM)
 
 
 def test_uvm_reads_cross_pcie(two_gpu_model):
@@ -90,7 +109,7 @@ def test_hot_split_uses_coverage(two_gpu_model):
     # the cold part's lookups cross the link; the hot part reads HBM only
     assert c.loads[(FWD, f"{HOST}->{G0}")] == pytest.approx(100 * (1 - hit) * 16 / 20e9)
     # 10 hot rows of 16 B on the GPU, 90 in host memory with the shard's slot map (4 B per row, input step)
-    rows_on_gpu = c.memory[G0] - (2 * 2 * 100 * 16 + 100 * (16 + 16) + 100 * 16 + 2 * 1600 + 1600)
+    rows_on_gpu = c.memory[G0] - (2 * 2 * 100 * 16 + 100 * (16 + 16) + 100 * 16 + 2 * 1600)
     assert rows_on_gpu == pytest.approx(10 * 16)
     assert c.memory[HOST] == pytest.approx(90 * 16 + 4 * 100)
     assert len(c.once) == 2  # a member of gpu0's hbm group and of its uvm group
@@ -117,7 +136,7 @@ def test_data_parallel_allreduce(two_gpu_model):
 
 def test_dense_ops_are_the_traced_model(two_gpu_model):
     base = two_gpu_model.base_ops
-    dense = [op for op in base if op.phase == DENSE and op.stream == S0]
+    dense = [op for op in base if op.phase == DENSE and op.stream in (S0, EVERY_GPU)]
     gemms = [op for op in dense if op.kind == "gemm"]
     # bottom 4->8 and top 36->1 over 50 samples: forward GEMMs, weight gradients, the top's input gradient
     shapes = sorted(op.sizes["shape"] for op in gemms)
@@ -137,7 +156,8 @@ def test_row_and_column_wise_spread_the_work(two_gpu_model):
     # half the lookups per shard, all 100 partial sums written
     assert c.loads[(FWD, S0)] == pytest.approx(3200 / GATHER + 6400 / STREAM)
     # every owner adds the two partial sums of its 50 samples: one add, read 2 x 3200 B, write 3200 B
-    combine = [op for op in two_gpu_model.placement_ops(rw) if op.kind == "combine" and op.stream == S1]
+    combine = [op for op in two_gpu_model.placement_ops(rw) if op.kind == "combine"]
+    assert combine[0].stream == EVERY_GPU and two_gpu_model.placement_cost(rw).loads[(FX, S1)] > 0
     assert len(combine) == 1 and combine[0].seconds == pytest.approx(LAUNCH + 3 * 3200 / STREAM)
     cw = Placement(table="a", sharding="column_wise", shards=[
         Shard(device=G0, rows=(0, 1000), cols=(0, 8), hbm_rows=1000, host_rows=0),

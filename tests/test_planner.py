@@ -298,9 +298,10 @@ def test_symmetry_of_gpu_pairs_behind_pcie_switches():
     assert Symmetry.of(topo) is None
 
 
-def test_fae_budgets_the_slot_maps_of_its_hot_cold_splits():
-    """fae fills each GPU's HBM with hot rows; a split table also keeps slot maps in HBM (cost.py). Budgeting
-    them keeps the plan within HBM: synthetic-1000 on a DGX A100 failed before ('does not fit')."""
+def test_fae_budgets_what_its_hot_cold_splits_add_to_the_gpu():
+    """fae fills each GPU's HBM with hot rows; a split table also keeps a second member's pooled outputs and
+    workspace on the GPU, and every GPU holds the all-to-all buffers of every table (program/build.py).
+    Budgeting them keeps the plan within HBM on synthetic-1000 over a DGX A100."""
     workload = load_workload(ROOT / "workloads" / "synthetic-1000.yaml")
     topo = Topology(load_hardware(ROOT / "hardware_specs" / "dgx-a100.yaml"), workload.dense.dtype)
     model = CostModel(topo, workload)
@@ -309,7 +310,7 @@ def test_fae_budgets_the_slot_maps_of_its_hot_cold_splits():
     assert any(0 < s.hbm_rows < s.rows[1] - s.rows[0] for p in plan.placements for s in p.shards)
 
 
-@pytest.mark.parametrize("move, hardware, order, gain", [("swap", "dgx-h100-2node", "weight", 0.01),
+@pytest.mark.parametrize("move, hardware, order, gain", [("swap", "dgx-h100-2node", "weight", 0.003),
                                                        ("repack", "dgx-h100-16node", "size", 0.003)])
 def test_stage2_moves_lower_the_step_and_keep_the_books_exact(move, hardware, order, gain):
     """Swaps (scale.TwoStagePlanner.swap) and pairwise repacking (repack.repack), each from a plain greedy

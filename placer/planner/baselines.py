@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import weakref
+from collections import defaultdict
 from collections.abc import Mapping
 
 import numpy as np
@@ -102,25 +103,31 @@ class Accumulator:
         return Cost(loads=loads, memory=cost.memory)
 
     def step_with(self, cost: Cost) -> float:
+        """The step time with ``cost`` added (a negative correction is not let lower a phase's maximum here:
+        an upper estimate for such options, exact for all others)."""
         new_max = list(self.phase_max)
         for key, v in self._effective(cost, True).loads.items():
             new_max[key[0]] = max(new_max[key[0]], self.loads[key] + v)
         return sum(new_max)
 
     def add(self, cost: Cost) -> None:
-        at, _, phases = self._shift(self._effective(cost, True), 1.0)
+        at, values, phases = self._shift(self._effective(cost, True), 1.0)
         for g in cost.once:
             self.group_users[g] = self.group_users.get(g, 0) + 1
-        for p in phases:
-            self.phase_max[p] = max(self.phase_max[p], float(self.load_array[at[phases[p]]].max()))
+        for p, cols in phases.items():
+            if (values[cols] < 0).any():  # a correction (a replica is not exchanged) may lower the maximum
+                self.phase_max[p] = float(self.load_array[self.index.phase(p)].max())
+            else:
+                self.phase_max[p] = max(self.phase_max[p], float(self.load_array[at[cols]].max()))
 
     def remove(self, cost: Cost) -> None:
         """Take a placement's cost back out (phase maxima recomputed for the phases it touched)."""
         at, values, phases = self._shift(self._effective(cost, False), -1.0)
         for g in cost.once:
             self.group_users[g] -= 1
-        for p, cols in phases.items():  # a load at the maximum left: recompute
-            if (self.load_array[at[cols]] + values[cols] >= self.phase_max[p] * (1 - 1e-12)).any():
+        for p, cols in phases.items():  # a load at the maximum left (or a correction was taken back): recompute
+            if (values[cols] < 0).any() or \
+                    (self.load_array[at[cols]] + values[cols] >= self.phase_max[p] * (1 - 1e-12)).any():
                 self.phase_max[p] = float(self.load_array[self.index.phase(p)].max())
 
     def busiest(self, phase: int) -> tuple[tuple[int, str], float]:
@@ -275,25 +282,33 @@ def fae(model: CostModel, seed: int = 0, levels=(1.0, 0.5, 0.25, 0.1, 0.05, 0.02
         load[g] += model.lookups_per_step(t.name) * t.dim
     usable = model.usable_memory
     hot = {t.name: 0 for t in model.wl.tables}
+    held_at_zero: dict[str, float] = defaultdict(float)  # every table with no row in HBM: outputs, workspace...
+    for t in model.wl.tables:
+        for b in model.builder.placement_buffers(_table_wise(t, owner[t.name], 0, _precision(t))):
+            held_at_zero[b.memory] += b.bytes
+    free = {m: usable[m] - held_at_zero[m] for m in usable}  # GPUs of a unified-memory node share one
     for g in gpus:
         mine = [t for t in model.wl.tables if owner[t.name] == g]
         mem = model.topo.memory_of(g)
-        # what the tables hold in this GPU's memory with every row in host memory (outputs, workspace)
-        free = usable[mem] - sum(model.placement_cost(_table_wise(t, g, 0, _precision(t))).memory.get(mem, 0.0)
-                                 for t in mine)
-        steps = []  # (hits per byte, table, from_rows, to_rows, bytes)
+
+        def held(t, k, g=g, mem=mem) -> float:  # bytes the table holds in this GPU's memory with k rows in HBM
+            return sum(b.bytes for b in model.builder.placement_buffers(_table_wise(t, g, k, _precision(t)))
+                       if b.memory == mem)
+        steps = []  # (hits per byte, table, from_rows, to_rows)
         for t in mine:
             access = model.wl.access_models[t.name]
             rmw = t.row_bytes() + model.state_factor[t.name] * t.dim * 4
             ks = sorted(hot_rows_levels(t.rows, levels))
             for a, b in zip(ks, ks[1:]):
                 hits = model.lookups_per_step(t.name) * (access.coverage(b / t.rows) - access.coverage(a / t.rows))
-                steps.append((hits / ((b - a) * rmw), t, a, b, (b - a) * rmw if mem == g else 0.0))
+                steps.append((hits / ((b - a) * rmw), t, a, b))
         steps.sort(key=lambda s: -s[0])
-        for _, t, a, b, nbytes in steps:  # concave coverage: a table's steps come in order
-            if hot[t.name] == a and nbytes <= free:
-                hot[t.name] = b
-                free -= nbytes
+        for _, t, a, b in steps:  # concave coverage: a table's steps come in order
+            if hot[t.name] == a:
+                need = held(t, b) - held(t, a)  # rows, and a split's second member's buffers
+                if need <= free[mem]:
+                    hot[t.name] = b
+                    free[mem] -= need
     out = [_table_wise(t, owner[t.name], hot[t.name], _precision(t)) for t in model.wl.tables]
     acc = Accumulator(model)
     for p, t in zip(out, model.wl.tables):

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 from placer.plan import Placement, Shard
 from placer.program.dense import trace
-from placer.program.ops import (AR, BWD, BX, DENSE, FWD, FX, INDEX_BYTES, POOLED_BYTES, STATE_BYTES, GroupKey,
-                                Member, Op)
+from placer.program.ops import (AR, BWD, BX, DENSE, EVERY_GPU, FWD, FX, INDEX_BYTES, POOLED_BYTES, STATE_BYTES,
+                                GroupKey, Member, Op)
 from placer.program.traffic import Traffic
 from placer.specs.workload import Workload
 from placer.topology import Topology
@@ -37,7 +37,8 @@ from placer.units import element_bytes
 
 @dataclass(frozen=True)
 class Buffer:
-    """Bytes a placement (or the dense model) keeps in one memory during the step, and what for."""
+    """Bytes a placement (or the dense model) keeps in one memory during the step, and what for (memory
+    EVERY_GPU: the same bytes in every GPU's memory)."""
 
     memory: str
     purpose: str
@@ -56,6 +57,10 @@ class ProgramBuilder:
         self.traffic = Traffic(topology)
         self.gpus = topology.gpus
         self.W = len(self.gpus)
+        self.gpu_streams = [topology.stream_of(g) for g in self.gpus]
+        self.gpu_memories = [topology.memory_of(g) for g in self.gpus]
+        # the sample owners' share of exchanges: one op on EVERY_GPU when the GPUs are alike, else one per GPU
+        self.alike = len({id(topology.template_of[g]) for g in self.gpus}) == 1
         self.B = workload.batch_size
         self.samples_per_gpu = self.B / self.W
         self.tables = {t.name: t for t in workload.tables}
@@ -64,6 +69,7 @@ class ProgramBuilder:
         self.lookups_per_sample = {t.name: workload.lookups_per_sample(t.name) for t in workload.tables}
         self.features = {t.name: workload.outputs_per_sample(t.name) for t in workload.tables}
         self._access: dict[tuple, object] = {}
+        self._fixed_cache: dict[GroupKey, list[Op]] = {}
 
     # ---- sizes ---------------------------------------------------------------------------------------------
 
@@ -138,12 +144,29 @@ class ProgramBuilder:
     def stream(self, device: str) -> str:
         return self.topo.stream_of(device)
 
+    def on_every_gpu(self, kind: str, phase: int, price, **kw) -> list[Op]:
+        """The same op on every GPU's stream: ``price(op_costs)`` seconds each."""
+        if self.alike:
+            return [Op(kind, phase, EVERY_GPU, price(self.topo.op_costs(self.gpus[0])), **kw)]
+        return [Op(kind, phase, st, price(self.topo.op_costs(g)), **kw) for g, st in zip(self.gpus, self.gpu_streams)]
+
+    def expand(self, stream: str) -> list[str]:
+        """The streams (or memories) an op's stream (a buffer's memory) stands for."""
+        return self.gpu_streams if stream == EVERY_GPU else [stream]
+
     def _reads_host(self, key: GroupKey) -> bool:
         """Rows the device reads across its link from host memory (not on a unified-memory node)."""
         return key.location == "uvm" and not self.topo.is_unified(key.device)
 
     def group_fixed_ops(self, key: GroupKey) -> list[Op]:
-        """The fixed cost of every op of a group: charged once per plan, however many members it has."""
+        """The fixed cost of every op of a group: charged once per plan, however many members it has (the
+        same list for every member; callers do not change it)."""
+        cache = self._fixed_cache
+        if key not in cache:
+            cache[key] = self._group_fixed_ops(key)
+        return cache[key]
+
+    def _group_fixed_ops(self, key: GroupKey) -> list[Op]:
         dev = key.device
         costs = self.topo.op_costs(dev)
         st = self.stream(dev)
@@ -160,11 +183,8 @@ class ProgramBuilder:
         else:
             ops.append(mk("update", BWD, f"update_{self.optimizer}"))
         if copies:  # pooled outputs copied to every GPU; there the gradients are packed and copied back
-            for g in self.gpus:
-                gc, gs = self.topo.op_costs(g), self.stream(g)
-                ops += [Op("copy_h2d", FX, gs, gc.fixed("copy"), group=key, once=True),
-                        Op("pack_grad", BX, gs, gc.fixed("copy"), group=key, once=True),
-                        Op("copy_d2h", BX, gs, gc.fixed("copy"), group=key, once=True)]
+            for kind, phase in (("copy_h2d", FX), ("pack_grad", BX), ("copy_d2h", BX)):
+                ops += self.on_every_gpu(kind, phase, lambda gc: gc.fixed("copy"), group=key, once=True)
         return ops
 
     def member_ops(self, key: GroupKey, m: Member) -> list[Op]:
@@ -218,13 +238,15 @@ class ProgramBuilder:
 
     def _host_output_copies(self, key: GroupKey, m: Member) -> list[Op]:
         """A CPU-looked-up member's pooled output to every GPU (its samples' share), and its gradient packed on
-        the GPU and copied back."""
+        the GPUs and copied back."""
         c = m.cols[1] - m.cols[0]
         per_gpu = self.exchange_bytes_per_gpu(m.table, c)
         ops, host = [], key.device
-        for g in self.gpus:
+        if self.W == 1:  # packed on the GPU, then copied back (with more GPUs: the owners' share, in the base)
+            g = self.gpus[0]
             ops.append(Op("pack_grad", BX, self.stream(g), self.topo.op_costs(g).stream_s(2 * per_gpu), key, m.table,
                           sizes={"bytes": per_gpu}))
+        for g in self.gpus:
             seconds = per_gpu / self.traffic.path_Bps(host, g)
             there = tuple(self.traffic.send(host, g, per_gpu)) if self.include_exchange else ()
             back = tuple(self.traffic.send(g, host, per_gpu)) if self.include_exchange else ()
@@ -256,25 +278,43 @@ class ProgramBuilder:
             ops.append(Op("all_reduce", AR, self.stream(devices[0]), 0.0, table=p.table,
                           traffic=tuple(self.traffic.allreduce(devices, grad)), sizes={"bytes": grad}))
         ops += self._combine_on_owners(p, F, d)
+        ops += self._owner_ops(p)
         return ops
 
     def _gpu_shard_exchange(self, table: str, s: Shard) -> list[Op]:
-        """The all-to-all of one GPU shard: it packs its whole output (and unpacks its gradient), every owner
-        packs its samples' gradient slice, the links carry the bytes."""
+        """The all-to-all of one GPU shard: it packs its whole output (and unpacks its gradient), the links
+        carry the bytes (the owners' share is owner_share: in the base, with corrections per option)."""
         c = s.num_cols
         full = self.features[table] * self.B * c * POOLED_BYTES
         per_gpu = self.exchange_bytes_per_gpu(table, c)
         costs, st = self.topo.op_costs(s.device), self.stream(s.device)
         out_traffic = self.traffic.exchange(s.device, per_gpu, True) if self.include_exchange else []
         in_traffic = self.traffic.exchange(s.device, per_gpu, False) if self.include_exchange else []
-        ops = [Op("all_to_all", FX, st, costs.stream_s(2 * full), table=table, traffic=tuple(out_traffic),
-                  sizes={"bytes": full}),
-               Op("all_to_all", BX, st, costs.stream_s(2 * full), table=table, traffic=tuple(in_traffic),
-                  sizes={"bytes": full})]
-        for g in self.gpus:
-            ops.append(Op("all_to_all", BX, self.stream(g), self.topo.op_costs(g).stream_s(2 * per_gpu),
-                          table=table, sizes={"bytes": per_gpu}))
-        return ops
+        return [Op("all_to_all", FX, st, costs.stream_s(2 * full), table=table, traffic=tuple(out_traffic),
+                   sizes={"bytes": full}),
+                Op("all_to_all", BX, st, costs.stream_s(2 * full), table=table, traffic=tuple(in_traffic),
+                   sizes={"bytes": full})]
+
+    def owner_share(self, p: Placement) -> float:
+        """How many full-width copies of the table's pooled gradients every sample owner packs for the
+        reverse all-to-all (W > 1) beyond the one the base prices for every table: a row-wise table's S
+        shards each take one back (S - 1 more), a replica none (-1: it is not exchanged)."""
+        if self.W == 1:
+            return 0.0
+        if p.sharding == "data_parallel":
+            return -1.0
+        if p.sharding == "host":
+            return 0.0
+        d = self.tables[p.table].dim
+        return sum(s.num_cols for s in p.shards) / d - 1.0
+
+    def _owner_ops(self, p: Placement) -> list[Op]:
+        extra = self.owner_share(p)
+        if not extra:
+            return []
+        per_gpu = self.exchange_bytes_per_gpu(p.table, self.tables[p.table].dim)
+        return self.on_every_gpu("all_to_all", BX, lambda gc: gc.stream_s(2 * per_gpu) * extra, table=p.table,
+                                 sizes={"bytes": per_gpu * extra})
 
     def _combine_on_owners(self, p: Placement, F: int, d: int) -> list[Op]:
         """Each sample owner assembles the table from its shards' outputs: partial sums of row-wise shards
@@ -290,12 +330,8 @@ class ProgramBuilder:
             n_ops, touched = 1, 2 * per_owner
         else:
             n_ops, touched = 2 * S - 1, 2 * S * per_owner + 3 * (S - 1) * per_owner
-        out = []
-        for g in self.gpus:
-            costs = self.topo.op_costs(g)
-            out.append(Op("combine", FX, self.stream(g), n_ops * costs.fixed("elementwise") + costs.stream_s(touched),
-                          table=p.table, sizes={"bytes": per_owner, "parts": S}))
-        return out
+        return self.on_every_gpu("combine", FX, lambda gc: n_ops * gc.fixed("elementwise") + gc.stream_s(touched),
+                                 table=p.table, sizes={"bytes": per_owner, "parts": S})
 
     # ---- what no placement changes -------------------------------------------------------------------------
 
@@ -304,33 +340,44 @@ class ProgramBuilder:
 
     def base_ops(self) -> list[Op]:
         """The dense model's ops on every GPU (traced, program/dense.py), the embeddings handed to it (a view
-        per feature), the all-to-all's collectives and the dense gradient's all-reduce (W > 1)."""
+        per feature); with W > 1 the all-to-all's collectives, every owner packing its samples' share of every
+        table's pooled gradients (placements change that only by owner_share), and the dense gradient's
+        all-reduce."""
         ops: list[Op] = []
         F = self.wl.num_pooled_features
-        dtype = self.wl.dense.dtype
-        params = None
-        for g in self.gpus:
-            costs, st = self.topo.op_costs(g), self.stream(g)
-            device_type = "cpu" if self.topo.is_unified(g) else "cuda"
+        devices = [(EVERY_GPU, self.gpus[0])] if self.alike else [(self.stream(g), g) for g in self.gpus]
+        params = self.dense_trace(self.gpus[0]).params
+        per_owner = sum(self.exchange_bytes_per_gpu(t, self.tables[t].dim) for t in self.tables)
+        for st, g in devices:
+            costs = self.topo.op_costs(g)
             ops.append(Op("elementwise", FX, st, 2 * F * costs.fixed("view"), sizes={"views": 2 * F}))
-            dense = trace(self.wl, self.dense_samples(), device_type)
-            params = dense.params
-            for op in dense.ops:
-                if op.kind == "gemm":
-                    batch, m, k, n = op.shape
-                    seconds = costs.fixed("gemm") + costs.gemm_s(dtype, m, k, n, batch)
-                    ops.append(Op("gemm", DENSE, st, seconds, sizes={"shape": op.shape, "aten": op.name}))
-                elif op.kind == "view":
-                    ops.append(Op("elementwise", DENSE, st, costs.fixed("view"), sizes={"aten": op.name}))
-                else:
-                    ops.append(Op("elementwise", DENSE, st, costs.fixed("elementwise") + costs.stream_s(op.bytes),
-                                  sizes={"bytes": op.bytes, "aten": op.name}))
+            ops += self._dense_ops(st, g, costs)
             if self.W > 1:
-                for phase in (FX, BX):
-                    ops.append(Op("all_to_all", phase, st, costs.fixed("collective")))
-                traffic = self.traffic.allreduce(tuple(self.gpus), params * 4) if g == self.gpus[0] else []
-                ops.append(Op("all_reduce", AR, st, costs.fixed("collective"), traffic=tuple(traffic),
-                              sizes={"bytes": params * 4}))
+                ops += [Op("all_to_all", FX, st, costs.fixed("collective")),
+                        Op("all_to_all", BX, st, costs.fixed("collective") + costs.stream_s(2 * per_owner),
+                           sizes={"bytes": per_owner}),
+                        Op("all_reduce", AR, st, costs.fixed("collective"), sizes={"bytes": params * 4})]
+        if self.W > 1:
+            ops.append(Op("all_reduce", AR, self.stream(self.gpus[0]), 0.0,
+                          traffic=tuple(self.traffic.allreduce(tuple(self.gpus), params * 4))))
+        return ops
+
+    def dense_trace(self, gpu: str):
+        return trace(self.wl, self.dense_samples(), "cpu" if self.topo.is_unified(gpu) else "cuda")
+
+    def _dense_ops(self, stream: str, gpu: str, costs) -> list[Op]:
+        dtype = self.wl.dense.dtype
+        ops = []
+        for op in self.dense_trace(gpu).ops:
+            if op.kind == "gemm":
+                batch, m, k, n = op.shape
+                seconds = costs.fixed("gemm") + costs.gemm_s(dtype, m, k, n, batch)
+                ops.append(Op("gemm", DENSE, stream, seconds, sizes={"shape": op.shape, "aten": op.name}))
+            elif op.kind == "view":
+                ops.append(Op("elementwise", DENSE, stream, costs.fixed("view"), sizes={"aten": op.name}))
+            else:
+                ops.append(Op("elementwise", DENSE, stream, costs.fixed("elementwise") + costs.stream_s(op.bytes),
+                              sizes={"bytes": op.bytes, "aten": op.name}))
         return ops
 
     # ---- memory --------------------------------------------------------------------------------------------
@@ -357,24 +404,26 @@ class ProgramBuilder:
             if m.part == "hot":
                 out.append(Buffer(mem(self.topo.host_of(key.device)), "slot map", (m.local_ids[1] - m.local_ids[0]) * 4))
             if key.location == "cpu" and not self.topo.is_unified(key.device):
-                for g in self.gpus:
-                    out.append(Buffer(mem(g), "pooled outputs and gradients (copies)",
-                                      2 * self.exchange_bytes_per_gpu(m.table, c)))
+                out.append(Buffer(EVERY_GPU, "pooled outputs and gradients (copies)",
+                                  2 * self.exchange_bytes_per_gpu(m.table, c)))
         if self.W > 1 and p.sharding in ("table_wise", "row_wise", "column_wise"):
             F = self.features[p.table]
             for s in p.shards:
-                full = F * self.B * s.num_cols * POOLED_BYTES
-                out.append(Buffer(mem(s.device), "all-to-all buffers", 2 * full))
-                for g in self.gpus:
-                    out.append(Buffer(mem(g), "all-to-all buffers", 2 * self.exchange_bytes_per_gpu(p.table, s.num_cols)))
+                out.append(Buffer(mem(s.device), "all-to-all buffers", 2 * F * self.B * s.num_cols * POOLED_BYTES))
+        extra = self.owner_share(p)
+        if extra:
+            per_gpu = self.exchange_bytes_per_gpu(p.table, self.tables[p.table].dim)
+            out.append(Buffer(EVERY_GPU, "all-to-all buffers (owners)", 2 * per_gpu * extra))
         return out
 
     def base_buffers(self) -> list[Buffer]:
-        """The dense model on every GPU: weights, gradients, optimizer state, activations."""
-        out = []
-        for g in self.gpus:
-            dense = trace(self.wl, self.dense_samples(), "cpu" if self.topo.is_unified(g) else "cuda")
-            out.append(Buffer(self.topo.memory_of(g), "dense model", dense.memory_bytes(self.optimizer)))
+        """The dense model on every GPU (weights, gradients, optimizer state, activations); with W > 1 every
+        owner's all-to-all buffers for its samples' share of every table (owner_share corrects per option)."""
+        out = [Buffer(self.topo.memory_of(g), "dense model", self.dense_trace(g).memory_bytes(self.optimizer))
+               for g in self.gpus]
+        if self.W > 1:
+            per_owner = sum(self.exchange_bytes_per_gpu(t, self.tables[t].dim) for t in self.tables)
+            out.append(Buffer(EVERY_GPU, "all-to-all buffers (owners)", 2 * per_owner))
         return out
 
 

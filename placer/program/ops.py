@@ -36,6 +36,7 @@ LOCATIONS = ("hbm", "uvm", "cpu", "replica")
 KINDS = ("lookup", "sort", "segment_reduce", "update", "scatter", "update_dense", "copy_h2d", "copy_d2h",
          "combine", "pack_grad", "all_to_all", "all_reduce", "gemm", "elementwise", "optimizer_dense")
 
+EVERY_GPU = "*"  # an op's stream (or a buffer's memory) meaning: the same on every GPU (the sample owners)
 POOLED_BYTES = 4  # pooled embeddings and their gradients are fp32
 STATE_BYTES = 4  # optimizer state is fp32
 INDEX_BYTES = 8  # row ids and bag ids are int64
@@ -73,11 +74,12 @@ class Member:
     local_ids: tuple[int, int]  # rows [a, b) of the table's id space it serves (before a hot/cold split)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Op:
     """One op of the step program, priced.
 
-    ``seconds`` is its time on ``stream``; ``traffic`` its load on shared resources, (resource, seconds). An op
+    ``seconds`` is its time on ``stream`` (EVERY_GPU: on each GPU's stream, the sample owners' share of an
+    exchange); ``traffic`` its load on shared resources, (resource, seconds). An op
     with ``once`` set is a fused group's fixed cost: however many options put a member in the group, the plan
     pays it once (its key is ``(group, kind)``). ``sizes`` records what it was priced from (lookups, bytes,
     flops, ...), for reports and the runner's per-op comparison."""

@@ -24,6 +24,8 @@ class Traffic:
         self._rate = {name: r.rate for name, r in topology.resources.items()}
         self._exchange_cache: dict[tuple[str, bool], list[tuple[str, float]]] = {}
         self.ring_cache: dict[tuple[str, ...], list[tuple[str, float]]] = {}
+        self._send_cache: dict[tuple[str, str], list[tuple[str, float]]] = {}
+        self._path_cache: dict[tuple[str, str], float] = {}
 
     def rate(self, resource: str) -> float:
         return self._rate[resource]
@@ -32,11 +34,17 @@ class Traffic:
         """(link, seconds) of ``n_bytes`` from ``src`` to ``dst``."""
         if n_bytes <= 0 or src == dst:
             return []
-        return [(link, share * n_bytes / self._rate[link]) for link, share in self.topo.route_shares(src, dst)]
+        key = (src, dst)
+        if key not in self._send_cache:
+            self._send_cache[key] = [(link, share / self._rate[link]) for link, share in self.topo.route_shares(src, dst)]
+        return [(link, spb * n_bytes) for link, spb in self._send_cache[key]]
 
     def path_Bps(self, src: str, dst: str) -> float:
         """Bytes/s of one transfer from ``src`` to ``dst``: its slowest link (inf on the same device)."""
-        return self.topo.bottleneck_bw(src, dst)
+        key = (src, dst)
+        if key not in self._path_cache:
+            self._path_cache[key] = self.topo.bottleneck_bw(src, dst)
+        return self._path_cache[key]
 
     def unit_exchange(self, device: str, outgoing: bool) -> list[tuple[str, float]]:
         """(link, seconds per byte) for one byte from ``device`` to every GPU (outgoing) or from every GPU to

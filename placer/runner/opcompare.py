@@ -17,18 +17,19 @@ def report_kind(op: Op) -> str:
     return "dense" if op.phase == DENSE else op.kind
 
 
-def priced_by_kind(ops: list[Op]) -> dict[tuple[str, str], float]:
+def priced_by_kind(ops: list[Op], expand) -> dict[tuple[str, str], float]:
     """Seconds per (kind, stream) of a program's ops (shared-resource loads left out: they are not time on a
-    stream)."""
+    stream). ``expand(stream)``: the streams an op's stream stands for (ProgramBuilder.expand)."""
     out: dict[tuple[str, str], float] = defaultdict(float)
     for op in ops:
-        out[(report_kind(op), op.stream)] += op.seconds
+        for stream in expand(op.stream):
+            out[(report_kind(op), stream)] += op.seconds
     return dict(out)
 
 
-def compare(measured: dict[tuple[str, str], float], ops: list[Op]) -> list[dict]:
+def compare(measured: dict[tuple[str, str], float], ops: list[Op], expand) -> list[dict]:
     """One row per (kind, stream) either side has: measured and priced seconds per step, and their ratio."""
-    priced = priced_by_kind(ops)
+    priced = priced_by_kind(ops, expand)
     rows = []
     for kind, stream in sorted(set(measured) | set(priced)):
         m, p = measured.get((kind, stream), 0.0), priced.get((kind, stream), 0.0)

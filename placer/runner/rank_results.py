@@ -107,7 +107,7 @@ def distributed_result(records: list[dict], topo, wl, plan, predicted: dict, con
                        "max over ranks, median over the instrumented steps; bytes to/from other ranks per step "
                        "(fp32)",
             },
-            "ops": compare(merged_ops(records), plan_ops(builder, plan.placements)),
+            "ops": compare(merged_ops(records), plan_ops(builder, plan.placements), builder.expand),
         },
         "predicted": {k: v for k, v in predicted.items() if k != "devices"},
         "relative_error": step / pred_step - 1 if pred_step > 0 else None,

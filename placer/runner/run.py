@@ -159,7 +159,8 @@ def run_plan(hardware, workload: Workload, plan: Plan, config: RunConfig = RunCo
         losses = trainer.loss_history()
         result = _result(trainer, topo, wl, plan, predicted, config, device, times, phases, losses, build_s,
                          pool, needs, mem_report, rss_start)
-        result["measured"]["ops"] = compare(ops.per_step(), plan_ops(trainer.builder, plan.placements))
+        result["measured"]["ops"] = compare(ops.per_step(), plan_ops(trainer.builder, plan.placements),
+                                            trainer.builder.expand)
         result["hardware_note"] = hardware_note(topo, device)
     finally:
         torch.set_num_threads(threads_before)
