@@ -26,7 +26,6 @@ import fnmatch
 import json
 import math
 import os
-import platform
 import resource
 import shlex
 import signal
@@ -40,6 +39,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from validation.common import environment, write_json  # noqa: E402  (after the path is set)
 
 RESULTS = ROOT / "validation" / "results"
 WORKLOADS = ["tiny", "criteo-kaggle-dlrm", "mlperf-dlrm-v1", "mlperf-dlrm-v2", "criteo-terabyte-full",
@@ -218,45 +219,6 @@ def _matches(case_id: str, patterns: list[str]) -> bool:
     return False
 
 
-def _git(*argv: str) -> str | None:
-    try:
-        return subprocess.run(["git", *argv], cwd=ROOT, capture_output=True, text=True, timeout=20).stdout.strip()
-    except Exception:
-        return None
-
-
-def environment() -> dict:
-    import importlib.metadata as md
-
-    def version(pkg):
-        try:
-            return md.version(pkg)
-        except md.PackageNotFoundError:
-            return None
-
-    mem = None
-    try:
-        for line in open("/proc/meminfo"):
-            if line.startswith("MemTotal:"):
-                mem = int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    cpu = platform.processor() or None
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    dirty = _git("status", "--porcelain", "--", "placer")
-    return {"git_commit": _git("rev-parse", "HEAD"), "placer_uncommitted_changes": bool(dirty),
-            "python": platform.python_version(), "pulp": version("pulp"), "highspy": version("highspy"),
-            "numpy": version("numpy"), "pydantic": version("pydantic"), "networkx": version("networkx"),
-            "machine": {"cpu_cores": os.cpu_count(), "ram_bytes": mem, "cpu_model": cpu,
-                        "platform": platform.platform()}}
-
-
 def load_results(path: Path) -> dict:
     if path.exists():
         try:
@@ -264,12 +226,6 @@ def load_results(path: Path) -> dict:
         except json.JSONDecodeError:
             pass
     return {"schema": "placer-planner-benchmark/1", "runs": [], "rows": []}
-
-
-def write_json(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n")
-    tmp.replace(path)
 
 
 def run_case(wl_name: str, hw_name: str, methods: list[str], args, run_id: str, log,

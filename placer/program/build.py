@@ -198,7 +198,7 @@ class ProgramBuilder:
         out_bytes = m.bags * grad_row
         host = self._reads_host(key)
         copies = key.location == "cpu" and not self.topo.is_unified(dev)
-        ops = [Op("lookup", FWD, st, costs.lookup_s(row_bytes, m.lookups, m.unique_rows, out_bytes, host),
+        ops = [Op("lookup", FWD, st, costs.lookup_s(key.dtype, row_bytes, m.lookups, m.unique_rows, out_bytes, host),
                   key, m.table, traffic=self._row_traffic(key, m.lookups * row_bytes),
                   sizes={"lookups": m.lookups, "unique_rows": m.unique_rows, "row_bytes": row_bytes,
                          "bags": m.bags}),
@@ -213,7 +213,7 @@ class ProgramBuilder:
                        key, m.table, sizes={"rows": m.rows})]
         else:
             rmw = row_bytes + state
-            ops.append(Op("update", BWD, st, costs.update_s(self.optimizer, rmw, m.unique_rows, host), key, m.table,
+            ops.append(Op("update", BWD, st, costs.update_s(self.optimizer, key.dtype, rmw, m.unique_rows, host), key, m.table,
                           traffic=self._row_traffic(key, m.unique_rows * rmw, both_ways=True),
                           sizes={"rows": m.unique_rows, "row_bytes": rmw}))
         if copies:
@@ -366,18 +366,21 @@ class ProgramBuilder:
         return trace(self.wl, self.dense_samples(), "cpu" if self.topo.is_unified(gpu) else "cuda")
 
     def _dense_ops(self, stream: str, gpu: str, costs) -> list[Op]:
+        """The traced dense step, priced: each op its kind's cost plus ``dense_op`` (what an op costs beyond
+        that under autograd and module calls)."""
         dtype = self.wl.dense.dtype
+        extra = costs.fixed("dense_op")
         ops = []
         for op in self.dense_trace(gpu).ops:
             if op.kind == "gemm":
                 batch, m, k, n = op.shape
-                seconds = costs.fixed("gemm") + costs.gemm_s(dtype, m, k, n, batch)
+                seconds = extra + costs.fixed("gemm") + costs.gemm_s(dtype, m, k, n, batch)
                 ops.append(Op("gemm", DENSE, stream, seconds, sizes={"shape": op.shape, "aten": op.name}))
             elif op.kind == "view":
-                ops.append(Op("elementwise", DENSE, stream, costs.fixed("view"), sizes={"aten": op.name}))
+                ops.append(Op("elementwise", DENSE, stream, extra + costs.fixed("view"), sizes={"aten": op.name}))
             else:
-                ops.append(Op("elementwise", DENSE, stream, costs.fixed("elementwise") + costs.stream_s(op.bytes),
-                              sizes={"bytes": op.bytes, "aten": op.name}))
+                seconds = extra + costs.fixed("elementwise") + costs.stream_s(op.bytes)
+                ops.append(Op("elementwise", DENSE, stream, seconds, sizes={"bytes": op.bytes, "aten": op.name}))
         return ops
 
     # ---- memory --------------------------------------------------------------------------------------------

@@ -6,8 +6,9 @@ numbers come from the spec's ``op_costs`` (measured by ``placer calibrate``); wh
 DATASHEET DEFAULTS below derive them from the spec's other fields (which carry their own sources):
 
 GPU (a template's ``gpus``), with L = kernel_launch_us, H = hbm_bw_GBps, e = hbm_gather_efficiency:
-- fixed cost of a kind = L x KERNELS[kind] (kernels the runner's op launches, counted in runner/groups.py)
-- gather (rows from device memory, random and cache hits alike) = H x e, every row size
+- fixed cost of a kind = L x KERNELS[kind] (kernels the runner's op launches, counted in runner/groups.py);
+  dense_op 0 (an op of the dense step is priced as the kernel it launches)
+- gather (rows from device memory, random and cache hits alike) = H x e, every row size and storage dtype
 - host gather (rows in pinned host memory read by the GPU) = the link's bw x efficiency x host_read_efficiency
 - stream (copies, elementwise; bytes read + written) = H
 - sort = 4 radix passes reading and writing 16 B (id + position) per id at H: 128 B / H per id
@@ -16,7 +17,8 @@ GPU (a template's ``gpus``), with L = kernel_launch_us, H = hbm_bw_GBps, e = hbm
 - gemm = peak_TFLOPs[dtype] x compute_efficiency, every shape
 
 Host CPU (a template's ``host``), with G = cpu_gather_GBps, D = dram_bw_GBps:
-- fixed cost of a kind = HOST_OP_US x KERNELS[kind] (HOST_OP_US: dispatch of one eager PyTorch CPU op)
+- fixed cost of a kind = HOST_OP_US x KERNELS[kind] (HOST_OP_US: dispatch of one eager PyTorch CPU op);
+  dense_op 0
 - gather = G; stream = D; sort = HOST_SORT_NS per id; segment reduce and update = G / 2; gemm =
   cpu_peak_TFLOPs.
 
@@ -34,8 +36,9 @@ from placer.units import GB, us_to_s
 
 #: kernels (GPU) or eager ops (CPU) one op of each kind runs, for the datasheet defaults of the fixed costs
 KERNELS = {"lookup": 2, "sort": 6, "segment_reduce": 3, "copy": 1, "elementwise": 1, "view": 0.2, "gemm": 1,
-           "collective": 1, "update_sgd": 4, "update_adagrad": 9, "update_rowwise_adagrad": 10,
+           "collective": 1, "dense_op": 0, "update_sgd": 4, "update_adagrad": 9, "update_rowwise_adagrad": 10,
            "update_adam": 15}
+DTYPES = ("fp32", "fp16")
 HOST_OP_US = 5.0  # assumption: one eager PyTorch CPU op dispatches in ~5 us (5.5 us measured for a tiny
 #                   embedding_bag on this project's 2-core development machine, 2026-11-23)
 HOST_SORT_NS = 30.0  # assumption: torch.sort on one CPU core, ~25-45 ns per int64 id at 1e4-1e6 ids (same machine)
@@ -101,13 +104,13 @@ class OpCosts:
     """Fixed seconds per op kind and rates of one stream's device (see the module docstring)."""
 
     fixed_s: dict[str, float]
-    gather: RateTable  # row bytes -> bytes/s, rows read from this device's memory (misses)
-    gather_cached: RateTable  # row bytes -> bytes/s, rows read again within the step
-    host_gather: RateTable  # row bytes -> bytes/s, rows in host memory read by this device
+    gather: dict[str, RateTable]  # storage dtype -> row bytes -> bytes/s, rows read from this device's memory
+    gather_cached: dict[str, RateTable]  # storage dtype -> row bytes -> bytes/s, rows read again within the step
+    host_gather: dict[str, RateTable]  # storage dtype -> row bytes -> bytes/s, host rows read by this device
     stream_Bps: float  # bytes read + written per second
     sort_s_per_id: float
     segment_reduce: RateTable  # gradient row bytes -> bytes/s of per-lookup gradient rows
-    update: dict[str, RateTable]  # optimizer -> (weights + state) row bytes -> bytes/s of distinct rows
+    update: dict[str, dict[str, RateTable]]  # optimizer -> storage dtype -> (weights + state) row bytes -> bytes/s
     gemm: dict[str, GemmTable]  # dense dtype -> rates by shape
     calibrated: set[str] = field(default_factory=set)  # fields measured (the rest are datasheet defaults)
 
@@ -116,14 +119,16 @@ class OpCosts:
     def fixed(self, kind: str) -> float:
         return self.fixed_s[kind]
 
-    def lookup_s(self, row_bytes: float, lookups: float, unique: float, out_bytes: float, from_host: bool) -> float:
-        """Gather ``lookups`` rows (``unique`` of them distinct) and write ``out_bytes`` of pooled output.
-        Rows in host memory are read at the host-gather rate, every lookup (no cache in front of PCIe)."""
+    def lookup_s(self, dtype: str, row_bytes: float, lookups: float, unique: float, out_bytes: float,
+                 from_host: bool) -> float:
+        """Gather ``lookups`` rows of ``dtype`` (``unique`` of them distinct) and write ``out_bytes`` of pooled
+        output. Rows in host memory are read at the host-gather rate, every lookup (no cache in front of PCIe)."""
         if from_host:
-            read = lookups * row_bytes / self.host_gather(row_bytes)
+            read = lookups * row_bytes / self.host_gather[dtype](row_bytes)
         else:
             repeats = max(lookups - unique, 0.0)
-            read = unique * row_bytes / self.gather(row_bytes) + repeats * row_bytes / self.gather_cached(row_bytes)
+            read = (unique * row_bytes / self.gather[dtype](row_bytes)
+                    + repeats * row_bytes / self.gather_cached[dtype](row_bytes))
         return read + out_bytes / self.stream_Bps
 
     def sort_s(self, ids: float) -> float:
@@ -132,12 +137,12 @@ class OpCosts:
     def segment_reduce_s(self, grad_row_bytes: float, lookups: float) -> float:
         return lookups * grad_row_bytes / self.segment_reduce(grad_row_bytes)
 
-    def update_s(self, optimizer: str, row_bytes: float, rows: float, in_host: bool) -> float:
-        """Read, update and write back ``rows`` distinct rows of ``row_bytes`` (weights + state); rows in host
-        memory also cross the link twice (read and write) at the host-gather rate."""
-        rate = self.update[optimizer](row_bytes)
+    def update_s(self, optimizer: str, dtype: str, row_bytes: float, rows: float, in_host: bool) -> float:
+        """Read, update and write back ``rows`` distinct rows of ``row_bytes`` (``dtype`` weights + fp32 state);
+        rows in host memory also cross the link twice (read and write) at the host-gather rate."""
+        rate = self.update[optimizer][dtype](row_bytes)
         if in_host:
-            rate = min(rate, self.host_gather(row_bytes) / 2)
+            rate = min(rate, self.host_gather[dtype](row_bytes) / 2)
         return rows * row_bytes / rate
 
     def stream_s(self, touched_bytes: float) -> float:
@@ -152,6 +157,15 @@ class OpCosts:
 
 def _table(points: dict | None, default: float, scale: float = GB) -> RateTable:
     return RateTable({s: v * scale for s, v in points.items()}) if points else RateTable.flat(default)
+
+
+def _by_dtype(points: dict | None, default: float) -> dict[str, RateTable]:
+    """A rate table per storage dtype; a dtype the spec does not give takes the other's table, else the
+    default."""
+    points = points or {}
+    tables = {dt: _table(points[dt], default) for dt in DTYPES if points.get(dt)}
+    fallback = next(iter(tables.values()), RateTable.flat(default))
+    return {dt: tables.get(dt, fallback) for dt in DTYPES}
 
 
 def peak_for(peaks: dict[str, float], dtype: str) -> float:
@@ -177,13 +191,13 @@ def _build(spec: OpCostSpec | None, *, fixed_default, gather: float, host_gather
            sort_s: float, reduce: float, update: float, gemm: dict[str, GemmTable]) -> OpCosts:
     s = spec or OpCostSpec()
     fixed = {k: us_to_s(s.fixed_us[k]) if k in s.fixed_us else fixed_default(k) for k in FIXED_COST_KINDS}
-    upd = {o: _table((s.update_GBps or {}).get(o), update) for o in OPTIMIZERS}
+    upd = {o: _by_dtype((s.update_GBps or {}).get(o), update) for o in OPTIMIZERS}
     calibrated = {name for name in OpCostSpec.model_fields if getattr(s, name)}
     return OpCosts(
         fixed_s=fixed,
-        gather=_table(s.gather_GBps, gather),
-        gather_cached=_table(s.gather_cached_GBps or s.gather_GBps, gather),
-        host_gather=_table(s.host_gather_GBps, host_gather),
+        gather=_by_dtype(s.gather_GBps, gather),
+        gather_cached=_by_dtype(s.gather_cached_GBps or s.gather_GBps, gather),
+        host_gather=_by_dtype(s.host_gather_GBps, host_gather),
         stream_Bps=s.stream_GBps * GB if s.stream_GBps else stream,
         sort_s_per_id=s.sort_ns_per_id * 1e-9 if s.sort_ns_per_id is not None else sort_s,
         segment_reduce=_table(s.segment_reduce_GBps, reduce),

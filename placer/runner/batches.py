@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from placer.plan import Placement, Plan
+from placer.plan import Plan
 from placer.specs.workload import Workload
 
 INDEX_DTYPE = torch.int64

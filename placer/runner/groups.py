@@ -21,7 +21,7 @@ drawn in fixed chunks of rows, so any placement holds the same logical table.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch

@@ -25,8 +25,10 @@ Fraction = float
 Rate = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 #: op kinds with a fixed cost per op (placer/program/ops.py lists which ops each kind covers)
 OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad", "adam")
-FIXED_COST_KINDS = ("lookup", "sort", "segment_reduce", "copy", "elementwise", "view", "gemm", "collective") + tuple(
-    f"update_{o}" for o in OPTIMIZERS)
+FIXED_COST_KINDS = ("lookup", "sort", "segment_reduce", "copy", "elementwise", "view", "gemm", "collective",
+                    "dense_op") + tuple(f"update_{o}" for o in OPTIMIZERS)
+StorageDtype = Literal["fp32", "fp16"]
+RowRates = dict[StorageDtype, dict[PositiveInt, Rate]]  # storage dtype -> row bytes -> GB/s
 
 
 class OpCostSpec(StrictModel):
@@ -36,14 +38,18 @@ class OpCostSpec(StrictModel):
     interpolated in log2 of the size and clamped at their ends."""
 
     fixed_us: dict[Literal[FIXED_COST_KINDS], Annotated[float, Field(ge=0, allow_inf_nan=False)]] = Field(
-        default_factory=dict, description="fixed cost of one op of each kind (dispatch + launch + its smallest run), us")
-    gather_GBps: dict[PositiveInt, Rate] | None = Field(
-        default=None, description="row bytes -> GB/s of rows gathered and pooled from this device's memory, "
-                                  "random rows of a table far larger than the caches")
-    gather_cached_GBps: dict[PositiveInt, Rate] | None = Field(
-        default=None, description="row bytes -> GB/s of rows gathered again within a step (cache hits)")
-    host_gather_GBps: dict[PositiveInt, Rate] | None = Field(
-        default=None, description="row bytes -> GB/s of rows in pinned host memory gathered by this device")
+        default_factory=dict, description="fixed cost of one op of each kind (dispatch + launch + its smallest run), "
+                                          "us; dense_op: what an op of the dense step costs beyond that under "
+                                          "autograd and module calls")
+    gather_GBps: RowRates | None = Field(
+        default=None, description="storage dtype -> row bytes -> GB/s of rows gathered and pooled from this "
+                                  "device's memory, random rows of a table far larger than the caches")
+    gather_cached_GBps: RowRates | None = Field(
+        default=None, description="storage dtype -> row bytes -> GB/s of rows gathered again within a step "
+                                  "(cache hits)")
+    host_gather_GBps: RowRates | None = Field(
+        default=None, description="storage dtype -> row bytes -> GB/s of rows in pinned host memory gathered by "
+                                  "this device")
     stream_GBps: Rate | None = Field(default=None, description="streaming rate of copies and elementwise ops, "
                                                                "bytes read + written per second, GB/s")
     sort_ns_per_id: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = Field(
@@ -51,9 +57,9 @@ class OpCostSpec(StrictModel):
     segment_reduce_GBps: dict[PositiveInt, Rate] | None = Field(
         default=None, description="gradient row bytes -> GB/s of per-lookup gradient rows expanded from the "
                                   "pooled gradients and summed per distinct row")
-    update_GBps: dict[Literal[OPTIMIZERS], dict[PositiveInt, Rate]] | None = Field(
-        default=None, description="optimizer -> row bytes (weights + state) -> GB/s of distinct rows read, "
-                                  "updated and written back")
+    update_GBps: dict[Literal[OPTIMIZERS], RowRates] | None = Field(
+        default=None, description="optimizer -> storage dtype -> row bytes (weights + fp32 state) -> GB/s of "
+                                  "distinct rows read, updated and written back")
     gemm_TFLOPs: dict[Literal["fp32", "tf32", "bf16", "fp16"], dict[str, Rate]] | None = Field(
         default=None, description="dense dtype -> 'MxKxN' -> TFLOP/s measured at that GEMM shape")
 
