@@ -370,6 +370,39 @@ def test_cli_run_json_prints_measured_and_predicted(tmp_path, capsys):
     assert out["relative_error"] == pytest.approx(out["measured"]["step_time_s"]
                                                   / out["predicted"]["step_time_s"] - 1)
     assert out["device_name"].startswith("CPU") and out["torch_version"] == torch.__version__
+    # an H100 spec run on a CPU: said plainly; the per-op comparison is there
+    assert "describes GPUs" in out["hardware_note"] and "calibrate" in out["hardware_note"]
+    kinds = {row["kind"] for row in out["measured"]["ops"]}
+    assert {"lookup", "sort", "segment_reduce", "update", "dense", "pack_grad"} <= kinds
+
+
+UNIFIED_HW = """
+schema_version: 1
+name: cpu-box
+templates:
+  box:
+    unified_memory: true
+    gpus: {model: CPU process, count: 1, hbm_GiB: 1, hbm_reserve_GiB: 0.5, hbm_bw_GBps: 12, hbm_gather_efficiency: 0.2,
+           peak_TFLOPs: {fp32: 0.2}, compute_efficiency: 0.8}
+    host: {dram_GiB: 8, dram_reserve_GiB: 1, dram_bw_GBps: 12, cpu_cores: 2, cpu_gather_GBps: 2}
+    links: [{kind: pcie, between: [gpu0, host], bw_GBps: 6}]
+nodes: [{template: box}]
+"""
+
+
+def test_cpu_run_on_a_unified_spec_compares_like_with_like(tmp_path, tiny):
+    """A CPU run planned for a unified-memory spec (the CPU process as its one 'GPU'): no note, every op on
+    the one stream, CPU-looked-up tables and 'HBM' tables alike, no copies priced or run."""
+    hw_path = tmp_path / "cpu.yaml"
+    hw_path.write_text(UNIFIED_HW)
+    hw = load_hardware(hw_path)
+    plan = make_plan(tiny, hw, [host(t) if i % 2 else tw(t, gpu="node0/gpu0", hbm=t.rows // 3)
+                                for i, t in enumerate(tiny.tables)])
+    r = run_plan(hw, tiny, plan, RunConfig(device="cpu", steps=3, warmup=1, phase_steps=1, pool_batches=1, threads=1))
+    assert r["hardware_note"] is None
+    streams = {row["stream"] for row in r["measured"]["ops"]}
+    assert streams == {"node0/gpu0:stream"}
+    assert not any(row["kind"].startswith("copy") for row in r["measured"]["ops"])
 
 
 def test_cli_run_human_table(tmp_path, capsys, tiny, hw4):

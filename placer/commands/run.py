@@ -139,3 +139,14 @@ def print_result(r: dict, console: Console) -> None:
     if err is not None:
         console.print(f"relative error of the step time: {err:+.1%}  (bottleneck predicted: "
                       f"{escape(str(p.get('bottleneck')))})")
+    ops = m.get("ops")
+    if ops:
+        t = Table(title="per op kind and stream (synchronized pass, per step)", title_justify="left")
+        for col in ("op kind", "stream", "measured", "priced", "measured / priced"):
+            t.add_column(col, justify="left" if col in ("op kind", "stream") else "right")
+        for row in sorted(ops, key=lambda x: -max(x["measured_s"], x["priced_s"])):
+            t.add_row(row["kind"], escape(row["stream"]), fmt_seconds(row["measured_s"]), fmt_seconds(row["priced_s"]),
+                      _ratio(row["measured_s"], row["priced_s"]))
+        console.print(t)
+    if r.get("hardware_note"):
+        console.print(f"[yellow]note:[/] {escape(r['hardware_note'])}")
