@@ -1,5 +1,6 @@
 """placer calibrate: op costs measured on the runner's own code, written as a spec the planner accepts, and
-priced back to the times measured (the inversion round trip)."""
+priced back to the times measured (the inversion round trip, per storage dtype); fixed_us.dense_op fitted
+on synthetic dense steps, which the written spec then prices near their measured times."""
 from __future__ import annotations
 
 import json
@@ -9,9 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from placer.calibrate import Calibration, Entry, Measurement, OpCostEntries, calibrate, to_yaml
+from placer.calibrate import Calibration, Entry, Measurement, OpCostEntries, calibrate, price, to_yaml
+from placer.calibrate import dense
+from placer.calibrate.timing import sizes_for
 from placer.cli import main
+from placer.program.build import ProgramBuilder
 from placer.program.dense import trace
+from placer.program.ops import DENSE
 from placer.specs import load_hardware, load_workload
 from placer.specs.hardware import FIXED_COST_KINDS, OPTIMIZERS, OpCostSpec
 from placer.topology import Topology
@@ -45,13 +50,21 @@ def test_the_spec_loads_with_every_op_cost_and_unified_memory(quick, capsys):
     for name in OpCostSpec.model_fields:
         assert getattr(oc, name), f"op_costs.{name} is empty"
     assert set(oc.fixed_us) == set(FIXED_COST_KINDS) - {"collective"}  # one process: no collective to time
-    assert {16, 64, 256, 1024} <= set(oc.gather_GBps) and 8 in oc.gather_GBps  # fp32 16..1024 B, fp16 below
-    assert set(oc.gather_GBps) == set(oc.gather_cached_GBps) == set(oc.host_gather_GBps)
+    assert oc.fixed_us["dense_op"] > 0  # a dense step's op costs more than a bare op
+    rows = {"fp32": {16, 64, 256, 1024}, "fp16": {8, 32, 128, 512}}  # widths 4..256, each dtype its own rows
+    for table in (oc.gather_GBps, oc.gather_cached_GBps, oc.host_gather_GBps):
+        assert {dt: set(t) for dt, t in table.items()} == rows
     assert set(oc.update_GBps) == set(OPTIMIZERS)
+    for opt, tables in oc.update_GBps.items():
+        assert set(tables) == {"fp32", "fp16"} and all(len(t) == 4 for t in tables.values()), opt
+    gemms = lambda wl, b: {f"{x * m}x{k}x{n}" for x, m, k, n in (op.shape for op in trace(wl, b, "cpu").ops
+                                                                  if op.kind == "gemm")}
     wl = load_workload(TINY)
-    shapes = {f"{b * m}x{k}x{n}" for b, m, k, n in (op.shape for op in trace(wl, wl.batch_size, "cpu").ops
-                                                    if op.kind == "gemm")}
+    shapes = gemms(wl, wl.batch_size)
     assert shapes <= set(oc.gemm_TFLOPs["fp32"])  # the workload's exact GEMMs, beside the grid
+    fitted, checks = dense.cases(sizes_for(torch.device("cpu"), quick=True))
+    for synthetic in fitted + checks:  # the synthetic dense steps' GEMMs are measured too
+        assert gemms(synthetic, synthetic.batch_size) <= set(oc.gemm_TFLOPs["fp32"]), synthetic.name
     assert len(oc.gemm_TFLOPs["fp32"]) > len(shapes)
 
 
@@ -80,13 +93,15 @@ def _priced(kind: str, z: dict, c) -> float:
     if kind == "fixed":
         return c.fixed(z["kind"])
     if kind == "lookup":
-        return c.fixed("lookup") + c.lookup_s(z["row_bytes"], z["lookups"], z["unique"], z["out_bytes"], False)
+        return c.fixed("lookup") + c.lookup_s(z["dtype"], z["row_bytes"], z["lookups"], z["unique"], z["out_bytes"],
+                                              False)
     if kind == "sort":
         return c.fixed("sort") + c.sort_s(z["ids"])
     if kind == "segment_reduce":
         return c.fixed("segment_reduce") + c.segment_reduce_s(z["row_bytes"], z["lookups"])
     if kind == "update":
-        return c.fixed(f"update_{z['optimizer']}") + c.update_s(z["optimizer"], z["row_bytes"], z["rows"], False)
+        return c.fixed(f"update_{z['optimizer']}") + c.update_s(z["optimizer"], z["dtype"], z["row_bytes"], z["rows"],
+                                                                False)
     if kind == "copy":
         return c.fixed("copy") + c.stream_s(2 * z["bytes"])
     assert kind == "gemm"
@@ -98,14 +113,17 @@ def test_pricing_the_timed_ops_with_the_written_spec_gives_their_times_back(quic
     costs = Topology(load_hardware(path)).op_costs("node0/gpu0")
     defining = [s for s in cal.samples if s.defines]
     kinds = {s.kind for s in defining}
-    assert kinds == {"fixed", "lookup", "sort", "segment_reduce", "update", "copy", "gemm"}
-    assert {s.sizes["optimizer"] for s in defining if s.kind == "update"} == set(OPTIMIZERS)
-    clamped = [s for s in defining if not s.exact and s.kind != "gemm"]
+    assert kinds == {"fixed", "lookup", "sort", "segment_reduce", "update", "copy", "gemm", "dense_step"}
+    updates = {(s.sizes["optimizer"], s.sizes["dtype"]) for s in defining if s.kind == "update"}
+    assert updates == {(o, dt) for o in OPTIMIZERS for dt in ("fp32", "fp16")}
+    clamped = [s for s in defining if not s.exact and s.kind not in ("gemm", "dense_step")]
     assert len(clamped) <= len(defining) // 10, [s.what for s in clamped]
     by_key: dict[tuple, list] = {}
     for s in defining:
         if s.kind == "gemm":  # GEMMs sharing a key share a rate: their sum comes back
             by_key.setdefault(s.defines, []).append(s)
+            continue
+        if s.kind == "dense_step":  # one dense_op fitted over several steps: test_dense_op_is_a_least_squares_fit
             continue
         if s.exact:
             assert _priced(s.kind, s.sizes, costs) == pytest.approx(s.seconds, rel=0.02), s.what
@@ -114,8 +132,48 @@ def test_pricing_the_timed_ops_with_the_written_spec_gives_their_times_back(quic
             continue  # faster than the fixed cost: no rate can give it back
         measured = sum(s.seconds for s in group)
         assert sum(_priced("gemm", s.sizes, costs) for s in group) == pytest.approx(measured, rel=0.02)
-    lookups = [s for s in defining if s.kind == "lookup" and s.exact]
-    assert len(lookups) >= 8  # both lookups of each row size, big table and cached table
+    for dt in ("fp32", "fp16"):  # both lookups of each row size, big table and cached table, of each dtype
+        lookups = [s for s in defining if s.kind == "lookup" and s.exact and s.sizes["dtype"] == dt]
+        assert len(lookups) >= 6, dt
+        assert all(p.startswith(("gather_GBps." + dt, "gather_cached_GBps." + dt)) for s in lookups
+                   for p in s.defines)
+
+
+def test_dense_op_is_a_least_squares_fit(quick):
+    """Priced with the written spec, the fitted synthetic steps' residuals are orthogonal to their op counts
+    (the normal equation of (measured - priced) = ops x dense_op), and each case is in the comment."""
+    cal, path = quick
+    costs = Topology(load_hardware(path)).op_costs("node0/gpu0")
+    steps = [s for s in cal.samples if s.kind == "dense_step" and s.defines]
+    assert len(steps) == 4 and all(s.defines == ("fixed_us.dense_op",) for s in steps)
+    assert all(s.what.startswith("the dense step of calibrate-") for s in steps)  # synthetic, not shipped
+    residual = sum(s.sizes["ops"] * (s.seconds - price(s, costs)) for s in steps)
+    scale = sum(s.sizes["ops"] * s.seconds for s in steps)
+    assert abs(residual) < 1e-3 * scale
+    text = path.read_text()
+    line = next(ln for ln in text.splitlines() if ln.strip().startswith("dense_op:"))
+    assert line.count("ms measured vs") == 4 and "least squares" in line
+    checks = [s for s in cal.samples if s.kind == "dense_step" and s.about == "fixed_us.dense_op"]
+    assert {s.what.split()[4] for s in checks} >= {"calibrate-concat-adam", "tiny"}  # priced in the comments
+
+
+def test_the_written_spec_prices_a_synthetic_dense_step_near_its_time(quick):
+    """A synthetic dense step (DLRM-like, dot interaction, SGD, small batch: the case the bare ops priced at
+    a third of its time) priced as the planner prices it, by a ProgramBuilder's dense phase on the written
+    one-'GPU' unified spec, is within 25% of the step's measured time."""
+    cal, path = quick
+    topo = Topology(load_hardware(path))
+    fitted, _ = dense.cases(sizes_for(torch.device("cpu"), quick=True))
+    wl = fitted[0]
+    sample = next(s for s in cal.samples if s.kind == "dense_step" and f" {wl.name} " in s.what
+                  and f" on {wl.batch_size} samples" in s.what)
+    ops = [op for op in ProgramBuilder(topo, wl).base_ops() if op.phase == DENSE]
+    assert len(ops) == sample.sizes["ops"]
+    priced = sum(op.seconds for op in ops)
+    assert priced == pytest.approx(price(sample, topo.op_costs("node0/gpu0")), rel=1e-9)  # as calibrate prices it
+    ratios = {s.what: round(s.seconds / price(s, topo.op_costs("node0/gpu0")), 2)
+              for s in cal.samples if s.kind == "dense_step"}
+    assert sample.seconds / priced == pytest.approx(1.0, abs=0.25), ratios
 
 
 def test_checks_are_priced_in_the_comments(quick):
@@ -151,13 +209,15 @@ def _fake_gpu_calibration() -> Calibration:
 
     def costs(scale: float) -> OpCostEntries:
         e = OpCostEntries()
+        rows = lambda rate, fp16=1.0: {"fp32": {rb: Entry(rate / scale, "t") for rb in (16, 64, 256, 1024)},
+                                       "fp16": {rb: Entry(fp16 * rate / scale, "t") for rb in (8, 32, 128, 512)}}
         e.fixed_us = {k: Entry(5.0 * scale, "t") for k in FIXED_COST_KINDS if k != "collective"}
-        e.gather_GBps = {rb: Entry(500.0 / scale, "t") for rb in (16, 64, 256, 1024)}
-        e.gather_cached_GBps = {rb: Entry(2000.0 / scale, "t") for rb in (16, 64, 256, 1024)}
-        e.host_gather_GBps = {rb: Entry(20.0 / scale, "t") for rb in (16, 64, 256, 1024)}
+        e.gather_GBps, e.gather_cached_GBps = rows(500.0, 0.5), rows(2000.0)
+        e.host_gather_GBps = rows(20.0)
         e.stream_GBps, e.sort_ns_per_id = Entry(2500.0 / scale, "t"), Entry(0.1 * scale, "t")
         e.segment_reduce_GBps = {64: Entry(800.0 / scale, "t")}
-        e.update_GBps = {o: {64: Entry(400.0 / scale, "t")} for o in OPTIMIZERS}
+        e.update_GBps = {o: {"fp32": {64: Entry(400.0 / scale, "t")}, "fp16": {40: Entry(300.0 / scale, "t")}}
+                         for o in OPTIMIZERS}
         e.gemm_TFLOPs = {"bf16": {"4096x512x256": Entry(300.0 / scale, "t")}}
         return e
 
@@ -170,11 +230,13 @@ def test_a_gpu_spec_has_host_op_costs_and_validates(tmp_path):
     p.write_text(to_yaml(_fake_gpu_calibration(), name="fake", gpus=4))
     hw = load_hardware(p)
     t = hw.templates["local"]
-    assert not t.unified_memory and t.host.op_costs.gather_GBps[64] == 1.0 / 20 * 500
+    assert not t.unified_memory and t.host.op_costs.gather_GBps["fp32"][64] == 1.0 / 20 * 500
     topo = Topology(hw)
     assert len(topo.gpus) == 4 and t.gpus.peak_TFLOPs["bf16"] == 700
-    assert topo.op_costs("node0/host").gather(64) == pytest.approx(25e9)
-    assert topo.op_costs("node0/gpu1").host_gather(64) == pytest.approx(20e9)
+    host, gpu = topo.op_costs("node0/host"), topo.op_costs("node0/gpu1")
+    assert host.gather["fp32"](64) == pytest.approx(25e9) and host.gather["fp16"](32) == pytest.approx(12.5e9)
+    assert gpu.host_gather["fp32"](64) == pytest.approx(20e9)
+    assert gpu.update["adam"]["fp16"](40) == pytest.approx(300e9) and gpu.fixed("dense_op") == pytest.approx(5e-6)
     assert "uva (test)" in p.read_text()
 
 
@@ -185,6 +247,8 @@ def test_a_quick_cuda_calibration(tmp_path):
     p.write_text(to_yaml(cal))
     t = load_hardware(p).templates["local"]
     assert not t.unified_memory and t.host.op_costs is not None and t.gpus.op_costs.host_gather_GBps
+    assert set(t.gpus.op_costs.host_gather_GBps) == set(t.gpus.op_costs.gather_GBps) == {"fp32", "fp16"}
+    assert "dense_op" in t.gpus.op_costs.fixed_us and "dense_op" not in t.host.op_costs.fixed_us
     assert cal.host_read_mechanism.split()[0] in ("uva", "cpu_gather_copy")
 
 

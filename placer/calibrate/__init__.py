@@ -6,6 +6,8 @@ Modules:
 - benches.py: the runner's own embedding ops timed (lookup, sort, segment_reduce, update, pack_grad, tiny ops
               for the fixed costs), each rate inverted from the formula placer/program/opcosts.py prices with
 - gemm.py:    GEMM rates at a DLRM-like grid and at the exact shapes of given workloads' dense steps
+- dense.py:   ``fixed_us.dense_op`` by least squares over synthetic dense models' real steps (checks: the
+              given workloads' dense steps)
 - machine.py: ``calibrate()``: all of it in order, the link and memory facts, the schema's scalar fields
 - record.py:  ``Calibration`` (samples, entries, legacy values), ``price`` (a sample under given op costs)
 - writer.py:  ``to_yaml`` / ``template``: the spec, every number with its comment

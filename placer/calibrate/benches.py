@@ -6,20 +6,20 @@ T is a median measured time (seconds), f(kind) the fixed cost measured for that 
 - fixed_us[kind] = T of the kind's smallest op (1 id, one 1 x 4 row, a 1 x 1 x 1 GEMM, ...): the dispatch,
   launch and smallest run of one op; priced as fixed(kind) alone.
 - stream = 2 B / (T - f(copy)) for ``pack_grad`` of B bytes (read + written).
-- gather(rb), gather_cached(rb): two lookups in bags of BAG, one of L1 random ids over a table far larger
-  than the caches (U1 expected distinct rows, about L1), one of L2 ids over a cache-resident table (U2 about
-  its rows, at most L2 / 256); both priced as f(lookup) + U rb / gather + (L - U) rb / gather_cached + out /
-  stream, two equations solved for the two rates.
-- host_gather(rb) = L rb / (T - f(lookup) - out / stream): a lookup of rows in host memory by the device.
+- gather[dtype](rb), gather_cached[dtype](rb): two lookups in bags of BAG, one of L1 random ids over a table
+  far larger than the caches (U1 expected distinct rows, about L1), one of L2 ids over a cache-resident table
+  (U2 about its rows, at most L2 / 256); both priced as f(lookup) + U rb / gather + (L - U) rb /
+  gather_cached + out / stream, two equations solved for the two rates.
+- host_gather[dtype](rb) = L rb / (T - f(lookup) - out / stream): a lookup of rows in host memory by the device.
 - sort_ns_per_id = (T - f(sort)) / ids.
 - segment_reduce(grb) = L grb / (T - f(segment_reduce)), grb = gradient row bytes (fp32).
-- update[opt](rb) = rows rb / (T - f(update_opt)), rb = weight + optimizer state bytes of a row.
+- update[opt][dtype](rb) = rows rb / (T - f(update_opt)), rb = weight + optimizer state bytes of a row.
 
-Rows: fp32 rows (widths 4..256: 16..1024 B) define the tables keyed by row bytes; fp16 rows define only
-the keys below the smallest fp32 row (the schema keys by bytes alone, so an fp16 row of the same bytes as an
-fp32 row cannot have its own rate); the other fp16 rows are timed as checks and reported beside the entry.
-Every timed input rotates between repeats (fresh random ids), so no repeat finds the previous one's rows in
-a cache.
+Rows: the row tables are keyed by storage dtype, then row bytes. fp32 rows (widths 4..256: 16..1024 B)
+define the fp32 entries, fp16 rows of the same widths (8..512 B) the fp16 entries; rows of other widths
+(``check_widths``, full mode) are timed as checks of the interpolation between keys and reported beside the
+nearest entry of their dtype. Every timed input rotates between repeats (fresh random ids), so no repeat
+finds the previous one's rows in a cache.
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from placer.units import MiB
 
 BAG = 4  # lookups per bag in the lookup benchmarks
 LR = 0.01
-FP16_CHECK_WIDTHS = (8, 16, 32, 64, 128, 256)
+DTYPES = ("fp32", "fp16")
 TORCH = {"fp32": torch.float32, "fp16": torch.float16}
 ESIZE = {"fp32": 4, "fp16": 2}
 CACHED_DRAWS = 16  # the cached lookup draws 16 x the big lookup's ids ...
@@ -181,13 +181,17 @@ class OpBench:
 
     # ---- lookups --------------------------------------------------------------------------------------------
 
-    def _rows(self, fp16_checks: bool) -> list[tuple[str, int, bool]]:
-        """(dtype, width, defines) of the rows timed: fp32 widths, fp16 below them, fp16 checks."""
-        out = [("fp32", c, True) for c in self.s.fp32_widths]
-        smallest = 4 * min(self.s.fp32_widths)
-        out += [("fp16", c, 2 * c < smallest) for c in (4,) + (FP16_CHECK_WIDTHS if fp16_checks else ())
-                if 2 * c < smallest or fp16_checks]
+    def _rows(self, checks: bool) -> list[tuple[str, int, bool]]:
+        """(dtype, width, defines) of the rows timed: every dtype at ``widths`` (defining its own entries),
+        then, with ``checks``, at ``check_widths`` (checks)."""
+        out = [(dt, c, True) for dt in DTYPES for c in self.s.widths]
+        if checks:
+            out += [(dt, c, False) for dt in DTYPES for c in self.s.check_widths]
         return out
+
+    def _nearest(self, dtype: str, rb: int, state=lambda c: 0) -> int:
+        """The defining row bytes of ``dtype`` nearest ``rb`` in log2 (rows of ``state(c)`` extra bytes)."""
+        return min((c * ESIZE[dtype] + state(c) for c in self.s.widths), key=lambda k: abs(math.log2(k / rb)))
 
     def _lookup_time(self, table: torch.Tensor, L: int, rotate: bool = True) -> float:
         rows = table.shape[0]
@@ -201,7 +205,7 @@ class OpBench:
         distinct rows (priced at the miss rate) are a small share of its time and the two equations stay
         well apart."""
         stream, f = self.stream_Bps(), self.fixed_s("lookup")
-        for dt, c, defines in self._rows(self.s.fp16_checks):
+        for dt, c, defines in self._rows(True):
             rb = c * ESIZE[dt]
             L1 = self._count(rb)
             L2 = max(L1, min(CACHED_DRAWS * L1, self.s.max_ids * 4))
@@ -227,23 +231,26 @@ class OpBench:
             if defines:
                 how = (f"{what}; the two rates solved from lookup = fixed + U rb / gather + (L - U) rb / "
                        "gather_cached + out / stream" + ("" if exact else " (noisy: clamped)"))
-                self.entries.gather_GBps[rb] = Entry(1 / x / 1e9, how)
-                self.entries.gather_cached_GBps[rb] = Entry(1 / y / 1e9, how)
-                paths = (f"gather_GBps.{rb}", f"gather_cached_GBps.{rb}")
+                self.entries.gather_GBps.setdefault(dt, {})[rb] = Entry(1 / x / 1e9, how)
+                self.entries.gather_cached_GBps.setdefault(dt, {})[rb] = Entry(1 / y / 1e9, how)
+                paths = (f"gather_GBps.{dt}.{rb}", f"gather_cached_GBps.{dt}.{rb}")
                 self.add("lookup", sizes(L1, u1, out1), t1, what + " [big table]", defines=paths, exact=exact)
                 self.add("lookup", sizes(L2, u2, out2), t2, what + " [cached table]", defines=paths, exact=exact)
             else:
-                self.add("lookup", sizes(L1, u1, out1), t1, f"fp16 x{c} big table", about=f"gather_GBps.{rb}")
-                self.add("lookup", sizes(L2, u2, out2), t2, f"fp16 x{c} cached table",
-                         about=f"gather_cached_GBps.{rb}")
+                near = self._nearest(dt, rb)
+                self.add("lookup", sizes(L1, u1, out1), t1, f"{dt} x{c} ({rb} B) big table",
+                         about=f"gather_GBps.{dt}.{near}")
+                self.add("lookup", sizes(L2, u2, out2), t2, f"{dt} x{c} ({rb} B) cached table",
+                         about=f"gather_cached_GBps.{dt}.{near}")
 
     def unified_host_gathers(self) -> None:
         """A CPU run: rows "in host memory" are the same RAM, read in place by the same lookup (HostMemory's
         mechanism "cpu"), so host_gather_GBps is gather_GBps; a unified node never prices it."""
-        for rb, e in self.entries.gather_GBps.items():
-            self.entries.host_gather_GBps[rb] = Entry(
-                e.value, "unified memory: host rows are this RAM, read in place by the same kernels.lookup "
-                         "(HostMemory mechanism 'cpu'): the gather_GBps entry; not priced on a unified node")
+        for dt, table in self.entries.gather_GBps.items():
+            for rb, e in table.items():
+                self.entries.host_gather_GBps.setdefault(dt, {})[rb] = Entry(
+                    e.value, "unified memory: host rows are this RAM, read in place by the same kernels.lookup "
+                             "(HostMemory mechanism 'cpu'): the gather_GBps entry; not priced on a unified node")
 
     def host_gathers(self) -> str:
         """``host_gather_GBps`` on a GPU: lookups of rows in host memory through the runner's HostMemory (uva:
@@ -276,10 +283,10 @@ class OpBench:
                 var = var if exact else 0.5 * t
                 what = (f"{dt} x{c} rows ({rb} B) in host memory ({mem.mechanism}: {mem.detail}): kernels.lookup of "
                         f"{L} random ids in bags of {BAG} over a {_mib(n * rb)} table ({_ms(t)})")
-                self.entries.host_gather_GBps[rb] = Entry(L * rb / var / 1e9, what + ", inverted: L rb / (T - fixed "
-                                                                                     "lookup - out / stream)")
-                self.add("lookup", {"row_bytes": rb, "lookups": L, "unique": L, "out_bytes": out, "from_host": True},
-                         t, what, defines=(f"host_gather_GBps.{rb}",), exact=exact)
+                self.entries.host_gather_GBps.setdefault(dt, {})[rb] = Entry(
+                    L * rb / var / 1e9, what + ", inverted: L rb / (T - fixed lookup - out / stream)")
+                self.add("lookup", {"row_bytes": rb, "lookups": L, "unique": L, "out_bytes": out, "from_host": True,
+                                    "dtype": dt}, t, what, defines=(f"host_gather_GBps.{dt}.{rb}",), exact=exact)
             return f"{mem.mechanism} ({mem.detail})"
         finally:
             mem.close()
@@ -309,7 +316,7 @@ class OpBench:
     def segment_reduces(self) -> None:
         """``segment_reduce_GBps`` per gradient row bytes (fp32, widths as the fp32 rows)."""
         f = self.fixed_s("segment_reduce")
-        for c in self.s.fp32_widths:
+        for c in self.s.widths:
             grb = 4 * c
             L = self._count(grb)
             ids = self.ids(L, L)  # a table of L rows: about 63% of the lookups distinct
@@ -327,10 +334,10 @@ class OpBench:
                      defines=(f"segment_reduce_GBps.{grb}",), exact=exact)
 
     def updates(self) -> None:
-        """``update_GBps[opt]`` per row bytes (weights + fp32 state) for every optimizer."""
+        """``update_GBps[opt][dtype]`` per row bytes (weights + fp32 state) for every optimizer and dtype."""
         for opt in OPTIMIZERS:
             f = self.fixed_s(f"update_{opt}")
-            for dt, c, defines in self._rows(self.s.fp16_checks):
+            for dt, c, defines in self._rows(True):
                 e = ESIZE[dt]
                 rb = c * e + state_bytes_per_row(opt, c)
                 n = self.s.table_bytes // rb
@@ -347,25 +354,20 @@ class OpBench:
                 o.new_step()
                 t = bench(lambda i: o.update(weight, states, sets[i % len(sets)], grads[i % len(sets)]), self.device,
                           self.s.reps)
-                path = f"update_GBps.{opt}.{rb}"
+                path = f"update_GBps.{opt}.{dt}.{rb}"
                 what = (f"{dt} x{c} rows ({rb} B with state): SparseRowOptimizer('{opt}').update of {rows:.0f} "
                         f"distinct random rows (sorted) of a {_mib(n * rb)} table ({_ms(t)})")
                 sizes = {"optimizer": opt, "row_bytes": rb, "rows": rows, "dtype": dt}
                 if not defines:
-                    self.add("update", sizes, t, f"fp16 x{c}", about=self._nearest_update(opt, rb))
+                    near = self._nearest(dt, rb, lambda w: state_bytes_per_row(opt, w))
+                    self.add("update", sizes, t, f"{dt} x{c} ({rb} B)", about=f"update_GBps.{opt}.{dt}.{near}")
                     continue
                 var = t - f
                 exact = var > 0
                 var = var if exact else 0.5 * t
-                self.entries.update_GBps.setdefault(opt, {})[rb] = Entry(
+                self.entries.update_GBps.setdefault(opt, {}).setdefault(dt, {})[rb] = Entry(
                     rows * rb / var / 1e9, f"{what}, inverted: rows rb / (T - fixed update_{opt})")
                 self.add("update", sizes, t, what, defines=(path,), exact=exact)
-
-    def _nearest_update(self, opt: str, rb: int) -> str:
-        widths = self.s.fp32_widths
-        keys = [4 * c + state_bytes_per_row(opt, c) for c in widths]
-        best = min(keys, key=lambda k: abs(math.log2(k / rb)))
-        return f"update_GBps.{opt}.{best}"
 
     def replica_checks(self) -> None:
         """A replica's scatter and dense update (priced at the stream rate): checks of stream_GBps."""

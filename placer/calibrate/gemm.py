@@ -129,37 +129,3 @@ def measure(gemms: list[Gemm], device: torch.device, sizes: Sizes, entries: OpCo
                        defines=(f"gemm_TFLOPs.{dtype}.{key}",), exact=exact and len(gs) == 1))
     return times
 
-
-def dense_step_check(workload, samples: int, device: torch.device, reps: int, add) -> None:
-    """A check of the dense ops' pricing: the runner's dense step (DenseDLRM forward, BCE loss, backward, the
-    dense optimizer's step) on ``samples`` samples, timed whole, next to the price of its traced ops as
-    build.py sums them (GEMMs, views at fixed(view), the rest at fixed(elementwise) + bytes / stream)."""
-    from placer.program.dense import trace
-    from placer.program.dense_model import DenseDLRM, make_dense_optimizer
-
-    ops = trace(workload, samples, device.type).ops
-    gemms = [list(op.shape) for op in ops if op.kind == "gemm"]
-    sizes = {"dtype": workload.dense.dtype, "gemms": gemms, "views": sum(op.kind == "view" for op in ops),
-             "elementwise": sum(op.kind == "elementwise" for op in ops),
-             "elementwise_bytes": sum(op.bytes for op in ops if op.kind == "elementwise")}
-    dims = {t.name: t.dim for t in workload.tables}
-    model = DenseDLRM(workload).to(device)
-    opt = make_dense_optimizer(model, workload.optimizer.name, workload.optimizer.lr, foreach=device.type == "cuda")
-    loss_fn = torch.nn.BCEWithLogitsLoss()
-    dense = torch.randn(samples, workload.dense.num_dense_features, device=device)
-    labels = torch.rand(samples, device=device)
-    leaves = [torch.randn(samples, dims[f.table], device=device, requires_grad=True)
-              for f in workload.resolved_features]
-    low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(workload.dense.dtype)
-
-    def step(_i):
-        with torch.autocast(device_type=device.type, dtype=low, enabled=low is not None):
-            logits = model(dense, leaves)
-        loss = loss_fn(logits.float(), labels)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-
-    t = bench(step, device, max(reps, 5), warmup=2)
-    add(Sample("dense_step", sizes, t, f"the dense step of {workload.name} on {samples} samples ({len(ops)} ops)",
-               about="fixed_us.elementwise"))

@@ -1,6 +1,7 @@
 """``calibrate()``: every benchmark of this machine in order, and the schema's scalar fields derived from them.
 
-The device's op costs come from OpBench (benches.py) and the GEMMs (gemm.py). On a GPU the host CPU is
+The device's op costs come from OpBench (benches.py), the GEMMs (gemm.py) and, last, ``fixed_us.dense_op``
+from synthetic dense steps priced with everything else (dense.py). On a GPU the host CPU is
 benchmarked the same way (the CPU lookups of host tables: the host's op costs), rows in host memory are read
 through the runner's HostMemory mechanism, and pinned H2D/D2H copies measure the link. On a CPU run (unified
 memory) the device IS the host: one RAM, one set of cores, one stream, so there are no host op costs and the
@@ -20,7 +21,7 @@ import time
 
 import torch
 
-from placer.calibrate import gemm
+from placer.calibrate import dense, gemm
 from placer.calibrate.benches import OpBench
 from placer.calibrate.record import Calibration, Entry, Measurement, OpCostEntries
 from placer.calibrate.timing import bench, bench_tiny, cores, device_name, meminfo, sizes_for
@@ -30,8 +31,8 @@ from placer.units import GiB, MiB
 
 def calibrate(device: torch.device, quick: bool = False, progress=None, workloads=(), gpus: int = 1) -> Calibration:
     """Measure this machine on ``device``. ``workloads``: Workload objects whose dense GEMMs are timed at their
-    exact shapes (``batch_size / gpus`` samples per device); ``progress``: called with a short message per
-    stage."""
+    exact shapes and whose dense step is timed as a check (``batch_size / gpus`` samples per device; never
+    fitted on); ``progress``: called with a short message per stage."""
     say = progress or (lambda _msg: None)
     t_start = time.perf_counter()
     keep_freed_memory()  # the runner's regime: freed pages are reused, not returned to the OS
@@ -57,23 +58,27 @@ def calibrate(device: torch.device, quick: bool = False, progress=None, workload
         host = OpBench(cal, cpu, sizes_for(cpu, quick), cal.host_costs, "host", say)
         host.run_all()
         host.unified_host_gathers()
-        for e in cal.host_costs.host_gather_GBps.values():
-            e.how = "the host CPU reads its own DRAM: the host's gather_GBps entry (not priced: CPU lookups read DRAM)"
+        for table in cal.host_costs.host_gather_GBps.values():
+            for e in table.values():
+                e.how = ("the host CPU reads its own DRAM: the host's gather_GBps entry (not priced: CPU lookups "
+                         "read DRAM)")
     say("GEMMs")
     dtypes = ("fp32",) if cal.unified else ("fp32", "tf32", "bf16", "fp16")
-    shapes = gemm.grid(s, dtypes)
+    shapes = gemm.grid(s, dtypes) + dense.gemm_shapes(s, device.type)
     for wl in workloads:
         samples = max(1, round(wl.batch_size / gpus))
-        shapes += gemm.workload_gemms(wl, samples, "cpu" if cal.unified else "cuda")
+        shapes += gemm.workload_gemms(wl, samples, device.type)
     times = gemm.measure(shapes, device, s, cal.device_costs, cal.add)
-    for wl in workloads:
-        gemm.dense_step_check(wl, max(1, round(wl.batch_size / gpus)), device, s.reps, cal.add)
     _peaks(cal, device, s, times, dtypes)
     if not cal.unified:
         gemm.measure(gemm.grid(sizes_for(cpu, quick), ("fp32",)), cpu, sizes_for(cpu, quick), cal.host_costs,
                      cal.add, side="host")
     say("links and memory")
     _legacy(cal, device, s)
+    say("synthetic dense steps")
+    dense.fit(cal, device, s, cal.costs("device"))  # priced as the spec will price them (dense_op not yet set)
+    for wl in workloads:
+        dense.check(wl, max(1, round(wl.batch_size / gpus)), device, s, cal.add)
     cal.notes.append("fixed_us.collective is not measured (one process): its datasheet default, kernel_launch_us x 1, "
                      "applies")
     cal.wall_s = time.perf_counter() - t_start
@@ -116,18 +121,18 @@ def measure_link(device: torch.device, nbytes: int, reps: int) -> dict[str, floa
     return {"h2d": rate, "d2h": rate, "latency_s": lat}
 
 
-def _median_rate(table: dict[int, Entry], fp32_bytes) -> float:
-    vals = [e.value for rb, e in table.items() if rb in fp32_bytes] or [e.value for e in table.values()]
-    return statistics.median(vals)
+def _median_rate(tables: dict[str, dict[int, Entry]]) -> float:
+    """Median GB/s of a row table's fp32 entries (of any dtype's where there are none)."""
+    table = tables.get("fp32") or next(iter(tables.values()))
+    return statistics.median(e.value for e in table.values())
 
 
 def _legacy(cal: Calibration, device: torch.device, s) -> None:
     """The schema's scalar fields, from the measurements above (and the link and memory facts)."""
     d = cal.device_costs
-    fp32_bytes = {4 * c for c in s.fp32_widths}
     stream = d.stream_GBps.value
     cal.set("hbm_bw_GBps", stream, "= op_costs.stream_GBps (pack_grad, bytes read + written)")
-    gather = _median_rate(d.gather_GBps, fp32_bytes)
+    gather = _median_rate(d.gather_GBps)
     eff = gather / stream
     cal.set("hbm_gather_efficiency", min(1.0, eff), f"median of op_costs.gather_GBps over the fp32 rows "
             f"({gather:.3g} GB/s) / hbm_bw_GBps" + (" (clamped to 1)" if eff > 1 else ""))
@@ -143,7 +148,7 @@ def _legacy(cal: Calibration, device: torch.device, s) -> None:
                                         f"{link['d2h'] / 1e9:.3g} GB/s), bytes moved per second")
     cal.set("link_efficiency", mean / fast, "mean of both directions over the faster one")
     cal.set("link_latency_us", link["latency_s"] * 1e6, "a 4-byte copy, median")
-    host_read = _median_rate(d.host_gather_GBps, fp32_bytes) if d.host_gather_GBps else None
+    host_read = _median_rate(d.host_gather_GBps) if d.host_gather_GBps else None
     if host_read is None:
         cal.set("host_read_efficiency", 0.5, "not measured (see the header): assumption")
     else:
@@ -159,7 +164,7 @@ def _legacy(cal: Calibration, device: torch.device, s) -> None:
         cal.set("dram_GiB", mem_total / GiB, "MemTotal")
         h = cal.host_costs
         cal.set("dram_bw_GBps", h.stream_GBps.value, "= host op_costs.stream_GBps (CPU pack_grad, read + write)")
-        cal.set("cpu_gather_GBps", _median_rate(h.gather_GBps, fp32_bytes),
+        cal.set("cpu_gather_GBps", _median_rate(h.gather_GBps),
                 "median of the host's op_costs.gather_GBps over the fp32 rows")
         rates = [e.value for e in h.gemm_TFLOPs.get("fp32", {}).values()]
         cal.set("cpu_peak_TFLOPs", max(rates), "best fp32 rate of the host's GEMM grid (host op_costs.gemm_TFLOPs)")

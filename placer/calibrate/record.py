@@ -26,12 +26,15 @@ class Entry:
 @dataclass
 class Sample:
     """One timed op. ``kind``: fixed | lookup | sort | segment_reduce | update | copy | scatter | update_dense |
-    gemm | dense_step (a workload's whole dense step: a check); ``sizes``: what it is priced from (keys as in
-    ``price``; bytes, counts); ``seconds``: median measured time;
+    gemm | dense_step (a dense model's whole step: forward, loss, backward, optimizer step); ``sizes``: what
+    it is priced from (keys as in ``price``; bytes, counts; ``dtype`` the storage dtype of rows);
+    ``seconds``: median measured time;
     ``side``: "device" (the device's op costs) or "host" (the host CPU's, on a GPU machine); ``defines``: the
-    spec fields it sets (empty for a check), as paths "field.key" ("gather_GBps.64", "update_GBps.adam.48");
+    spec fields it sets (empty for a check), as paths "field.key" ("gather_GBps.fp16.64",
+    "update_GBps.adam.fp32.48");
     ``about``: for a check, the entry whose comment reports it; ``exact``: False where the inversion had to
-    clamp (noise made a rate negative or infinite) and the price no longer reproduces the time."""
+    clamp (noise made a rate negative or infinite) and where several samples share one fitted number (GEMMs
+    of one key, the dense steps of ``fixed_us.dense_op``): the price no longer reproduces each time."""
 
     kind: str
     sizes: dict
@@ -45,28 +48,30 @@ class Sample:
 
 @dataclass
 class OpCostEntries:
-    """The ``op_costs`` of one device being built, field by field (see OpCostSpec for units and keys)."""
+    """The ``op_costs`` of one device being built, field by field (see OpCostSpec for units and keys): row
+    tables are keyed by storage dtype ("fp32", "fp16") then row bytes; ``update_GBps`` by optimizer first."""
 
     fixed_us: dict[str, Entry] = field(default_factory=dict)
-    gather_GBps: dict[int, Entry] = field(default_factory=dict)
-    gather_cached_GBps: dict[int, Entry] = field(default_factory=dict)
-    host_gather_GBps: dict[int, Entry] = field(default_factory=dict)
+    gather_GBps: dict[str, dict[int, Entry]] = field(default_factory=dict)
+    gather_cached_GBps: dict[str, dict[int, Entry]] = field(default_factory=dict)
+    host_gather_GBps: dict[str, dict[int, Entry]] = field(default_factory=dict)
     stream_GBps: Entry | None = None
     sort_ns_per_id: Entry | None = None
     segment_reduce_GBps: dict[int, Entry] = field(default_factory=dict)
-    update_GBps: dict[str, dict[int, Entry]] = field(default_factory=dict)
+    update_GBps: dict[str, dict[str, dict[int, Entry]]] = field(default_factory=dict)
     gemm_TFLOPs: dict[str, dict[str, Entry]] = field(default_factory=dict)
 
     def spec(self) -> OpCostSpec:
         vals = lambda d: {k: e.value for k, e in d.items()} or None
+        by_dtype = lambda d: {dt: vals(t) for dt, t in d.items() if t} or None
         return OpCostSpec(
             fixed_us={k: e.value for k, e in self.fixed_us.items()},
-            gather_GBps=vals(self.gather_GBps), gather_cached_GBps=vals(self.gather_cached_GBps),
-            host_gather_GBps=vals(self.host_gather_GBps),
+            gather_GBps=by_dtype(self.gather_GBps), gather_cached_GBps=by_dtype(self.gather_cached_GBps),
+            host_gather_GBps=by_dtype(self.host_gather_GBps),
             stream_GBps=self.stream_GBps.value if self.stream_GBps else None,
             sort_ns_per_id=self.sort_ns_per_id.value if self.sort_ns_per_id else None,
             segment_reduce_GBps=vals(self.segment_reduce_GBps),
-            update_GBps={o: vals(t) for o, t in self.update_GBps.items()} or None,
+            update_GBps={o: by_dtype(t) for o, t in self.update_GBps.items() if t} or None,
             gemm_TFLOPs={d: vals(t) for d, t in self.gemm_TFLOPs.items()} or None)
 
     def missing_fixed(self) -> list[str]:
@@ -142,15 +147,15 @@ def price(s: Sample, costs) -> float:
     if s.kind == "fixed":
         return costs.fixed(z["kind"])
     if s.kind == "lookup":
-        return costs.fixed("lookup") + costs.lookup_s(z["row_bytes"], z["lookups"], z["unique"], z["out_bytes"],
-                                                      z.get("from_host", False))
+        return costs.fixed("lookup") + costs.lookup_s(z["dtype"], z["row_bytes"], z["lookups"], z["unique"],
+                                                      z["out_bytes"], z.get("from_host", False))
     if s.kind == "sort":
         return costs.fixed("sort") + costs.sort_s(z["ids"])
     if s.kind == "segment_reduce":
         return costs.fixed("segment_reduce") + costs.segment_reduce_s(z["row_bytes"], z["lookups"])
     if s.kind == "update":
-        return costs.fixed(f"update_{z['optimizer']}") + costs.update_s(z["optimizer"], z["row_bytes"], z["rows"],
-                                                                        z.get("in_host", False))
+        return costs.fixed(f"update_{z['optimizer']}") + costs.update_s(z["optimizer"], z["dtype"], z["row_bytes"],
+                                                                        z["rows"], z.get("in_host", False))
     if s.kind == "copy":  # pack_grad: bytes read and written
         return costs.fixed("copy") + costs.stream_s(2 * z["bytes"])
     if s.kind == "scatter":
@@ -160,8 +165,15 @@ def price(s: Sample, costs) -> float:
             z["rows"] * (2 * z["row_bytes"] + 2 * z["state_bytes"] + z["grad_row_bytes"]))
     if s.kind == "gemm":
         return costs.fixed("gemm") + costs.gemm_s(z["dtype"], z["m"], z["k"], z["n"], z["batch"])
-    if s.kind == "dense_step":  # build.py's base_ops for the dense phase, summed
-        gemms = sum(costs.fixed("gemm") + costs.gemm_s(z["dtype"], m, k, n, b) for b, m, k, n in z["gemms"])
-        return (gemms + z["views"] * costs.fixed("view") + z["elementwise"] * costs.fixed("elementwise")
-                + costs.stream_s(z["elementwise_bytes"]))
+    if s.kind == "dense_step":  # build.py's _dense_ops, summed: every traced op its kind's cost + dense_op
+        return dense_base_s(z, costs) + z["ops"] * costs.fixed("dense_op")
     raise ValueError(f"unknown sample kind {s.kind!r}")
+
+
+def dense_base_s(z: dict, costs) -> float:
+    """Seconds of a traced dense step (sizes ``z`` as dense.py's ``step_sizes`` writes them) WITHOUT
+    ``dense_op``: each GEMM fixed(gemm) + its FLOPs at the rate of its shape, each view fixed(view), each
+    other op fixed(elementwise) + its bytes / stream, as placer/program/build.py's ``_dense_ops``."""
+    gemms = sum(costs.fixed("gemm") + costs.gemm_s(z["dtype"], m, k, n, b) for b, m, k, n in z["gemms"])
+    return (gemms + z["views"] * costs.fixed("view") + z["elementwise"] * costs.fixed("elementwise")
+            + costs.stream_s(z["elementwise_bytes"]))

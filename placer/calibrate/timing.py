@@ -17,6 +17,8 @@ import torch
 
 from placer.units import MiB
 
+CHECK_WIDTHS = (12, 96)  # columns between the table's widths, timed as checks of the log2 interpolation
+
 
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
@@ -67,16 +69,19 @@ class Sizes:
 
     ``table_bytes``: the big table random rows are gathered from (far larger than the caches);
     ``cached_table_bytes``: the small, cache-resident table; ``gather_bytes``: bytes of rows one timed gather
-    reads (ids = gather_bytes / row bytes, clamped to [min_ids, max_ids]); ``fp32_widths``: columns of fp32
-    rows (4..256: 16..1024 B); ``fp16_checks``: also time fp16 rows whose bytes equal an fp32 row's."""
+    reads (ids = gather_bytes / row bytes, clamped to [min_ids, max_ids]); ``widths``: columns of the rows
+    that define the row tables, of each storage dtype (4..256: fp32 16..1024 B, fp16 8..512 B);
+    ``check_widths``: columns timed as checks between those (both dtypes; priced by interpolation);
+    ``dense_samples``: the two batch sizes (samples per device) of the synthetic dense steps that set
+    ``fixed_us.dense_op`` (calibrate/dense.py), each timed as the median of ``dense_reps`` steps."""
 
     table_bytes: int
     cached_table_bytes: int
     gather_bytes: int
     min_ids: int
     max_ids: int
-    fp32_widths: tuple[int, ...]
-    fp16_checks: bool
+    widths: tuple[int, ...]
+    check_widths: tuple[int, ...]
     sort_ids: int
     sort_check_ids: tuple[int, ...]
     update_rows: int
@@ -87,6 +92,8 @@ class Sizes:
     gemm_batch_rows: tuple[int, ...]
     gemm_layers: int
     big_gemm: int
+    dense_samples: tuple[int, int]
+    dense_reps: int
 
 
 def sizes_for(device: torch.device, quick: bool) -> Sizes:
@@ -94,21 +101,21 @@ def sizes_for(device: torch.device, quick: bool) -> Sizes:
     if device.type == "cuda":
         return Sizes(table_bytes=(1024 if quick else 4096) * MiB, cached_table_bytes=2 * MiB,
                      gather_bytes=(16 if quick else 64) * MiB, min_ids=2**16, max_ids=2**22,
-                     fp32_widths=(4, 16, 64, 256) if quick else widths_full, fp16_checks=not quick,
+                     widths=(4, 16, 64, 256) if quick else widths_full, check_widths=() if quick else CHECK_WIDTHS,
                      sort_ids=2**20, sort_check_ids=() if quick else (2**16, 2**23), update_rows=2**20,
                      stream_bytes=256 * MiB, stream_check_bytes=() if quick else (4 * MiB, 1024 * MiB),
                      reps=5 if quick else 15, tiny_batches=20 if quick else 100,
                      gemm_batch_rows=(2048,) if quick else (512, 4096, 32768), gemm_layers=4 if quick else 8,
-                     big_gemm=4096 if quick else 8192)
+                     big_gemm=4096 if quick else 8192, dense_samples=(2048, 16384), dense_reps=10 if quick else 30)
     return Sizes(table_bytes=(256 if quick else _big_table_bytes()) * MiB, cached_table_bytes=256 * 1024,
                  gather_bytes=(1 if quick else 16) * MiB, min_ids=2**11 if quick else 2**14,
-                 max_ids=2**16 if quick else 2**20, fp32_widths=(4, 16, 64, 256) if quick else widths_full,
-                 fp16_checks=not quick, sort_ids=2**15 if quick else 2**16,
+                 max_ids=2**16 if quick else 2**20, widths=(4, 16, 64, 256) if quick else widths_full,
+                 check_widths=() if quick else CHECK_WIDTHS, sort_ids=2**15 if quick else 2**16,
                  sort_check_ids=() if quick else (2**12, 2**14, 2**18, 2**21), update_rows=2**12 if quick else 2**16,
                  stream_bytes=4 * MiB, stream_check_bytes=() if quick else (MiB // 4, 32 * MiB, 256 * MiB),
-                 reps=3 if quick else 9, tiny_batches=10 if quick else 50,
+                 reps=3 if quick else 9, tiny_batches=30 if quick else 50,
                  gemm_batch_rows=(256,) if quick else (256, 2048), gemm_layers=3 if quick else 8,
-                 big_gemm=512 if quick else 1536)
+                 big_gemm=512 if quick else 1536, dense_samples=(128, 1024), dense_reps=10 if quick else 30)
 
 
 def _big_table_bytes() -> int:

@@ -102,11 +102,15 @@ def _op_cost_items(e: OpCostEntries, src: str, checks: dict[str, list[str]]) -> 
 
     items = [Item("fixed_us", children=[Item(k, e.fixed_us[k].value, c(f"fixed_us.{k}", e.fixed_us[k].how))
                                         for k in FIXED_COST_KINDS if k in e.fixed_us])]
+
+    def rows(path: str, tables: dict) -> list[Item]:
+        """storage dtype -> row bytes -> entry, as items (fp32 first)."""
+        return [Item(dt, children=[Item(int(rb), t[rb].value, c(f"{path}.{dt}.{rb}", t[rb].how)) for rb in sorted(t)])
+                for dt in sorted(tables, key=lambda d: d != "fp32") if (t := tables[dt])]
+
     for name in ("gather_GBps", "gather_cached_GBps", "host_gather_GBps"):
-        table = getattr(e, name)
-        if table:
-            items.append(Item(name, children=[Item(int(rb), table[rb].value, c(f"{name}.{rb}", table[rb].how))
-                                              for rb in sorted(table)]))
+        if getattr(e, name):
+            items.append(Item(name, children=rows(name, getattr(e, name))))
     if e.stream_GBps:
         items.append(Item("stream_GBps", e.stream_GBps.value, c("stream_GBps", e.stream_GBps.how)))
     if e.sort_ns_per_id:
@@ -116,9 +120,8 @@ def _op_cost_items(e: OpCostEntries, src: str, checks: dict[str, list[str]]) -> 
         items.append(Item("segment_reduce_GBps", children=[
             Item(int(rb), t[rb].value, c(f"segment_reduce_GBps.{rb}", t[rb].how)) for rb in sorted(t)]))
     if e.update_GBps:
-        items.append(Item("update_GBps", children=[
-            Item(o, children=[Item(int(rb), t[rb].value, c(f"update_GBps.{o}.{rb}", t[rb].how)) for rb in sorted(t)])
-            for o in OPTIMIZERS if (t := e.update_GBps.get(o))]))
+        items.append(Item("update_GBps", children=[Item(o, children=rows(f"update_GBps.{o}", t))
+                                                   for o in OPTIMIZERS if (t := e.update_GBps.get(o))]))
     if e.gemm_TFLOPs:
         def order(k: str):
             return tuple(int(x) for x in k.split("x"))
@@ -186,9 +189,10 @@ def to_yaml(cal: Calibration, name: str | None = None, gpus: int = 1) -> str:
              f"# Source of every number: {src} (per-line comments say how).",
              "# op_costs: the runner's own ops (runner/kernels.py, runner/optim.py) timed at known sizes (medians),",
              "# each number inverted from the formula placer/program/opcosts.py prices that op with, so pricing the",
-             "# timed op gives its measured time back; fp32 rows define the tables keyed by row bytes, fp16 rows only",
-             "# below the smallest fp32 row (the schema keys by bytes alone), other fp16 rows are checks in the",
-             "# comments (measured / priced)."]
+             "# timed op gives its measured time back; row tables are keyed by storage dtype, then row bytes: fp32",
+             "# and fp16 rows each define their own dtype's entries, rows of other widths are checks in the comments",
+             "# (measured / priced). fixed_us.dense_op: least squares over synthetic dense models' real steps (not",
+             "# the shipped workloads) of what each traced op costs beyond its bare price."]
     if cal.unified:
         lines += ["# CPU run (unified memory): the 'GPU' is the CPU training process (placer run --device cpu); its",
                   "# memory, the host's and the 'link' are one RAM (host.dram_GiB), and host-table work runs on the",

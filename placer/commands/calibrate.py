@@ -17,7 +17,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="hardware spec YAML to write")
     p.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (seconds, noisier)")
     p.add_argument("--workload", action="append", default=[], metavar="WL",
-                   help="also time the GEMMs of this workload's dense step at their exact shapes (repeatable)")
+                   help="also time the GEMMs of this workload's dense step at their exact shapes, and the step "
+                        "itself as a check of its price (repeatable)")
     p.add_argument("--gpus", type=int, default=1, metavar="N",
                    help="GPUs per node to write (the one measured device replicated; default 1)")
     p.add_argument("--name", default=None, help="spec name (default <hostname>-cpu|gpu-calibrated)")

@@ -1,0 +1,166 @@
+"""``fixed_us.dense_op``: what one op of the dense step costs beyond a bare op, from SYNTHETIC dense models.
+
+placer/program/build.py prices each op of the traced dense step (program/dense.py) as its kind's cost plus
+``fixed("dense_op")``. The kinds' costs come from bare ops (fixed_us.gemm / view / elementwise from tiny ops,
+GEMM rates at the step's exact shapes, stream_GBps); the real step also pays autograd's bookkeeping, module
+calls, the optimizer's Python loop. So the step of a dense model is run as placer/runner/trainer.py runs it
+(DenseDLRM forward under the dense dtype's autocast, BCE-with-logits loss, zero_grad, backward, the dense
+optimizer's step; fresh leaf embeddings each step, as the runner detaches them from the tables' outputs) and,
+for each case i (a synthetic workload at a batch size), with
+
+    T_i = the step's median time (seconds), P_i = its traced ops priced WITHOUT dense_op (record.dense_base_s:
+          GEMMs by shape, views at fixed(view), the rest at fixed(elementwise) + bytes / stream),
+    n_i = its traced ops (the count build.py multiplies dense_op by),
+
+    dense_op = max(0, sum_i n_i (T_i - P_i) / sum_i n_i^2)     (least squares of T_i - P_i = n_i dense_op)
+
+The cases are synthetic models built here (two shapes at two batch sizes; a third shape is a check), never the
+shipped workloads/*.yaml, which the fidelity campaign validates on. Their GEMM shapes are timed with the other
+GEMMs (machine.py adds ``gemm_shapes``), so a GEMM missing from the table does not leak into dense_op.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from placer.calibrate.record import Calibration, Entry, Sample, dense_base_s
+from placer.calibrate.timing import Sizes, bench
+from placer.specs.workload import Workload
+
+TABLE_ROWS = 1000  # rows of every synthetic table (the dense step never reads them)
+
+
+def _workload(name: str, dims: list[int], dense: dict, optimizer: str, samples: int) -> Workload:
+    tables = [{"name": f"t{i}", "rows": TABLE_ROWS, "dim": d} for i, d in enumerate(dims)]
+    return Workload.model_validate({
+        "name": name, "description": "a synthetic dense model of placer calibrate (not a shipped workload)",
+        "batch_size": samples, "optimizer": {"name": optimizer, "lr": 0.01}, "tables": tables,
+        "dense": {"num_dense_features": 13, "dtype": "fp32", **dense}})
+
+
+def dot_sgd(samples: int) -> Workload:
+    """8 features of dims 8-32, bottom MLP 13-64-16, dot interaction (9 vectors), top MLP 52-64-1, SGD."""
+    return _workload("calibrate-dot-sgd", [8, 8, 16, 16, 16, 32, 32, 32],
+                     {"bottom_mlp": [64, 16], "interaction": {"kind": "dot"}, "top_mlp": [64, 1]}, "sgd", samples)
+
+
+def dcnv2_adagrad(samples: int) -> Workload:
+    """6 features of dims 16-64, bottom MLP 13-32-16, DCNv2 (2 low-rank cross layers of rank 32 over 192
+    columns), top MLP 192-128-64-1, Adagrad."""
+    return _workload("calibrate-dcnv2-adagrad", [16, 16, 16, 32, 32, 64],
+                     {"bottom_mlp": [32, 16], "interaction": {"kind": "dcnv2", "layers": 2, "rank": 32},
+                      "top_mlp": [128, 64, 1]}, "adagrad", samples)
+
+
+def concat_adam(samples: int) -> Workload:
+    """The check: 5 features of dims 8-64, bottom MLP 13-48-24, concat (152 columns), top MLP 152-96-1, Adam."""
+    return _workload("calibrate-concat-adam", [8, 16, 16, 40, 64],
+                     {"bottom_mlp": [48, 24], "interaction": {"kind": "concat"}, "top_mlp": [96, 1]}, "adam", samples)
+
+
+def cases(sizes: Sizes) -> tuple[list[Workload], list[Workload]]:
+    """(fitted, checks): the fitted cases are two shapes at the two ``dense_samples`` batch sizes; the check
+    is a third shape at the smaller one. Each workload's batch is its samples per device."""
+    small, large = sizes.dense_samples
+    fitted = [make(b) for make in (dot_sgd, dcnv2_adagrad) for b in (small, large)]
+    return fitted, [concat_adam(small)]
+
+
+def gemm_shapes(sizes: Sizes, device_type: str) -> list:
+    """The GEMMs of every synthetic case's step (gemm.Gemm), to be timed with the others."""
+    from placer.calibrate.gemm import workload_gemms
+
+    fitted, checks = cases(sizes)
+    return [g for wl in fitted + checks for g in workload_gemms(wl, wl.batch_size, device_type)]
+
+
+def step_sizes(workload: Workload, samples: int, device_type: str) -> dict:
+    """What a dense step is priced from (record.price / dense_base_s): its traced GEMM shapes (batch, m, k, n),
+    counts of views and of other ops, the bytes those read and write, and the number of ops."""
+    from placer.program.dense import trace
+
+    ops = trace(workload, samples, device_type).ops
+    return {"dtype": workload.dense.dtype, "gemms": [list(op.shape) for op in ops if op.kind == "gemm"],
+            "views": sum(op.kind == "view" for op in ops), "elementwise": sum(op.kind == "elementwise" for op in ops),
+            "elementwise_bytes": sum(op.bytes for op in ops if op.kind == "elementwise"), "ops": len(ops)}
+
+
+@contextlib.contextmanager
+def _dense_precision(device: torch.device, dtype: str):
+    """The runner's precision context for the dense part (trainer.dense_autocast), the global TF32 flags it
+    sets restored afterwards."""
+    from placer.runner.trainer import dense_autocast
+
+    flags = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    try:
+        ctx, _ = dense_autocast(device, dtype)
+        yield ctx
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
+
+
+def time_step(workload: Workload, samples: int, device: torch.device, reps: int) -> float:
+    """Median seconds of the dense step of ``workload`` on ``samples`` samples, run as the runner runs it."""
+    from placer.program.dense_model import DenseDLRM, make_dense_optimizer
+
+    dims = {t.name: t.dim for t in workload.tables}
+    model = DenseDLRM(workload).to(device)
+    opt = make_dense_optimizer(model, workload.optimizer.name, workload.optimizer.lr, foreach=device.type == "cuda")
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+    dense = torch.randn(samples, workload.dense.num_dense_features, device=device)
+    labels = torch.rand(samples, device=device).round()
+    pooled = [torch.randn(samples, dims[f.table], device=device) for f in workload.resolved_features]
+    warmup = 3
+    # fresh leaves per step (the runner's are detached from each step's table outputs), made before the clock
+    leaves = [[p.detach().requires_grad_(True) for p in pooled] for _ in range(reps + warmup)]
+    with _dense_precision(device, workload.dense.dtype) as autocast:
+        def step(i):
+            with autocast:
+                logits = model(dense, leaves[i])
+            loss = loss_fn(logits.float(), labels)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+
+        return bench(step, device, reps, warmup=warmup)
+
+
+def _case(wl: Workload, base: float, t: float, n: int) -> str:
+    return f"{wl.name} on {wl.batch_size} samples: {t * 1e3:.4g} ms measured vs {base * 1e3:.4g} ms priced, {n} ops"
+
+
+def fit(cal: Calibration, device: torch.device, sizes: Sizes, costs) -> None:
+    """Time the synthetic cases' steps, set ``cal.device_costs.fixed_us["dense_op"]`` by least squares (see the
+    module docstring) and record a sample per case. ``costs``: the OpCosts measured so far (opcosts.OpCosts;
+    its dense_op is not used)."""
+    fitted, checks = cases(sizes)
+    rows = []
+    for wl in fitted + checks:
+        z = step_sizes(wl, wl.batch_size, device.type)
+        rows.append((wl, z, time_step(wl, wl.batch_size, device, sizes.dense_reps), dense_base_s(z, costs)))
+    fit_rows = rows[:len(fitted)]
+    num = sum(z["ops"] * (t - base) for _, z, t, base in fit_rows)
+    den = sum(z["ops"] ** 2 for _, z, _, _ in fit_rows)
+    clamped = num <= 0
+    x = 0.0 if clamped else num / den
+    parts = "; ".join(_case(wl, base, t, z["ops"]) for wl, z, t, base in fit_rows)
+    how = (f"least squares over {len(fit_rows)} synthetic dense steps (forward, BCE loss, backward, dense optimizer "
+           f"step, as the runner runs them; median of {sizes.dense_reps}) of (measured - priced without dense_op) "
+           f"= ops x dense_op, priced as build.py prices the traced ops: {parts}"
+           + (" (the steps priced above their times: clamped to 0)" if clamped else ""))
+    cal.device_costs.fixed_us["dense_op"] = Entry(x * 1e6, how)
+    for i, (wl, z, t, base) in enumerate(rows):
+        defining = i < len(fitted)
+        what = f"the dense step of {wl.name} (synthetic) on {wl.batch_size} samples ({z['ops']} ops)"
+        cal.add(Sample("dense_step", z, t, what, "device", defines=("fixed_us.dense_op",) if defining else (),
+                       about="" if defining else "fixed_us.dense_op", exact=False))
+
+
+def check(workload: Workload, samples: int, device: torch.device, sizes: Sizes, add) -> None:
+    """A check of the dense ops' pricing on a given workload (``--workload``): its dense step on ``samples``
+    samples, timed whole, next to the price of its traced ops as build.py sums them (dense_op included)."""
+    z = step_sizes(workload, samples, device.type)
+    t = time_step(workload, samples, device, sizes.dense_reps)
+    add(Sample("dense_step", z, t, f"the dense step of {workload.name} on {samples} samples ({z['ops']} ops)",
+               about="fixed_us.dense_op"))
