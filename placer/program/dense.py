@@ -125,14 +125,17 @@ def _trace(workload_json: str, samples: int, device_type: str) -> DenseTrace:
         model = DenseDLRM(wl)
         dense = torch.zeros(samples, wl.dense.num_dense_features)
         labels = torch.zeros(samples)
-        embeddings = [torch.zeros(samples, dims[f.table], requires_grad=True) for f in wl.resolved_features]
+        pooled = [torch.zeros(samples, dims[f.table]) for f in wl.resolved_features]
     # built outside the meta context: the optimizer's step counters stay on the CPU, as they are in the runner
     opt = make_dense_optimizer(model, wl.optimizer.name, wl.optimizer.lr, foreach=device_type == "cuda")
     loss_fn = torch.nn.BCEWithLogitsLoss()
 
     forward_ops = []
 
-    def step():
+    def leaves():  # fresh every step, as the runner hands them over (made in the forward exchange, not here)
+        return [p.detach().requires_grad_(True) for p in pooled]
+
+    def step(embeddings):
         logits = model(dense, embeddings)
         loss = loss_fn(logits.float(), labels)
         forward_ops[:] = list(ops)
@@ -140,9 +143,10 @@ def _trace(workload_json: str, samples: int, device_type: str) -> DenseTrace:
         loss.backward()
         opt.step()
 
-    step()  # creates the optimizer's state
+    step(leaves())  # creates the optimizer's state
     ops.clear()
+    embeddings = leaves()
     with Recorder():
-        step()
+        step(embeddings)
     forward = sum(op.out_bytes for op in forward_ops)
     return DenseTrace(tuple(ops), sum(p.numel() for p in model.parameters()), forward)
