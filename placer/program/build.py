@@ -374,8 +374,9 @@ class ProgramBuilder:
         for op in self.dense_trace(gpu).ops:
             if op.kind == "gemm":
                 batch, m, k, n = op.shape
-                seconds = extra + costs.fixed("gemm") + costs.gemm_s(dtype, m, k, n, batch)
-                ops.append(Op("gemm", DENSE, stream, seconds, sizes={"shape": op.shape, "aten": op.name}))
+                seconds = extra + costs.fixed("gemm") + costs.gemm_s(dtype, m, k, n, batch, op.layout)
+                ops.append(Op("gemm", DENSE, stream, seconds, sizes={"shape": op.shape, "layout": op.layout,
+                                                                      "aten": op.name}))
             elif op.kind == "view":
                 ops.append(Op("elementwise", DENSE, stream, extra + costs.fixed("view"), sizes={"aten": op.name}))
             else:

@@ -4,7 +4,8 @@ The dense model (program/dense_model.py) runs forward, loss, backward (autograd)
 step on the meta device (shapes only, no data, milliseconds) under a dispatch mode that records every ATen op
 it issues: exactly the ops the runner executes, in order, however the model is written. Each is then one of:
 
-- gemm: mm / addmm / bmm / baddbmm, with its (batch, m, k, n): priced by the device's GEMM rates by shape;
+- gemm: mm / addmm / bmm / baddbmm, with its (batch, m, k, n) and operand layout (whether each operand is a
+  transposed view, as the backward's are): priced by the device's GEMM rates by shape and layout;
 - view: an op whose every output aliases an input without writing it (t, view, select, detach, ...): no data
   moves, it costs the dispatch (fixed cost of kind "view");
 - elementwise: everything else (activations, their gradients, bias sums, the interaction's copies, the loss,
@@ -35,6 +36,7 @@ class DenseOp:
     shape: tuple[int, int, int, int] | None
     bytes: float
     out_bytes: float = 0.0  # bytes of its outputs (0 for a view)
+    layout: str = "nn"  # a GEMM's operands: n = row-major as multiplied, t = a transposed view of one
 
 
 def _tensors(obj):
@@ -60,6 +62,17 @@ def _is_view(func) -> bool:
         if info is None or info.is_write:
             return False
     return True
+
+
+def _layout(t) -> str:
+    """'t' when a matrix operand is a transposed view (its last two strides swapped), else 'n'."""
+    st = t.stride()
+    return "t" if st[-1] != 1 and st[-2] == 1 else "n"
+
+
+def _gemm_layout(name: str, args) -> str:
+    a, b = (args[0], args[1]) if name in ("aten.mm.default", "aten.bmm.default") else (args[1], args[2])
+    return _layout(a) + _layout(b)
 
 
 def _gemm_shape(name: str, args) -> tuple[int, int, int, int]:
@@ -114,7 +127,8 @@ def _trace(workload_json: str, samples: int, device_type: str) -> DenseTrace:
             if _is_view(func):
                 ops.append(DenseOp(name, "view", None, 0.0))
             elif name in GEMM_OPS:
-                ops.append(DenseOp(name, "gemm", _gemm_shape(name, args), 0.0, _nbytes(out)))
+                ops.append(DenseOp(name, "gemm", _gemm_shape(name, args), 0.0, _nbytes(out),
+                                   _gemm_layout(name, args)))
             else:
                 written = _nbytes(out)
                 moved = _nbytes(args) + _nbytes(list((kwargs or {}).values())) + written

@@ -79,24 +79,34 @@ class RateTable:
 
 
 class GemmTable:
-    """GEMM rates (FLOP/s) measured at shapes (m, k, n); a shape not measured takes the rate of the nearest
-    measured one (distance: summed |log2| of the three ratios); with no shapes, ``default``."""
+    """GEMM rates (FLOP/s) measured at shapes (m, k, n) and operand layouts ("nn", "tn", ...: whether each
+    operand is a transposed view); a shape not measured takes the rate of the nearest measured one of the same
+    layout (any layout if none has it; distance: summed |log2| of the three ratios); with no shapes,
+    ``default``."""
 
-    def __init__(self, shapes: dict[tuple[int, int, int], float], default: float):
+    def __init__(self, shapes: dict[tuple[int, int, int, str], float], default: float):
         self.shapes = dict(shapes)
         self.default = default
         self._cache: dict[tuple, float] = {}
 
-    def rate(self, m: float, k: float, n: float) -> float:
-        key = (m, k, n)
+    def rate(self, m: float, k: float, n: float, layout: str = "nn") -> float:
+        key = (m, k, n, layout)
         if key not in self._cache:
-            if not self.shapes:
+            same = [s for s in self.shapes if s[3] == layout] or list(self.shapes)
+            if not same:
                 self._cache[key] = self.default
             else:
-                logs = [math.log2(max(v, 1.0)) for v in key]
-                best = min(self.shapes, key=lambda s: sum(abs(math.log2(v) - x) for v, x in zip(s, logs)))
+                logs = [math.log2(max(v, 1.0)) for v in key[:3]]
+                best = min(same, key=lambda s: sum(abs(math.log2(v) - x) for v, x in zip(s[:3], logs)))
                 self._cache[key] = self.shapes[best]
         return self._cache[key]
+
+
+def gemm_key(shape: str) -> tuple[int, int, int, str]:
+    """'MxKxN' or 'MxKxN:tn' (the spec's keys) -> (m, k, n, layout)."""
+    dims, _, layout = shape.partition(":")
+    m, k, n = (int(x) for x in dims.split("x"))
+    return m, k, n, layout or "nn"
 
 
 @dataclass
@@ -107,7 +117,7 @@ class OpCosts:
     gather: dict[str, RateTable]  # storage dtype -> row bytes -> bytes/s, rows read from this device's memory
     gather_cached: dict[str, RateTable]  # storage dtype -> row bytes -> bytes/s, rows read again within the step
     host_gather: dict[str, RateTable]  # storage dtype -> row bytes -> bytes/s, host rows read by this device
-    stream_Bps: float  # bytes read + written per second
+    stream: RateTable  # bytes an op touches -> bytes read + written per second
     sort_s_per_id: float
     segment_reduce: RateTable  # gradient row bytes -> bytes/s of per-lookup gradient rows
     update: dict[str, dict[str, RateTable]]  # optimizer -> storage dtype -> (weights + state) row bytes -> bytes/s
@@ -129,7 +139,7 @@ class OpCosts:
             repeats = max(lookups - unique, 0.0)
             read = (unique * row_bytes / self.gather[dtype](row_bytes)
                     + repeats * row_bytes / self.gather_cached[dtype](row_bytes))
-        return read + out_bytes / self.stream_Bps
+        return read + self.stream_s(out_bytes)
 
     def sort_s(self, ids: float) -> float:
         return ids * self.sort_s_per_id
@@ -146,11 +156,12 @@ class OpCosts:
         return rows * row_bytes / rate
 
     def stream_s(self, touched_bytes: float) -> float:
-        return touched_bytes / self.stream_Bps
+        """Seconds to read + write ``touched_bytes`` at the rate of an op that size (caches: small ops faster)."""
+        return touched_bytes / self.stream(touched_bytes) if touched_bytes > 0 else 0.0
 
-    def gemm_s(self, dtype: str, m: float, k: float, n: float, batch: float = 1.0) -> float:
+    def gemm_s(self, dtype: str, m: float, k: float, n: float, batch: float = 1.0, layout: str = "nn") -> float:
         table = self.gemm[dtype]
-        return 2.0 * batch * m * k * n / table.rate(batch * m, k, n)
+        return 2.0 * batch * m * k * n / table.rate(batch * m, k, n, layout)
 
 
 # ---- construction from a spec -------------------------------------------------------------------------------
@@ -182,7 +193,7 @@ def _gemm_tables(spec: OpCostSpec | None, peaks: dict[str, float], efficiency: f
     measured = (spec.gemm_TFLOPs or {}) if spec else {}
     for dtype in ("fp32", "tf32", "bf16", "fp16"):
         peak = peak_for(peaks, dtype)
-        shapes = {tuple(int(x) for x in s.split("x")): v * 1e12 for s, v in measured.get(dtype, {}).items()}
+        shapes = {gemm_key(s): v * 1e12 for s, v in measured.get(dtype, {}).items()}
         out[dtype] = GemmTable(shapes, peak * 1e12 * efficiency)
     return out
 
@@ -198,7 +209,8 @@ def _build(spec: OpCostSpec | None, *, fixed_default, gather: float, host_gather
         gather=_by_dtype(s.gather_GBps, gather),
         gather_cached=_by_dtype(s.gather_cached_GBps or s.gather_GBps, gather),
         host_gather=_by_dtype(s.host_gather_GBps, host_gather),
-        stream_Bps=s.stream_GBps * GB if s.stream_GBps else stream,
+        stream=(_table(s.stream_GBps, stream) if isinstance(s.stream_GBps, dict) else
+                RateTable.flat(s.stream_GBps * GB if s.stream_GBps else stream)),
         sort_s_per_id=s.sort_ns_per_id * 1e-9 if s.sort_ns_per_id is not None else sort_s,
         segment_reduce=_table(s.segment_reduce_GBps, reduce),
         update=upd, gemm=gemm, calibrated=calibrated)

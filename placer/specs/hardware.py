@@ -50,8 +50,9 @@ class OpCostSpec(StrictModel):
     host_gather_GBps: RowRates | None = Field(
         default=None, description="storage dtype -> row bytes -> GB/s of rows in pinned host memory gathered by "
                                   "this device")
-    stream_GBps: Rate | None = Field(default=None, description="streaming rate of copies and elementwise ops, "
-                                                               "bytes read + written per second, GB/s")
+    stream_GBps: Rate | dict[PositiveInt, Rate] | None = Field(
+        default=None, description="streaming rate of copies and elementwise ops, bytes read + written per second, "
+                                  "GB/s: one rate, or bytes an op touches -> GB/s (small ops run in the caches)")
     sort_ns_per_id: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = Field(
         default=None, description="sorting a step's row ids with their positions and finding the runs, ns per id")
     segment_reduce_GBps: dict[PositiveInt, Rate] | None = Field(
@@ -61,16 +62,20 @@ class OpCostSpec(StrictModel):
         default=None, description="optimizer -> storage dtype -> row bytes (weights + fp32 state) -> GB/s of "
                                   "distinct rows read, updated and written back")
     gemm_TFLOPs: dict[Literal["fp32", "tf32", "bf16", "fp16"], dict[str, Rate]] | None = Field(
-        default=None, description="dense dtype -> 'MxKxN' -> TFLOP/s measured at that GEMM shape")
+        default=None, description="dense dtype -> 'MxKxN' or 'MxKxN:tn' (operand layout) -> TFLOP/s measured at "
+                                  "that GEMM shape")
 
     @field_validator("gemm_TFLOPs")
     @classmethod
     def _shapes(cls, v):
         for dtype, table in (v or {}).items():
             for shape in table:
-                parts = shape.split("x")
-                if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
-                    raise ValueError(f"{dtype}.{shape}: a GEMM shape is written MxKxN with positive integers")
+                dims, _, layout = shape.partition(":")
+                parts = dims.split("x")
+                if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts) or \
+                        layout not in ("", "nn", "nt", "tn", "tt"):
+                    raise ValueError(f"{dtype}.{shape}: a GEMM shape is written MxKxN with positive integers, "
+                                     "optionally :nn, :nt, :tn or :tt (t: that operand is a transposed view)")
         return v
 
 
