@@ -131,7 +131,8 @@ def make_plans(spec: Path, wl_path: Path, folder: Path, time_limit: float, smoke
             log(f"  {method}: no plan ({exc})")
     if not smoke:
         variants = [(f"hot{int(f * 100)}%", f, None) for f in HOT_LEVELS] + [("all-host", "host", None)]
-        variants += [("fp16-hbm", None, "fp16"), ("fp16-hot10%", 0.1, "fp16")]
+        if all(t.allow_fp16 or t.dtype == "fp16" for t in wl.tables):
+            variants += [("fp16-hbm", None, "fp16"), ("fp16-hot10%", 0.1, "fp16")]
         refs = (SpecRef(name=hw.name, sha256=hw.sha256), SpecRef(name=wl.name, sha256=wl.sha256))
         for name, hot, prec in variants:
             placements = forced(topo, wl, hot, prec)

@@ -83,6 +83,7 @@ class Slot:
     bag_base: int
     samples: tuple[int, int]  # samples it pools: a replica its slice, everything else the whole batch
     features: int
+    table_dim: int = 0  # the table's width (a member of the whole width needs no column slice)
 
     @property
     def width(self) -> int:
@@ -233,7 +234,7 @@ class FusedGroup:
     def pack_grad(self, parts: list[torch.Tensor]) -> None:
         """The members' pooled gradients (features x samples x width pieces, member order) into ``grad``; on a
         GPU run with the rows looked up by the CPU, then copied to the CPU (pinned, non-blocking)."""
-        kernels.pack_grad([p.reshape(-1, self.width) for p in parts], self.grad)
+        kernels.pack_grad(parts, self.grad)
         if self.grad_op is not self.grad:
             self.grad_op.copy_(self.grad, non_blocking=True)
 
@@ -293,7 +294,7 @@ def build_groups(plan: Plan, ctx: BuildContext, builder: ProgramBuilder, devices
                 samples = (0, ctx.batch)
             row_base = sum(s.member.rows for s in have)
             bag_base = sum(s.member.bags for s in have)
-            have.append(Slot(p, m, row_base, bag_base, samples, F))
+            have.append(Slot(p, m, row_base, bag_base, samples, F, builder.tables[p.table].dim))
     return {key: FusedGroup(key, s, ctx) for key, s in sorted(slots.items())}
 
 

@@ -283,8 +283,8 @@ class Trainer:
         pieces = []
         for s in g.slots:
             (s0, s1), (c0, c1) = s.samples, s.member.cols
-            for fg in grads[s.member.table]:
-                pieces.append(fg[s0:s1, c0:c1])
+            whole = s0 == 0 and s1 == self.B and c0 == 0 and c1 == g.key.width and c1 == s.table_dim
+            pieces += grads[s.member.table] if whole else [fg[s0:s1, c0:c1] for fg in grads[s.member.table]]
         return pieces
 
     def _backward(self, k, g: FusedGroup, batch: Batch, timer: OpTimer) -> None:
