@@ -5,11 +5,13 @@ T is a median measured time (seconds), f(kind) the fixed cost measured for that 
 
 - fixed_us[kind] = T of the kind's smallest op (1 id, one 1 x 4 row, a 1 x 1 x 1 GEMM, ...): the dispatch,
   launch and smallest run of one op; priced as fixed(kind) alone.
-- stream = 2 B / (T - f(copy)) for ``pack_grad`` of B bytes (read + written).
-- gather[dtype](rb), gather_cached[dtype](rb): two lookups in bags of BAG, one of L1 random ids over a table
-  far larger than the caches (U1 expected distinct rows, about L1), one of L2 ids over a cache-resident table
-  (U2 about its rows, at most L2 / 256); both priced as f(lookup) + U rb / gather + (L - U) rb /
-  gather_cached + out / stream, two equations solved for the two rates.
+- stream(2B) = 2 B / (T - f(copy)) for ``pack_grad`` of B bytes (read + written): a table keyed by the bytes
+  an op touches (2B: 64 KiB .. 512 MiB), each point a copy of that size.
+- gather[dtype](rb), gather_cached[dtype](rb): two lookups, one of L1 random ids in bags of BAG over a table
+  far larger than the caches (U1 expected distinct rows, about L1), one of L2 ids in bags of CACHED_BAG over
+  a cache-resident table (U2 about its rows, at most L2 / 256); both priced as f(lookup) + U rb / gather +
+  (L - U) rb / gather_cached + out / stream(out), two equations solved for the two rates. (The cached
+  lookup's larger bags keep its pooled output, priced at the cold stream rate, a small share of its time.)
 - host_gather[dtype](rb) = L rb / (T - f(lookup) - out / stream): a lookup of rows in host memory by the device.
 - sort_ns_per_id = (T - f(sort)) / ids.
 - segment_reduce(grb) = L grb / (T - f(segment_reduce)), grb = gradient row bytes (fp32).
@@ -19,7 +21,9 @@ Rows: the row tables are keyed by storage dtype, then row bytes. fp32 rows (widt
 define the fp32 entries, fp16 rows of the same widths (8..512 B) the fp16 entries; rows of other widths
 (``check_widths``, full mode) are timed as checks of the interpolation between keys and reported beside the
 nearest entry of their dtype. Every timed input rotates between repeats (fresh random ids), so no repeat
-finds the previous one's rows in a cache.
+finds the previous one's rows in a cache; the copies, segment reductions and the replica's scatter and dense
+updates take their operands from the cold pool (cold.py), a fresh stretch of it each repeat. Only the cached
+lookup reads the same small table on purpose (gather_cached prices rows read again within a step).
 """
 from __future__ import annotations
 
@@ -28,8 +32,10 @@ import statistics
 
 import torch
 
+from placer.calibrate.cold import ColdPool
 from placer.calibrate.record import Calibration, Entry, OpCostEntries, Sample
 from placer.calibrate.timing import Sizes, bench, bench_tiny
+from placer.program.opcosts import RateTable
 from placer.runner import kernels
 from placer.runner.optim import NAMES as OPTIMIZERS, SparseRowOptimizer, state_bytes_per_row, state_shapes
 from placer.units import MiB
@@ -42,6 +48,7 @@ ESIZE = {"fp32": 4, "fp16": 2}
 CACHED_DRAWS = 16  # the cached lookup draws 16 x the big lookup's ids ...
 CACHED_REUSE = 256  # ... from a table of at most 1/256 as many rows
 MAX_ID_SETS = 8  # random id sets a benchmark rotates through (the warm-up's included)
+CACHED_BAG = 32  # lookups per bag of the cached lookup
 
 
 def expected_unique(rows: float, draws: float) -> float:
@@ -63,8 +70,9 @@ class OpBench:
     """Times the runner's ops on ``device`` and fills ``entries`` (the device's or the host CPU's op costs)."""
 
     def __init__(self, cal: Calibration, device: torch.device, sizes: Sizes, entries: OpCostEntries,
-                 side: str = "device", say=None):
+                 side: str = "device", say=None, pool: ColdPool | None = None):
         self.cal, self.device, self.s, self.entries, self.side = cal, device, sizes, entries, side
+        self.pool = pool or ColdPool(device, sizes.pool_cap_bytes)
         self.say = say or (lambda _msg: None)
         self.gen = torch.Generator(device="cpu").manual_seed(1234)
         self._buf: torch.Tensor | None = None
@@ -94,8 +102,18 @@ class OpBench:
     def fixed_s(self, kind: str) -> float:
         return self.entries.fixed_us[kind].value * 1e-6
 
-    def stream_Bps(self) -> float:
-        return self.entries.stream_GBps.value * 1e9
+    def stream_s(self, touched: float) -> float:
+        """Seconds of ``touched`` bytes at the stream table's rate for that size (as opcosts prices it)."""
+        table = RateTable({b: e.value * 1e9 for b, e in self.entries.stream_GBps.items()})
+        return touched / table(touched) if touched > 0 else 0.0
+
+    def stream_key(self, touched: float) -> int:
+        """The stream table's point nearest ``touched`` bytes (log2): where a check's ratio is reported."""
+        return min(self.entries.stream_GBps, key=lambda b: abs(math.log2(b / max(touched, 1.0))))
+
+    def cold_sets(self, operands) -> list[list[torch.Tensor]]:
+        """One operand set from the cold pool per call ``bench`` makes (its repeats and its warm-up)."""
+        return self.pool.sets(operands, self.s.reps + 1)
 
     def add(self, kind, sizes, seconds, what, defines=(), about="", exact=True) -> Sample:
         return self.cal.add(Sample(kind, sizes, seconds, what, self.side, tuple(defines), about, exact))
@@ -159,25 +177,34 @@ class OpBench:
 
     # ---- streaming copies -----------------------------------------------------------------------------------
 
-    def _pack(self, nbytes: int) -> tuple[float, int]:
+    def _pack(self, touched: int) -> tuple[float, int]:
+        """(median seconds, bytes copied) of pack_grad of two 64-column fp32 parts, ``touched`` / 2 bytes in
+        all, each repeat on a fresh set of parts and output from the cold pool."""
         c = 64
-        rows = max(2, nbytes // (4 * c))
-        parts = [torch.ones((rows // 2, c), device=self.device), torch.ones((rows - rows // 2, c), device=self.device)]
-        out = torch.empty((rows, c), device=self.device)
-        return bench(lambda i: kernels.pack_grad(parts, out), self.device, self.s.reps), rows * c * 4
+        rows = max(2, touched // 2 // (4 * c))
+        f32 = torch.float32
+        sets = self.cold_sets([(f32, (rows // 2, c), False), (f32, (rows - rows // 2, c), False),
+                               (f32, (rows, c), False)])
+        t = bench(lambda i: kernels.pack_grad(sets[i][:2], sets[i][2]), self.device, self.s.reps)
+        return t, rows * c * 4
 
     def stream(self) -> None:
-        """``stream_GBps`` from ``pack_grad`` of ``stream_bytes`` (two parts into one buffer)."""
-        t, n = self._pack(self.s.stream_bytes)
-        var = t - self.fixed_s("copy")
-        exact = var > 0
-        var = var if exact else 0.5 * t
-        what = f"kernels.pack_grad of two 64-column fp32 parts, {_mib(n)} in all ({_ms(t)})"
-        self.entries.stream_GBps = Entry(2 * n / var / 1e9, f"{what}, inverted: 2 x bytes / (T - fixed copy)")
-        self.add("copy", {"bytes": n}, t, what, defines=("stream_GBps",), exact=exact)
-        for nb in self.s.stream_check_bytes:
-            t, n = self._pack(nb)
-            self.add("copy", {"bytes": n}, t, f"pack_grad of {_mib(n)}", about="stream_GBps")
+        """The ``stream_GBps`` table: at each of ``stream_touched`` bytes, ``pack_grad`` of half as many
+        (two parts into one buffer, read + written), cold; ``stream_check_touched`` sizes are checks."""
+        self.entries.stream_GBps = {}
+        for touched in self.s.stream_touched:
+            t, n = self._pack(touched)
+            var = t - self.fixed_s("copy")
+            exact = var > 0
+            var = var if exact else 0.5 * t
+            what = f"kernels.pack_grad of two 64-column fp32 parts, {_mib(n)} in all ({_ms(t)})"
+            how = f"{what}, inverted: 2 x bytes / (T - fixed copy); {self.pool.note(2 * n)}"
+            self.entries.stream_GBps[2 * n] = Entry(2 * n / var / 1e9, how)
+            self.add("copy", {"bytes": n}, t, what, defines=(f"stream_GBps.{2 * n}",), exact=exact)
+        for touched in self.s.stream_check_touched:
+            t, n = self._pack(touched)
+            self.add("copy", {"bytes": n}, t, f"pack_grad of {_mib(n)} ({_mib(2 * n)} touched)",
+                     about=f"stream_GBps.{self.stream_key(2 * n)}")
 
     # ---- lookups --------------------------------------------------------------------------------------------
 
@@ -193,10 +220,10 @@ class OpBench:
         """The defining row bytes of ``dtype`` nearest ``rb`` in log2 (rows of ``state(c)`` extra bytes)."""
         return min((c * ESIZE[dtype] + state(c) for c in self.s.widths), key=lambda k: abs(math.log2(k / rb)))
 
-    def _lookup_time(self, table: torch.Tensor, L: int, rotate: bool = True) -> float:
+    def _lookup_time(self, table: torch.Tensor, L: int, rotate: bool = True, bag: int = BAG) -> float:
         rows = table.shape[0]
         sets = [self.ids(rows, L) for _ in range(self.sets if rotate else 1)]
-        offsets = torch.arange(0, L, BAG, device=self.device)
+        offsets = torch.arange(0, L, bag, device=self.device)
         return bench(lambda i: kernels.lookup(table, sets[i % len(sets)], offsets), self.device, self.s.reps)
 
     def gathers(self) -> None:
@@ -204,7 +231,7 @@ class OpBench:
         lookup draws CACHED_DRAWS x as many ids from a table of at most 1/CACHED_REUSE of them, so that its
         distinct rows (priced at the miss rate) are a small share of its time and the two equations stay
         well apart."""
-        stream, f = self.stream_Bps(), self.fixed_s("lookup")
+        f = self.fixed_s("lookup")
         for dt, c, defines in self._rows(True):
             rb = c * ESIZE[dt]
             L1 = self._count(rb)
@@ -213,10 +240,10 @@ class OpBench:
             n_small = int(max(16, min(self.s.cached_table_bytes // rb, L2 // CACHED_REUSE)))
             big = self.buf.view(TORCH[dt])[:n_big * c].view(n_big, c)
             t1 = self._lookup_time(big, L1)
-            t2 = self._lookup_time(big[:n_small], L2, rotate=False)  # cache-resident: nothing to rotate
+            t2 = self._lookup_time(big[:n_small], L2, rotate=False, bag=CACHED_BAG)  # cache-resident on purpose
             u1, u2 = expected_unique(n_big, L1), expected_unique(n_small, L2)
-            out1, out2 = L1 // BAG * c * 4, L2 // BAG * c * 4
-            r1, r2 = t1 - f - out1 / stream, t2 - f - out2 / stream
+            out1, out2 = L1 // BAG * c * 4, -(-L2 // CACHED_BAG) * c * 4
+            r1, r2 = t1 - f - self.stream_s(out1), t2 - f - self.stream_s(out2)
             det = rb * (u1 * (L2 - u2) - u2 * (L1 - u1))
             x = (r1 * (L2 - u2) - r2 * (L1 - u1)) / det  # s per byte of distinct (missed) rows
             y = (u1 * r2 - u2 * r1) / det  # s per byte of repeated rows
@@ -224,9 +251,9 @@ class OpBench:
             if not exact:  # noise: all of the big lookup's rows as misses, the small one's rest as hits
                 x = max(r1, 1e-3 * t1) / (L1 * rb)
                 y = max(r2 - u2 * rb * x, 1e-3 * t2) / ((L2 - u2) * rb)
-            what = (f"{dt} x{c} rows ({rb} B): kernels.lookup (bags of {BAG}) of {L1} random ids over a "
-                    f"{_mib(n_big * rb)} table ({_ms(t1)}, {u1:.0f} expected distinct rows) and of {L2} over a "
-                    f"{_mib(n_small * rb)} one ({_ms(t2)}, {u2:.0f} distinct)")
+            what = (f"{dt} x{c} rows ({rb} B): kernels.lookup of {L1} random ids in bags of {BAG} over a "
+                    f"{_mib(n_big * rb)} table ({_ms(t1)}, {u1:.0f} expected distinct rows) and of {L2} in bags of "
+                    f"{CACHED_BAG} over a {_mib(n_small * rb)} one ({_ms(t2)}, {u2:.0f} distinct)")
             sizes = lambda L, u, out: {"row_bytes": rb, "lookups": L, "unique": u, "out_bytes": out, "dtype": dt}
             if defines:
                 how = (f"{what}; the two rates solved from lookup = fixed + U rb / gather + (L - U) rb / "
@@ -263,7 +290,7 @@ class OpBench:
             nbytes = self.s.table_bytes // 2
             h = mem.empty((nbytes,), torch.uint8, gpu_readable=True)
             h.cpu.view(torch.float16).fill_(1.0)
-            stream, f = self.stream_Bps(), self.fixed_s("lookup")
+            f = self.fixed_s("lookup")
             for dt, c, defines in self._rows(False):
                 rb = c * ESIZE[dt]
                 L = self._count(rb)
@@ -278,7 +305,7 @@ class OpBench:
                     offsets = torch.arange(0, L, BAG)
                     t = bench(lambda i: kernels.lookup(table, sets[i % len(sets)], offsets).to(self.device),
                               self.device, self.s.reps)
-                var = t - f - out / stream
+                var = t - f - self.stream_s(out)
                 exact = var > 0
                 var = var if exact else 0.5 * t
                 what = (f"{dt} x{c} rows ({rb} B) in host memory ({mem.mechanism}: {mem.detail}): kernels.lookup of "
@@ -321,8 +348,8 @@ class OpBench:
             L = self._count(grb)
             ids = self.ids(L, L)  # a table of L rows: about 63% of the lookups distinct
             runs = kernels.sort(ids, torch.arange(L, device=self.device) // BAG)
-            grad = torch.rand((L // BAG, c), device=self.device)
-            t = bench(lambda i: kernels.segment_reduce(grad, runs[2], runs[1]), self.device, self.s.reps)
+            grads = self.cold_sets([(torch.float32, (L // BAG, c), False)])
+            t = bench(lambda i: kernels.segment_reduce(grads[i][0], runs[2], runs[1]), self.device, self.s.reps)
             var = t - f
             exact = var > 0
             var = var if exact else 0.5 * t
@@ -370,24 +397,28 @@ class OpBench:
                 self.add("update", sizes, t, what, defines=(path,), exact=exact)
 
     def replica_checks(self) -> None:
-        """A replica's scatter and dense update (priced at the stream rate): checks of stream_GBps."""
+        """A replica's scatter and dense update (priced at the stream rate for the bytes they touch): checks of
+        stream_GBps, each repeat on a fresh gradient, weight and state from the cold pool."""
         rows, c = (2**12 if self.s.reps <= 3 else 2**16), 64
-        dev = self.device
-        dense = torch.zeros((rows, c), device=dev)
+        dev, f32 = self.device, torch.float32
         uniq = torch.unique(self.ids(rows, rows // 4))
-        summed = torch.rand((uniq.numel(), c), device=dev)
-        t = bench(lambda i: kernels.scatter(dense, uniq, summed), dev, self.s.reps)
-        self.add("scatter", {"bytes": rows * c * 4, "unique": uniq.numel(), "grad_row_bytes": 4 * c}, t,
-                 f"kernels.scatter into a {rows} x {c} gradient", about="stream_GBps")
+        sets = self.cold_sets([(f32, (rows, c), False), (f32, (uniq.numel(), c), False)])
+        t = bench(lambda i: kernels.scatter(sets[i][0], uniq, sets[i][1]), dev, self.s.reps)
+        sizes = {"bytes": rows * c * 4, "unique": uniq.numel(), "grad_row_bytes": 4 * c}
+        touched = sizes["bytes"] + 2 * sizes["unique"] * sizes["grad_row_bytes"]
+        self.add("scatter", sizes, t, f"kernels.scatter into a {rows} x {c} gradient",
+                 about=f"stream_GBps.{self.stream_key(touched)}")
         for opt in OPTIMIZERS:
-            weight = torch.zeros((rows, c), device=dev)
-            states = [torch.zeros(s, device=dev) for s in state_shapes(opt, rows, c)]
+            shapes = [(rows, c)] + list(state_shapes(opt, rows, c)) + [(rows, c)]  # weight, states, gradient
+            sets = self.cold_sets([(f32, tuple(shape), False) for shape in shapes])
             o = SparseRowOptimizer(opt, LR)
             o.new_step()
-            t = bench(lambda i: o.update_dense(weight, states, dense), dev, self.s.reps)
-            self.add("update_dense", {"rows": rows, "row_bytes": 4 * c, "state_bytes": state_bytes_per_row(opt, c),
-                                      "grad_row_bytes": 4 * c}, t,
-                     f"update_dense ({opt}) of {rows} x {c} fp32", about="stream_GBps")
+            t = bench(lambda i: o.update_dense(sets[i][0], sets[i][1:-1], sets[i][-1]), dev, self.s.reps)
+            sizes = {"rows": rows, "row_bytes": 4 * c, "state_bytes": state_bytes_per_row(opt, c),
+                     "grad_row_bytes": 4 * c}
+            touched = rows * (2 * sizes["row_bytes"] + 2 * sizes["state_bytes"] + sizes["grad_row_bytes"])
+            self.add("update_dense", sizes, t, f"update_dense ({opt}) of {rows} x {c} fp32",
+                     about=f"stream_GBps.{self.stream_key(touched)}")
 
     def run_all(self) -> None:
         """Every embedding op, in dependency order (rates need the fixed costs and the stream rate)."""

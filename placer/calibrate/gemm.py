@@ -1,14 +1,19 @@
 """GEMM rates for ``placer calibrate``: a grid of DLRM-like shapes and the exact GEMMs of given workloads.
 
 A workload's dense step is traced as the runner issues it (placer/program/dense.py ``trace``: mm / addmm /
-bmm / baddbmm with their (batch, m, k, n)); each distinct (op, shape) is timed with that ATen op on contiguous
-operands of the dense dtype, and the rate inverted from the price build.py gives it:
+bmm / baddbmm with their (batch, m, k, n) and operand layout: "nt" for a Linear's forward, x @ W.t(); "nn"
+for its input gradient; "tn" for its weight gradient, grad.t() @ x). Each distinct (op, shape, layout) is
+timed with that ATen op on operands of the dense dtype in that layout (a 't' operand a transposed view of a
+row-major tensor, as the backward's are), every repeat on a fresh operand set from the cold pool (cold.py:
+in the step, a GEMM's weight and activations come from memory, not from the cache the last repeat warmed),
+and the rate inverted from the price build.py gives it:
 
-    time = fixed(gemm) + 2 batch m k n / rate(batch m, k, n)   =>   rate = 2 batch m k n / (T - f(gemm))
+    time = fixed(gemm) + 2 batch m k n / rate(batch m, k, n, layout)   =>   rate = 2 batch m k n / (T - f(gemm))
 
-written under ``op_costs.gemm_TFLOPs[dtype]["(batch m)xKxN"]`` (the key GemmTable looks a shape up by). Where
-several timed GEMMs share a key, the rate is their FLOPs over their summed variable times, so the GEMMs of
-that key together price at their measured total.
+written under ``op_costs.gemm_TFLOPs[dtype]["(batch m)xKxN"]`` for nn, ``"(batch m)xKxN:nt"`` (":tn", ":tt")
+otherwise (the keys GemmTable looks a shape and layout up by). Where several timed GEMMs share a key (an
+addmm and an mm of one shape), the rate is their FLOPs over their summed variable times, so the GEMMs of that
+key together price at their measured total.
 """
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
+from placer.calibrate.cold import ColdPool
 from placer.calibrate.record import Entry, OpCostEntries, Sample
 from placer.calibrate.timing import Sizes, bench
 
@@ -27,7 +33,8 @@ GEMM_OPS = ("aten.mm.default", "aten.addmm.default", "aten.bmm.default", "aten.b
 
 @dataclass(frozen=True)
 class Gemm:
-    """One GEMM to time: the ATen op, (batch, m, k, n), the dense dtype, and where the shape came from."""
+    """One GEMM to time: the ATen op, (batch, m, k, n), the dense dtype, where the shape came from, and the
+    operand layout ("nn", "nt", "tn", "tt": whether a, then b, is a transposed view)."""
 
     op: str
     batch: int
@@ -36,10 +43,16 @@ class Gemm:
     n: int
     dtype: str
     source: str
+    layout: str = "nn"
 
     @property
     def key(self) -> str:
-        return f"{self.batch * self.m}x{self.k}x{self.n}"
+        dims = f"{self.batch * self.m}x{self.k}x{self.n}"
+        return dims if self.layout == "nn" else f"{dims}:{self.layout}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.op.split('.')[1]} {self.batch}x{self.m}x{self.k}x{self.n} {self.layout}"
 
     @property
     def flops(self) -> float:
@@ -47,18 +60,20 @@ class Gemm:
 
 
 def grid(sizes: Sizes, dtypes: tuple[str, ...]) -> list[Gemm]:
-    """DLRM-like shapes: every layer's forward (addmm), input gradient and weight gradient (mm) at each batch
-    in ``gemm_batch_rows``, and the dot interaction's batched GEMMs."""
+    """DLRM-like shapes in the layouts the traced step multiplies them in: every layer's forward (addmm, x @
+    W.t(): nt), input gradient (mm, grad @ W: nn) and weight gradient (mm, grad.t() @ x: tn) at each batch in
+    ``gemm_batch_rows``, and the dot interaction's batched GEMMs (forward nt, backward tn and nn)."""
     out = []
     for dtype in dtypes:
         for M in sizes.gemm_batch_rows:
             for i, o in DLRM_LAYERS[:sizes.gemm_layers]:
-                out += [Gemm("aten.addmm.default", 1, M, i, o, dtype, "grid"),
-                        Gemm("aten.mm.default", 1, M, o, i, dtype, "grid"),
-                        Gemm("aten.mm.default", 1, o, M, i, dtype, "grid")]
+                out += [Gemm("aten.addmm.default", 1, M, i, o, dtype, "grid", "nt"),
+                        Gemm("aten.mm.default", 1, M, o, i, dtype, "grid", "nn"),
+                        Gemm("aten.mm.default", 1, o, M, i, dtype, "grid", "tn")]
             f, d = INTERACTION
-            out += [Gemm("aten.bmm.default", M, f, d, f, dtype, "grid"),
-                    Gemm("aten.bmm.default", M, f, f, d, dtype, "grid")]
+            out += [Gemm("aten.bmm.default", M, f, d, f, dtype, "grid", "nt"),
+                    Gemm("aten.bmm.default", M, d, f, f, dtype, "grid", "tn"),
+                    Gemm("aten.bmm.default", M, f, f, d, dtype, "grid", "nn")]
     return out
 
 
@@ -66,7 +81,7 @@ def workload_gemms(workload, samples: int, device_type: str) -> list[Gemm]:
     """The GEMMs of ``workload``'s dense step on ``samples`` samples, as the runner issues them."""
     from placer.program.dense import trace
 
-    return [Gemm(op.name, *op.shape, workload.dense.dtype, workload.name)
+    return [Gemm(op.name, *op.shape, workload.dense.dtype, workload.name, op.layout)
             for op in trace(workload, samples, device_type).ops if op.kind == "gemm"]
 
 
@@ -74,18 +89,30 @@ def _torch_dtype(dtype: str) -> torch.dtype:
     return {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
 
 
-def time_gemm(g: Gemm, device: torch.device, reps: int) -> float:
-    """Median seconds of the GEMM's ATen op on contiguous random operands (tf32 allowed for dtype tf32)."""
+def operands(g: Gemm) -> list[tuple[torch.dtype, tuple[int, ...], bool]]:
+    """The GEMM's operands as the cold pool makes them (dtype, shape, transposed): a and b in ``g.layout``,
+    then addmm's bias or baddbmm's base."""
     dt = _torch_dtype(g.dtype)
-    r = lambda *shape: torch.randn(shape, device=device).to(dt)
+    ta, tb = g.layout[0] == "t", g.layout[1] == "t"
     if g.batch == 1 and g.op in ("aten.mm.default", "aten.addmm.default"):
-        a, b = r(g.m, g.k), r(g.k, g.n)
-        fn = (lambda i: torch.addmm(bias, a, b)) if g.op == "aten.addmm.default" else (lambda i: torch.mm(a, b))
-        bias = r(g.n)
+        ab = [(dt, (g.m, g.k), ta), (dt, (g.k, g.n), tb)]
+        return ab + ([(dt, (g.n,), False)] if g.op == "aten.addmm.default" else [])
+    ab = [(dt, (g.batch, g.m, g.k), ta), (dt, (g.batch, g.k, g.n), tb)]
+    return ab + ([(dt, (g.batch, g.m, g.n), False)] if g.op == "aten.baddbmm.default" else [])
+
+
+def time_gemm(g: Gemm, device: torch.device, reps: int, pool: ColdPool) -> float:
+    """Median seconds of the GEMM's ATen op on operands of its layout, a fresh set from the cold ``pool`` per
+    call (tf32 allowed for dtype tf32)."""
+    sets = pool.sets(operands(g), reps + 1)
+    if g.op == "aten.addmm.default":
+        fn = lambda i: torch.addmm(sets[i][2], sets[i][0], sets[i][1])
+    elif g.op == "aten.baddbmm.default":
+        fn = lambda i: torch.baddbmm(sets[i][2], sets[i][0], sets[i][1])
+    elif g.op == "aten.bmm.default" or g.batch > 1:
+        fn = lambda i: torch.bmm(sets[i][0], sets[i][1])
     else:
-        a, b = r(g.batch, g.m, g.k), r(g.batch, g.k, g.n)
-        base = r(g.batch, g.m, g.n)
-        fn = (lambda i: torch.baddbmm(base, a, b)) if g.op == "aten.baddbmm.default" else (lambda i: torch.bmm(a, b))
+        fn = lambda i: torch.mm(sets[i][0], sets[i][1])
     allow = None
     if device.type == "cuda":
         allow = torch.backends.cuda.matmul.allow_tf32
@@ -97,17 +124,17 @@ def time_gemm(g: Gemm, device: torch.device, reps: int) -> float:
             torch.backends.cuda.matmul.allow_tf32 = allow
 
 
-def measure(gemms: list[Gemm], device: torch.device, sizes: Sizes, entries: OpCostEntries, add, side: str = "device"
-            ) -> dict[Gemm, float]:
-    """Time each distinct GEMM once, write ``entries.gemm_TFLOPs`` and a sample per GEMM; returns the times.
-    ``add``: the calibration's sample recorder."""
+def measure(gemms: list[Gemm], device: torch.device, sizes: Sizes, entries: OpCostEntries, add, pool: ColdPool,
+            side: str = "device") -> dict[Gemm, float]:
+    """Time each distinct GEMM (op, shape, layout) once, cold, write ``entries.gemm_TFLOPs`` and a sample per
+    GEMM; returns the times. ``add``: the calibration's sample recorder."""
     f = entries.fixed_us["gemm"].value * 1e-6
     times: dict[Gemm, float] = {}
     distinct: dict[tuple, Gemm] = {}
     for g in gemms:
-        distinct.setdefault((g.op, g.batch, g.m, g.k, g.n, g.dtype), g)
+        distinct.setdefault((g.op, g.batch, g.m, g.k, g.n, g.dtype, g.layout), g)
     for g in distinct.values():
-        times[g] = time_gemm(g, device, sizes.reps)
+        times[g] = time_gemm(g, device, sizes.reps, pool)
     by_key: dict[tuple[str, str], list[Gemm]] = {}
     for g in distinct.values():
         by_key.setdefault((g.dtype, g.key), []).append(g)
@@ -117,15 +144,15 @@ def measure(gemms: list[Gemm], device: torch.device, sizes: Sizes, entries: OpCo
         clamped = var <= 0
         var = var if not clamped else 0.01 * sum(times[g] for g in gs)
         flops = sum(g.flops for g in gs)
-        parts = "; ".join(f"{g.op.split('.')[1]} {g.batch}x{g.m}x{g.k}x{g.n} ({g.source}) {times[g] * 1e3:.4g} ms"
-                          for g in gs)
+        parts = "; ".join(f"{g.label} ({g.source}) {times[g] * 1e3:.4g} ms" for g in gs)
+        set_bytes = max(ColdPool.set_bytes(operands(g)) for g in gs)
         how = (f"{dtype} {parts}, inverted: 2 b m k n / (T - fixed gemm)"
                + (" summed over the GEMMs of this key" if len(gs) > 1 else "")
-               + (" (faster than the fixed cost: rate clamped)" if clamped else ""))
+               + (" (faster than the fixed cost: rate clamped)" if clamped else "") + f"; {pool.note(set_bytes)}")
         entries.gemm_TFLOPs.setdefault(dtype, {})[key] = Entry(flops / var / 1e12, how)
         for g in gs:
-            add(Sample("gemm", {"dtype": dtype, "batch": g.batch, "m": g.m, "k": g.k, "n": g.n}, times[g],
-                       f"{g.op} {g.batch}x{g.m}x{g.k}x{g.n} {dtype} ({g.source})", side,
+            add(Sample("gemm", {"dtype": dtype, "batch": g.batch, "m": g.m, "k": g.k, "n": g.n, "layout": g.layout},
+                       times[g], f"{g.op} {g.batch}x{g.m}x{g.k}x{g.n} {g.layout} {dtype} ({g.source})", side,
                        defines=(f"gemm_TFLOPs.{dtype}.{key}",), exact=exact and len(gs) == 1))
     return times
 

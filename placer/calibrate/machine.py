@@ -23,6 +23,7 @@ import torch
 
 from placer.calibrate import dense, gemm
 from placer.calibrate.benches import OpBench
+from placer.calibrate.cold import ColdPool
 from placer.calibrate.record import Calibration, Entry, Measurement, OpCostEntries
 from placer.calibrate.timing import bench, bench_tiny, cores, device_name, meminfo, sizes_for
 from placer.runner.hostmem import keep_freed_memory
@@ -41,7 +42,8 @@ def calibrate(device: torch.device, quick: bool = False, progress=None, workload
                       date=_dt.date.today().isoformat(), quick=quick, threads=torch.get_num_threads(),
                       workloads=[w.name for w in workloads])
     cpu = torch.device("cpu")
-    dev = OpBench(cal, device, s, cal.device_costs, "device", say)
+    pool = ColdPool(device, s.pool_cap_bytes)
+    dev = OpBench(cal, device, s, cal.device_costs, "device", say, pool)
     dev.run_all()
     if cal.unified:
         dev.unified_host_gathers()
@@ -55,7 +57,8 @@ def calibrate(device: torch.device, quick: bool = False, progress=None, workload
             cal.notes.append(f"host_gather_GBps not measured ({type(exc).__name__}: {exc}): the datasheet default "
                              "(link bw x efficiency x host_read_efficiency) applies")
         cal.host_costs = OpCostEntries()
-        host = OpBench(cal, cpu, sizes_for(cpu, quick), cal.host_costs, "host", say)
+        host_pool = ColdPool(cpu, sizes_for(cpu, quick).pool_cap_bytes)
+        host = OpBench(cal, cpu, sizes_for(cpu, quick), cal.host_costs, "host", say, host_pool)
         host.run_all()
         host.unified_host_gathers()
         for table in cal.host_costs.host_gather_GBps.values():
@@ -68,11 +71,15 @@ def calibrate(device: torch.device, quick: bool = False, progress=None, workload
     for wl in workloads:
         samples = max(1, round(wl.batch_size / gpus))
         shapes += gemm.workload_gemms(wl, samples, device.type)
-    times = gemm.measure(shapes, device, s, cal.device_costs, cal.add)
-    _peaks(cal, device, s, times, dtypes)
+    times = gemm.measure(shapes, device, s, cal.device_costs, cal.add, pool)
+    _peaks(cal, device, s, times, dtypes, pool)
     if not cal.unified:
         gemm.measure(gemm.grid(sizes_for(cpu, quick), ("fp32",)), cpu, sizes_for(cpu, quick), cal.host_costs,
-                     cal.add, side="host")
+                     cal.add, host_pool, side="host")
+        cal.notes.append("host: " + host_pool.describe())
+        host_pool.release()
+    cal.notes.append(pool.describe())
+    pool.release()
     say("links and memory")
     _legacy(cal, device, s)
     say("synthetic dense steps")
@@ -85,14 +92,14 @@ def calibrate(device: torch.device, quick: bool = False, progress=None, workload
     return cal
 
 
-def _peaks(cal: Calibration, device: torch.device, s, times: dict, dtypes) -> None:
+def _peaks(cal: Calibration, device: torch.device, s, times: dict, dtypes, pool: ColdPool) -> None:
     """``peak_TFLOPs`` per dtype (the best rate measured, a large square GEMM included: a measured best, not a
     datasheet peak) and ``compute_efficiency`` (geometric mean of the fp32 grid's rates over that best)."""
     for dtype in dtypes:
         n = s.big_gemm
         big = gemm.Gemm("aten.mm.default", 1, n, n, n, dtype, "peak")
         rates = [g.flops / t for g, t in times.items() if g.dtype == dtype]
-        rates.append(big.flops / gemm.time_gemm(big, device, 3))
+        rates.append(big.flops / gemm.time_gemm(big, device, 3, pool))
         cal.peaks[dtype] = Measurement(max(rates) / 1e12, f"best rate measured over {len(rates)} GEMMs ({n}^3 "
                                                           "included): a measured best, not a datasheet peak")
     grid = [g.flops / t for g, t in times.items() if g.dtype == "fp32" and g.source == "grid"]
@@ -130,8 +137,10 @@ def _median_rate(tables: dict[str, dict[int, Entry]]) -> float:
 def _legacy(cal: Calibration, device: torch.device, s) -> None:
     """The schema's scalar fields, from the measurements above (and the link and memory facts)."""
     d = cal.device_costs
-    stream = d.stream_GBps.value
-    cal.set("hbm_bw_GBps", stream, "= op_costs.stream_GBps (pack_grad, bytes read + written)")
+    top = max(d.stream_GBps)
+    stream = d.stream_GBps[top].value
+    cal.set("hbm_bw_GBps", stream, f"= op_costs.stream_GBps at its largest size, {top // MiB} MiB touched (pack_grad, "
+                                   "bytes read + written, cold)")
     gather = _median_rate(d.gather_GBps)
     eff = gather / stream
     cal.set("hbm_gather_efficiency", min(1.0, eff), f"median of op_costs.gather_GBps over the fp32 rows "
@@ -163,7 +172,9 @@ def _legacy(cal: Calibration, device: torch.device, s) -> None:
         cal.set("hbm_reserve_GiB", (total - free) / GiB + 2.0, "in use at start (context) + 2 GiB workspace")
         cal.set("dram_GiB", mem_total / GiB, "MemTotal")
         h = cal.host_costs
-        cal.set("dram_bw_GBps", h.stream_GBps.value, "= host op_costs.stream_GBps (CPU pack_grad, read + write)")
+        htop = max(h.stream_GBps)
+        cal.set("dram_bw_GBps", h.stream_GBps[htop].value, f"= host op_costs.stream_GBps at its largest size, "
+                                                           f"{htop // MiB} MiB touched (CPU pack_grad, read + write)")
         cal.set("cpu_gather_GBps", _median_rate(h.gather_GBps),
                 "median of the host's op_costs.gather_GBps over the fp32 rows")
         rates = [e.value for e in h.gemm_TFLOPs.get("fp32", {}).values()]
@@ -174,7 +185,7 @@ def _legacy(cal: Calibration, device: torch.device, s) -> None:
         cal.set("hbm_reserve_GiB", 1.0, "chosen: Python, torch and the batch pool of one rank (on a unified node "
                                         "added to the host's reserve per rank)")
         cal.set("dram_GiB", mem_total / GiB, "MemTotal: one RAM for device and host rows (unified memory)")
-        cal.set("dram_bw_GBps", stream, "= op_costs.stream_GBps: the same RAM")
+        cal.set("dram_bw_GBps", stream, "= hbm_bw_GBps (op_costs.stream_GBps at its largest size): the same RAM")
         cal.set("cpu_gather_GBps", gather, "= the median of op_costs.gather_GBps over the fp32 rows: the same cores")
         cal.set("cpu_peak_TFLOPs", cal.peaks["fp32"].value, "= peak_TFLOPs.fp32: the same cores")
     cal.set("dram_reserve_GiB", max(2.0, 0.1 * cal.v("dram_GiB")), "chosen: 10% of the host DRAM, at least 2 GiB")

@@ -49,13 +49,15 @@ class Sample:
 @dataclass
 class OpCostEntries:
     """The ``op_costs`` of one device being built, field by field (see OpCostSpec for units and keys): row
-    tables are keyed by storage dtype ("fp32", "fp16") then row bytes; ``update_GBps`` by optimizer first."""
+    tables are keyed by storage dtype ("fp32", "fp16") then row bytes; ``update_GBps`` by optimizer first;
+    ``stream_GBps`` by the bytes an op touches; ``gemm_TFLOPs`` by dense dtype, then "MxKxN" or "MxKxN:tn"
+    (operand layout, nn unsuffixed)."""
 
     fixed_us: dict[str, Entry] = field(default_factory=dict)
     gather_GBps: dict[str, dict[int, Entry]] = field(default_factory=dict)
     gather_cached_GBps: dict[str, dict[int, Entry]] = field(default_factory=dict)
     host_gather_GBps: dict[str, dict[int, Entry]] = field(default_factory=dict)
-    stream_GBps: Entry | None = None
+    stream_GBps: dict[int, Entry] = field(default_factory=dict)
     sort_ns_per_id: Entry | None = None
     segment_reduce_GBps: dict[int, Entry] = field(default_factory=dict)
     update_GBps: dict[str, dict[str, dict[int, Entry]]] = field(default_factory=dict)
@@ -68,7 +70,7 @@ class OpCostEntries:
             fixed_us={k: e.value for k, e in self.fixed_us.items()},
             gather_GBps=by_dtype(self.gather_GBps), gather_cached_GBps=by_dtype(self.gather_cached_GBps),
             host_gather_GBps=by_dtype(self.host_gather_GBps),
-            stream_GBps=self.stream_GBps.value if self.stream_GBps else None,
+            stream_GBps=vals(self.stream_GBps),
             sort_ns_per_id=self.sort_ns_per_id.value if self.sort_ns_per_id else None,
             segment_reduce_GBps=vals(self.segment_reduce_GBps),
             update_GBps={o: by_dtype(t) for o, t in self.update_GBps.items() if t} or None,
@@ -164,7 +166,8 @@ def price(s: Sample, costs) -> float:
         return costs.fixed("elementwise") + costs.stream_s(
             z["rows"] * (2 * z["row_bytes"] + 2 * z["state_bytes"] + z["grad_row_bytes"]))
     if s.kind == "gemm":
-        return costs.fixed("gemm") + costs.gemm_s(z["dtype"], z["m"], z["k"], z["n"], z["batch"])
+        return costs.fixed("gemm") + costs.gemm_s(z["dtype"], z["m"], z["k"], z["n"], z["batch"],
+                                                  z.get("layout", "nn"))
     if s.kind == "dense_step":  # build.py's _dense_ops, summed: every traced op its kind's cost + dense_op
         return dense_base_s(z, costs) + z["ops"] * costs.fixed("dense_op")
     raise ValueError(f"unknown sample kind {s.kind!r}")
@@ -172,8 +175,9 @@ def price(s: Sample, costs) -> float:
 
 def dense_base_s(z: dict, costs) -> float:
     """Seconds of a traced dense step (sizes ``z`` as dense.py's ``step_sizes`` writes them) WITHOUT
-    ``dense_op``: each GEMM fixed(gemm) + its FLOPs at the rate of its shape, each view fixed(view), each
-    other op fixed(elementwise) + its bytes / stream, as placer/program/build.py's ``_dense_ops``."""
-    gemms = sum(costs.fixed("gemm") + costs.gemm_s(z["dtype"], m, k, n, b) for b, m, k, n in z["gemms"])
-    return (gemms + z["views"] * costs.fixed("view") + z["elementwise"] * costs.fixed("elementwise")
-            + costs.stream_s(z["elementwise_bytes"]))
+    ``dense_op``: each GEMM fixed(gemm) + its FLOPs at the rate of its shape and operand layout, each view
+    fixed(view), each other op fixed(elementwise) + its bytes at the stream rate for that many bytes
+    (``elementwise_bytes``: [bytes, ops of that size] pairs), as placer/program/build.py's ``_dense_ops``."""
+    gemms = sum(costs.fixed("gemm") + costs.gemm_s(z["dtype"], m, k, n, b, layout) for b, m, k, n, layout in z["gemms"])
+    streams = sum(count * costs.stream_s(nbytes) for nbytes, count in z["elementwise_bytes"])
+    return gemms + z["views"] * costs.fixed("view") + z["elementwise"] * costs.fixed("elementwise") + streams

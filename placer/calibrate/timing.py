@@ -18,6 +18,11 @@ import torch
 from placer.units import MiB
 
 CHECK_WIDTHS = (12, 96)  # columns between the table's widths, timed as checks of the log2 interpolation
+KiB = 1024
+#: bytes read + written by the copies that define stream_GBps: 64 KiB .. 512 MiB, log-spaced (8 points)
+STREAM_FULL = (64 * KiB, 256 * KiB, MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 512 * MiB)
+STREAM_QUICK = (64 * KiB, MiB, 16 * MiB)
+STREAM_CHECKS = (512 * KiB, 8 * MiB, 128 * MiB)  # between the points above: checks of the interpolation
 
 
 def sync(device: torch.device) -> None:
@@ -72,6 +77,9 @@ class Sizes:
     reads (ids = gather_bytes / row bytes, clamped to [min_ids, max_ids]); ``widths``: columns of the rows
     that define the row tables, of each storage dtype (4..256: fp32 16..1024 B, fp16 8..512 B);
     ``check_widths``: columns timed as checks between those (both dtypes; priced by interpolation);
+    ``stream_touched``: bytes read + written by the pack_grad copies that define the ``stream_GBps`` table
+    (log-spaced), ``stream_check_touched``: sizes between them timed as checks of its interpolation;
+    ``pool_cap_bytes``: the most memory the cold-operand pool may take (cold.py);
     ``dense_samples``: the two batch sizes (samples per device) of the synthetic dense steps that set
     ``fixed_us.dense_op`` (calibrate/dense.py), each timed as the median of ``dense_reps`` steps."""
 
@@ -85,8 +93,9 @@ class Sizes:
     sort_ids: int
     sort_check_ids: tuple[int, ...]
     update_rows: int
-    stream_bytes: int
-    stream_check_bytes: tuple[int, ...]
+    stream_touched: tuple[int, ...]
+    stream_check_touched: tuple[int, ...]
+    pool_cap_bytes: int
     reps: int
     tiny_batches: int
     gemm_batch_rows: tuple[int, ...]
@@ -103,7 +112,8 @@ def sizes_for(device: torch.device, quick: bool) -> Sizes:
                      gather_bytes=(16 if quick else 64) * MiB, min_ids=2**16, max_ids=2**22,
                      widths=(4, 16, 64, 256) if quick else widths_full, check_widths=() if quick else CHECK_WIDTHS,
                      sort_ids=2**20, sort_check_ids=() if quick else (2**16, 2**23), update_rows=2**20,
-                     stream_bytes=256 * MiB, stream_check_bytes=() if quick else (4 * MiB, 1024 * MiB),
+                     stream_touched=STREAM_QUICK if quick else STREAM_FULL,
+                     stream_check_touched=() if quick else STREAM_CHECKS, pool_cap_bytes=(512 if quick else 2048) * MiB,
                      reps=5 if quick else 15, tiny_batches=20 if quick else 100,
                      gemm_batch_rows=(2048,) if quick else (512, 4096, 32768), gemm_layers=4 if quick else 8,
                      big_gemm=4096 if quick else 8192, dense_samples=(2048, 16384), dense_reps=10 if quick else 30)
@@ -112,7 +122,8 @@ def sizes_for(device: torch.device, quick: bool) -> Sizes:
                  max_ids=2**16 if quick else 2**20, widths=(4, 16, 64, 256) if quick else widths_full,
                  check_widths=() if quick else CHECK_WIDTHS, sort_ids=2**15 if quick else 2**16,
                  sort_check_ids=() if quick else (2**12, 2**14, 2**18, 2**21), update_rows=2**12 if quick else 2**16,
-                 stream_bytes=4 * MiB, stream_check_bytes=() if quick else (MiB // 4, 32 * MiB, 256 * MiB),
+                 stream_touched=STREAM_QUICK if quick else STREAM_FULL,
+                 stream_check_touched=() if quick else STREAM_CHECKS, pool_cap_bytes=(256 if quick else 2048) * MiB,
                  reps=3 if quick else 9, tiny_batches=30 if quick else 50,
                  gemm_batch_rows=(256,) if quick else (256, 2048), gemm_layers=3 if quick else 8,
                  big_gemm=512 if quick else 1536, dense_samples=(128, 1024), dense_reps=10 if quick else 30)

@@ -112,7 +112,9 @@ def _op_cost_items(e: OpCostEntries, src: str, checks: dict[str, list[str]]) -> 
         if getattr(e, name):
             items.append(Item(name, children=rows(name, getattr(e, name))))
     if e.stream_GBps:
-        items.append(Item("stream_GBps", e.stream_GBps.value, c("stream_GBps", e.stream_GBps.how)))
+        t = e.stream_GBps
+        items.append(Item("stream_GBps", comment=f"{src}: bytes an op touches (read + written) -> GB/s", children=[
+            Item(int(b), t[b].value, c(f"stream_GBps.{b}", t[b].how)) for b in sorted(t)]))
     if e.sort_ns_per_id:
         items.append(Item("sort_ns_per_id", e.sort_ns_per_id.value, c("sort_ns_per_id", e.sort_ns_per_id.how)))
     if e.segment_reduce_GBps:
@@ -124,7 +126,8 @@ def _op_cost_items(e: OpCostEntries, src: str, checks: dict[str, list[str]]) -> 
                                                    for o in OPTIMIZERS if (t := e.update_GBps.get(o))]))
     if e.gemm_TFLOPs:
         def order(k: str):
-            return tuple(int(x) for x in k.split("x"))
+            dims, _, layout = k.partition(":")
+            return (*(int(x) for x in dims.split("x")), layout)
         items.append(Item("gemm_TFLOPs", children=[
             Item(d, children=[Item(k, t[k].value, c(f"gemm_TFLOPs.{d}.{k}", t[k].how)) for k in sorted(t, key=order)])
             for d, t in e.gemm_TFLOPs.items()]))
@@ -191,8 +194,11 @@ def to_yaml(cal: Calibration, name: str | None = None, gpus: int = 1) -> str:
              "# each number inverted from the formula placer/program/opcosts.py prices that op with, so pricing the",
              "# timed op gives its measured time back; row tables are keyed by storage dtype, then row bytes: fp32",
              "# and fp16 rows each define their own dtype's entries, rows of other widths are checks in the comments",
-             "# (measured / priced). fixed_us.dense_op: least squares over synthetic dense models' real steps (not",
-             "# the shipped workloads) of what each traced op costs beyond its bare price."]
+             "# (measured / priced). stream_GBps: bytes an op touches -> GB/s (pack_grad at each size); gemm_TFLOPs:",
+             "# dtype -> 'MxKxN' (nn) or 'MxKxN:nt|tn|tt' (t: that operand is a transposed view, as the backward's",
+             "# are). GEMMs, copies and the other streaming ops run on cold operands (see the note below).",
+             "# fixed_us.dense_op: least squares over synthetic dense models' real steps (not the shipped",
+             "# workloads) of what each traced op costs beyond its bare price."]
     if cal.unified:
         lines += ["# CPU run (unified memory): the 'GPU' is the CPU training process (placer run --device cpu); its",
                   "# memory, the host's and the 'link' are one RAM (host.dram_GiB), and host-table work runs on the",
