@@ -367,21 +367,25 @@ class ProgramBuilder:
 
     def _dense_ops(self, stream: str, gpu: str, costs) -> list[Op]:
         """The traced dense step, priced: each op its kind's cost plus ``dense_op`` (what an op costs beyond
-        that under autograd and module calls)."""
+        that under autograd and module calls), at the warm rates when the step's memory fits the caches
+        (OpCosts.warm), else cold."""
         dtype = self.wl.dense.dtype
         extra = costs.fixed("dense_op")
+        dense = self.dense_trace(gpu)
+        warm = costs.warm(dense.memory_bytes(self.optimizer))  # the step's operands stay in the caches
         ops = []
-        for op in self.dense_trace(gpu).ops:
+        for op in dense.ops:
             if op.kind == "gemm":
                 batch, m, k, n = op.shape
-                seconds = extra + costs.fixed("gemm") + costs.gemm_s(dtype, m, k, n, batch, op.layout)
+                seconds = extra + costs.fixed("gemm") + costs.gemm_s(dtype, m, k, n, batch, op.layout, warm)
                 ops.append(Op("gemm", DENSE, stream, seconds, sizes={"shape": op.shape, "layout": op.layout,
                                                                       "aten": op.name}))
             elif op.kind == "view":
                 ops.append(Op("elementwise", DENSE, stream, extra + costs.fixed("view"), sizes={"aten": op.name}))
             else:
-                seconds = extra + costs.fixed("elementwise") + costs.stream_s(op.bytes)
-                ops.append(Op("elementwise", DENSE, stream, seconds, sizes={"bytes": op.bytes, "aten": op.name}))
+                seconds = extra + costs.fixed("elementwise") + costs.stream_s(op.bytes, warm)
+                ops.append(Op("elementwise", DENSE, stream, seconds, sizes={"bytes": op.bytes, "aten": op.name,
+                                                                            "warm": warm}))
         return ops
 
     # ---- memory --------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ GPU (a template's ``gpus``), with L = kernel_launch_us, H = hbm_bw_GBps, e = hbm
 - segment reduce = H x e / 2 (pooled gradient rows gathered per lookup, then read again to sum)
 - update = H x e / 2 for every optimizer (each distinct row and its state read and written back)
 - gemm = peak_TFLOPs[dtype] x compute_efficiency, every shape
+- no cache model: warm rates are the cold ones (cache_MiB 0: every dense step priced cold)
 
 Host CPU (a template's ``host``), with G = cpu_gather_GBps, D = dram_bw_GBps:
 - fixed cost of a kind = HOST_OP_US x KERNELS[kind] (HOST_OP_US: dispatch of one eager PyTorch CPU op);
@@ -117,11 +118,14 @@ class OpCosts:
     gather: dict[str, RateTable]  # storage dtype -> row bytes -> bytes/s, rows read from this device's memory
     gather_cached: dict[str, RateTable]  # storage dtype -> row bytes -> bytes/s, rows read again within the step
     host_gather: dict[str, RateTable]  # storage dtype -> row bytes -> bytes/s, host rows read by this device
-    stream: RateTable  # bytes an op touches -> bytes read + written per second
+    stream: RateTable  # bytes an op touches -> bytes read + written per second, operands cold
+    stream_warm: RateTable  # the same with operands in the caches
     sort_s_per_id: float
     segment_reduce: RateTable  # gradient row bytes -> bytes/s of per-lookup gradient rows
     update: dict[str, dict[str, RateTable]]  # optimizer -> storage dtype -> (weights + state) row bytes -> bytes/s
-    gemm: dict[str, GemmTable]  # dense dtype -> rates by shape
+    gemm: dict[str, GemmTable]  # dense dtype -> rates by shape, operands cold
+    gemm_warm: dict[str, GemmTable]  # the same with operands in the caches
+    cache_bytes: float  # a dense step whose memory fits this runs warm (0: never)
     calibrated: set[str] = field(default_factory=set)  # fields measured (the rest are datasheet defaults)
 
     # ---- op prices: variable seconds (work / rate); the fixed part is fixed(kind) --------------------------
@@ -155,13 +159,20 @@ class OpCosts:
             rate = min(rate, self.host_gather[dtype](row_bytes) / 2)
         return rows * row_bytes / rate
 
-    def stream_s(self, touched_bytes: float) -> float:
-        """Seconds to read + write ``touched_bytes`` at the rate of an op that size (caches: small ops faster)."""
-        return touched_bytes / self.stream(touched_bytes) if touched_bytes > 0 else 0.0
+    def stream_s(self, touched_bytes: float, warm: bool = False) -> float:
+        """Seconds to read + write ``touched_bytes`` at the rate of an op that size, its operands cold (or warm)."""
+        if touched_bytes <= 0:
+            return 0.0
+        return touched_bytes / (self.stream_warm if warm else self.stream)(touched_bytes)
 
-    def gemm_s(self, dtype: str, m: float, k: float, n: float, batch: float = 1.0, layout: str = "nn") -> float:
-        table = self.gemm[dtype]
+    def gemm_s(self, dtype: str, m: float, k: float, n: float, batch: float = 1.0, layout: str = "nn",
+               warm: bool = False) -> float:
+        table = (self.gemm_warm if warm else self.gemm)[dtype]
         return 2.0 * batch * m * k * n / table.rate(batch * m, k, n, layout)
+
+    def warm(self, footprint_bytes: float) -> bool:
+        """Whether a dense step of this memory footprint finds its operands in the caches."""
+        return footprint_bytes <= self.cache_bytes
 
 
 # ---- construction from a spec -------------------------------------------------------------------------------
@@ -188,9 +199,10 @@ def peak_for(peaks: dict[str, float], dtype: str) -> float:
     return min(peaks.values())
 
 
-def _gemm_tables(spec: OpCostSpec | None, peaks: dict[str, float], efficiency: float) -> dict[str, GemmTable]:
+def _gemm_tables(spec: OpCostSpec | None, peaks: dict[str, float], efficiency: float, warm: bool = False
+                 ) -> dict[str, GemmTable]:
     out = {}
-    measured = (spec.gemm_TFLOPs or {}) if spec else {}
+    measured = ((spec.gemm_warm_TFLOPs or spec.gemm_TFLOPs if warm else spec.gemm_TFLOPs) or {}) if spec else {}
     for dtype in ("fp32", "tf32", "bf16", "fp16"):
         peak = peak_for(peaks, dtype)
         shapes = {gemm_key(s): v * 1e12 for s, v in measured.get(dtype, {}).items()}
@@ -199,21 +211,25 @@ def _gemm_tables(spec: OpCostSpec | None, peaks: dict[str, float], efficiency: f
 
 
 def _build(spec: OpCostSpec | None, *, fixed_default, gather: float, host_gather: float, stream: float,
-           sort_s: float, reduce: float, update: float, gemm: dict[str, GemmTable]) -> OpCosts:
+           sort_s: float, reduce: float, update: float, gemm: tuple[dict[str, GemmTable], dict[str, GemmTable]]
+           ) -> OpCosts:
     s = spec or OpCostSpec()
     fixed = {k: us_to_s(s.fixed_us[k]) if k in s.fixed_us else fixed_default(k) for k in FIXED_COST_KINDS}
     upd = {o: _by_dtype((s.update_GBps or {}).get(o), update) for o in OPTIMIZERS}
     calibrated = {name for name in OpCostSpec.model_fields if getattr(s, name)}
+    cold = (_table(s.stream_GBps, stream) if isinstance(s.stream_GBps, dict) else
+            RateTable.flat(s.stream_GBps * GB if s.stream_GBps else stream))
     return OpCosts(
         fixed_s=fixed,
         gather=_by_dtype(s.gather_GBps, gather),
         gather_cached=_by_dtype(s.gather_cached_GBps or s.gather_GBps, gather),
         host_gather=_by_dtype(s.host_gather_GBps, host_gather),
-        stream=(_table(s.stream_GBps, stream) if isinstance(s.stream_GBps, dict) else
-                RateTable.flat(s.stream_GBps * GB if s.stream_GBps else stream)),
+        stream=cold,
+        stream_warm=_table(s.stream_warm_GBps, 0.0) if s.stream_warm_GBps else cold,
+        cache_bytes=s.cache_MiB * 2**20 if s.cache_MiB else 0.0,
         sort_s_per_id=s.sort_ns_per_id * 1e-9 if s.sort_ns_per_id is not None else sort_s,
         segment_reduce=_table(s.segment_reduce_GBps, reduce),
-        update=upd, gemm=gemm, calibrated=calibrated)
+        update=upd, gemm=gemm[0], gemm_warm=gemm[1], calibrated=calibrated)
 
 
 def gpu_op_costs(g: GpuSpec, host_link_Bps: float, dense_dtypes=()) -> OpCosts:
@@ -225,7 +241,8 @@ def gpu_op_costs(g: GpuSpec, host_link_Bps: float, dense_dtypes=()) -> OpCosts:
     return _build(g.op_costs, fixed_default=lambda k: launch * KERNELS[k], gather=gather,
                   host_gather=host_link_Bps * g.host_read_efficiency, stream=hbm,
                   sort_s=GPU_SORT_BYTES_PER_ID / hbm, reduce=gather / 2, update=gather / 2,
-                  gemm=_gemm_tables(g.op_costs, dict(g.peak_TFLOPs), g.compute_efficiency))
+                  gemm=(_gemm_tables(g.op_costs, dict(g.peak_TFLOPs), g.compute_efficiency),
+                        _gemm_tables(g.op_costs, dict(g.peak_TFLOPs), g.compute_efficiency, warm=True)))
 
 
 def host_op_costs(h: HostSpec) -> OpCosts:
@@ -233,4 +250,5 @@ def host_op_costs(h: HostSpec) -> OpCosts:
     g = h.cpu_gather_GBps * GB
     return _build(h.op_costs, fixed_default=lambda k: us_to_s(HOST_OP_US) * KERNELS[k], gather=g, host_gather=g,
                   stream=h.dram_bw_GBps * GB, sort_s=HOST_SORT_NS * 1e-9, reduce=g / 2, update=g / 2,
-                  gemm=_gemm_tables(h.op_costs, {"fp32": h.cpu_peak_TFLOPs}, 1.0))
+                  gemm=(_gemm_tables(h.op_costs, {"fp32": h.cpu_peak_TFLOPs}, 1.0),
+                        _gemm_tables(h.op_costs, {"fp32": h.cpu_peak_TFLOPs}, 1.0, warm=True)))

@@ -53,6 +53,13 @@ class OpCostSpec(StrictModel):
     stream_GBps: Rate | dict[PositiveInt, Rate] | None = Field(
         default=None, description="streaming rate of copies and elementwise ops, bytes read + written per second, "
                                   "GB/s: one rate, or bytes an op touches -> GB/s (small ops run in the caches)")
+    stream_warm_GBps: dict[PositiveInt, Rate] | None = Field(
+        default=None, description="bytes an op touches -> GB/s when its operands are in the caches (the dense step "
+                                  "of a model whose footprint fits cache_MiB)")
+    cache_MiB: Rate | None = Field(
+        default=None, description="a dense step whose memory (weights, gradients, optimizer state, activations) is "
+                                  "at most this finds its operands warm: where a repeated copy's rate falls to "
+                                  "half, MiB")
     sort_ns_per_id: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = Field(
         default=None, description="sorting a step's row ids with their positions and finding the runs, ns per id")
     segment_reduce_GBps: dict[PositiveInt, Rate] | None = Field(
@@ -61,11 +68,13 @@ class OpCostSpec(StrictModel):
     update_GBps: dict[Literal[OPTIMIZERS], RowRates] | None = Field(
         default=None, description="optimizer -> storage dtype -> row bytes (weights + fp32 state) -> GB/s of "
                                   "distinct rows read, updated and written back")
+    gemm_warm_TFLOPs: dict[Literal["fp32", "tf32", "bf16", "fp16"], dict[str, Rate]] | None = Field(
+        default=None, description="as gemm_TFLOPs, with operands in the caches (a dense step within cache_MiB)")
     gemm_TFLOPs: dict[Literal["fp32", "tf32", "bf16", "fp16"], dict[str, Rate]] | None = Field(
         default=None, description="dense dtype -> 'MxKxN' or 'MxKxN:tn' (operand layout) -> TFLOP/s measured at "
                                   "that GEMM shape")
 
-    @field_validator("gemm_TFLOPs")
+    @field_validator("gemm_TFLOPs", "gemm_warm_TFLOPs")
     @classmethod
     def _shapes(cls, v):
         for dtype, table in (v or {}).items():
