@@ -7,6 +7,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
+
+@pytest.fixture
+def one_torch_thread():
+    """One torch thread: fast and steady on a loaded 2-core CI machine (OpenMP spins badly when oversubscribed)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
 TWO_GPU_YAML = """
 schema_version: 1
 name: two-gpu

@@ -26,6 +26,7 @@ from placer.runner.worker import DistEnv
 from placer.specs import load_hardware, load_workload
 from placer.topology import Topology
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 ROOT = Path(__file__).resolve().parent.parent
 HW4 = ROOT / "hardware_specs" / "pcie-4gpu-workstation.yaml"
 DGX = ROOT / "hardware_specs" / "dgx-h100.yaml"
@@ -33,14 +34,6 @@ TINY = ROOT / "workloads" / "tiny.yaml"
 REFERENCE = ROOT / "tests" / "data" / "reference-losses-ab4ea90.json"
 CPU = torch.device("cpu")
 GPUS = [f"node0/gpu{i}" for i in range(4)]
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _shard(dev, rows, cols, hbm):

@@ -15,17 +15,10 @@ from placer.runner import Trainer
 from placer.specs import load_hardware, load_workload
 from placer.topology import Topology
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = json.loads((ROOT / "tests" / "data" / "reference-losses-ab4ea90.json").read_text())
 HW4 = ROOT / "hardware_specs" / "pcie-4gpu-workstation.yaml"
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize("case", REFERENCE["cases"], ids=lambda c: f"{c['optimizer']}-{len(c['plan']['placements'])}-"

@@ -21,20 +21,12 @@ from placer.specs import load_hardware, load_workload
 from placer.specs.workload import DenseSpec, OptimizerSpec
 from placer.topology import Topology
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 ROOT = Path(__file__).resolve().parent.parent
 HW1 = ROOT / "hardware_specs" / "h100-pcie-host.yaml"
 HW4 = ROOT / "hardware_specs" / "pcie-4gpu-workstation.yaml"
 TINY = ROOT / "workloads" / "tiny.yaml"
 CPU = torch.device("cpu")
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One torch thread: fast and steady on a loaded 2-core CI machine (OpenMP spins badly when oversubscribed)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

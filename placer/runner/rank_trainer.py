@@ -50,7 +50,7 @@ from placer.runner.hostmem import HostMemory
 from placer.runner.optim import SparseRowOptimizer
 from placer.runner.ranks import RankMap, one_replica_per_rank
 from placer.runner.timing import OpTimer, PhaseTimer, synchronize
-from placer.runner.trainer import (TableParts, backward_group, dense_autocast, each_group, feature_slots,
+from placer.runner.trainer import (GroupOwner, TableParts, backward_group, dense_autocast, each_group, feature_slots,
                                    split_sums)
 from placer.specs.workload import Workload
 from placer.topology import Topology
@@ -72,7 +72,7 @@ def allreduce_sum(tensors: list[torch.Tensor]) -> None:
         t.copy_(s)
 
 
-class RankTrainer:
+class RankTrainer(GroupOwner):
     """One rank's part of a plan (module docstring)."""
 
     def __init__(self, plan: Plan, workload: Workload, device: torch.device, topology: Topology, rmap: RankMap,
@@ -292,17 +292,3 @@ class RankTrainer:
     def replicas(self) -> int:
         return len(self.replica_grads)
 
-    def memory_bytes(self) -> dict[str, int]:
-        """Bytes of table rows and optimizer state on the device and in host memory."""
-        dev = host = 0
-        for g in self.groups.values():
-            m = g.memory_bytes()
-            dev += m["device"]
-            host += m["host"]
-        return {"device_tables": dev, "host_tables": host}
-
-    def close(self) -> None:
-        if self._worker is not None:
-            self._worker.shutdown(wait=True)
-            self._worker = None
-        self.host.close()

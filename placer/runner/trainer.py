@@ -144,7 +144,26 @@ def backward_group(g: FusedGroup, inp, timer: OpTimer, stream: str) -> None:
         timer.run("update", stream, lambda: g.update(runs, summed))
 
 
-class Trainer:
+class GroupOwner:
+    """What a trainer of fused groups shares (``groups``, ``host``, ``_worker``): their memory and shutdown."""
+
+    def memory_bytes(self) -> dict[str, int]:
+        """Bytes of table rows and optimizer state on the device and in host memory."""
+        dev = host = 0
+        for g in self.groups.values():
+            m = g.memory_bytes()
+            dev += m["device"]
+            host += m["host"]
+        return {"device_tables": dev, "host_tables": host}
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.shutdown(wait=True)
+            self._worker = None
+        self.host.close()
+
+
+class Trainer(GroupOwner):
     """The plan's step program built on one local device: groups, table assembly, dense model, batches."""
 
     def __init__(self, plan: Plan, workload: Workload, device: torch.device, topology: Topology, *, seed: int = 0,
@@ -338,20 +357,6 @@ class Trainer:
                     out[a + local, c0:c1] = rows[torch.from_numpy(slot[local.numpy()])]
         return out
 
-    def memory_bytes(self) -> dict[str, int]:
-        """Bytes of table rows and optimizer state on the device and in host memory."""
-        dev = host = 0
-        for g in self.groups.values():
-            m = g.memory_bytes()
-            dev += m["device"]
-            host += m["host"]
-        return {"device_tables": dev, "host_tables": host}
-
-    def close(self) -> None:
-        if self._worker is not None:
-            self._worker.shutdown(wait=True)
-            self._worker = None
-        self.host.close()
 
 
 def allreduce_local(replicas: list[FusedGroup]) -> None:
