@@ -13,7 +13,7 @@ T is a median measured time (seconds), f(kind) the fixed cost measured for that 
   (L - U) rb / gather_cached + out / stream(out), two equations solved for the two rates. (The cached
   lookup's larger bags keep its pooled output, priced at the cold stream rate, a small share of its time.)
 - host_gather[dtype](rb) = L rb / (T - f(lookup) - out / stream): a lookup of rows in host memory by the device.
-- sort_ns_per_id = (T - f(sort)) / ids.
+- sort_ns_per_id: (T - f(sort)) = ids x sort_ns_per_id, relative least squares over several id counts.
 - segment_reduce(grb) = L grb / (T - f(segment_reduce)), grb = gradient row bytes (fp32).
 - update[opt][dtype](rb) = rows rb / (T - f(update_opt)), rb = weight + optimizer state bytes of a row.
 
@@ -177,14 +177,15 @@ class OpBench:
 
     # ---- streaming copies -----------------------------------------------------------------------------------
 
-    def _pack(self, touched: int) -> tuple[float, int]:
+    def _pack(self, touched: int, warm: bool = False) -> tuple[float, int]:
         """(median seconds, bytes copied) of pack_grad of two 64-column fp32 parts, ``touched`` / 2 bytes in
-        all, each repeat on a fresh set of parts and output from the cold pool."""
+        all, each repeat on a fresh set of parts and output from the cold pool (``warm``: the same set every
+        repeat, as a small model's step meets its operands)."""
         c = 64
         rows = max(2, touched // 2 // (4 * c))
         f32 = torch.float32
-        sets = self.cold_sets([(f32, (rows // 2, c), False), (f32, (rows - rows // 2, c), False),
-                               (f32, (rows, c), False)])
+        operands = [(f32, (rows // 2, c), False), (f32, (rows - rows // 2, c), False), (f32, (rows, c), False)]
+        sets = self.pool.sets(operands, 1) * (self.s.reps + 1) if warm else self.cold_sets(operands)
         t = bench(lambda i: kernels.pack_grad(sets[i][:2], sets[i][2]), self.device, self.s.reps)
         return t, rows * c * 4
 
@@ -205,6 +206,55 @@ class OpBench:
             t, n = self._pack(touched)
             self.add("copy", {"bytes": n}, t, f"pack_grad of {_mib(n)} ({_mib(2 * n)} touched)",
                      about=f"stream_GBps.{self.stream_key(2 * n)}")
+        self.stream_warm()
+        self.strided_and_indexed()
+
+    def stream_warm(self) -> None:
+        """``stream_warm_GBps``: the same copies with one operand set reused by every repeat (the operands in
+        whichever cache holds that many bytes; at DRAM sizes as cold as the cold copies)."""
+        self.entries.stream_warm_GBps = {}
+        f = self.fixed_s("copy")
+        for touched in self.s.stream_touched:
+            t, n = self._pack(touched, warm=True)
+            var = t - f
+            exact = var > 0
+            var = var if exact else 0.5 * t
+            what = f"kernels.pack_grad of two 64-column fp32 parts, {_mib(n)} in all, the same buffers every repeat"
+            self.entries.stream_warm_GBps[2 * n] = Entry(2 * n / var / 1e9, f"{what} ({_ms(t)}), inverted: "
+                                                                             "2 x bytes / (T - fixed copy)")
+            self.add("copy_warm", {"bytes": n}, t, what, defines=(f"stream_warm_GBps.{2 * n}",), exact=exact)
+
+    def strided_and_indexed(self) -> None:
+        """``strided_GBps`` and ``indexed_GBps`` at the stream table's sizes up to 64 MiB, as the dense step
+        meets them (cold operands): a [N, 9, 32] tensor added to the transpose of a [N, 32, 9] one (the dot
+        interaction's gradient added to its transpose), and the strictly lower triangle of [N, 9, 9] taken by
+        two index tensors (its forward, ``Z[:, li, lj]``). Bytes moved as the trace counts them (every operand,
+        index tensors included, and the output); rate = moved / (T - fixed elementwise)."""
+        f32, f = torch.float32, self.fixed_s("elementwise")
+        li, lj = (t.to(self.device) for t in torch.tril_indices(9, 9, offset=-1))
+        self.entries.strided_GBps, self.entries.indexed_GBps = {}, {}
+        for touched in [b for b in self.s.stream_touched if b <= 64 * MiB]:
+            n = max(1, touched // (3 * 9 * 32 * 4))
+            sets = self.cold_sets([(f32, (n, 9, 32), False), (f32, (n, 9, 32), True)])
+            t = bench(lambda i: torch.add(sets[i][0], sets[i][1]), self.device, self.s.reps)
+            moved = 3 * n * 9 * 32 * 4
+            self._rate(self.entries.strided_GBps, "strided", moved, t, f,
+                       f"torch.add of a [{n}, 9, 32] fp32 tensor and the transpose of a [{n}, 32, 9] one")
+            n = max(1, touched // ((81 + 36) * 4))
+            sets = self.cold_sets([(f32, (n, 9, 9), False)])
+            t = bench(lambda i: sets[i][0][:, li, lj], self.device, self.s.reps)
+            moved = n * (81 + 36) * 4 + li.numel() * li.element_size() * 2
+            self._rate(self.entries.indexed_GBps, "indexed", moved, t, f,
+                       f"Z[:, li, lj] of a [{n}, 9, 9] fp32 Z, the 36 pairs of its strict lower triangle")
+
+    def _rate(self, table: dict, kind: str, moved: int, t: float, f: float, what: str) -> None:
+        """One point of a bytes-moved table: moved / (T - fixed elementwise), and its defining sample."""
+        var = t - f
+        exact = var > 0
+        var = var if exact else 0.5 * t
+        table[moved] = Entry(moved / var / 1e9, f"{what} ({_ms(t)}), cold operands, inverted: bytes moved / "
+                                                "(T - fixed elementwise)")
+        self.add(kind, {"bytes": moved}, t, what, defines=(f"{kind}_GBps.{moved}",), exact=exact)
 
     # ---- lookups --------------------------------------------------------------------------------------------
 
@@ -321,7 +371,9 @@ class OpBench:
     # ---- backward ops --------------------------------------------------------------------------------------
 
     def sort(self) -> None:
-        """``sort_ns_per_id`` from kernels.sort of ``sort_ids`` random ids; other counts are checks."""
+        """``sort_ns_per_id`` fitted over kernels.sort of each of ``sort_ids`` random id counts (a sort's cost
+        per id grows with the count: the fit minimizes the relative misses, sum ((T - f - n x) / T)^2, so no
+        count's price is off by far more than another's); ``sort_check_ids`` counts are checks."""
         span = 2**26
 
         def timed(n: int) -> float:
@@ -329,14 +381,19 @@ class OpBench:
             bags = torch.arange(n, device=self.device) // BAG
             return bench(lambda i: kernels.sort(sets[i % len(sets)], bags), self.device, self.s.reps)
 
-        n = self.s.sort_ids
-        t = timed(n)
-        var = t - self.fixed_s("sort")
-        exact = var > 0
-        var = var if exact else 0.5 * t
-        what = f"kernels.sort of {n} random ids of a {span}-row id space, bags of {BAG} ({_ms(t)})"
-        self.entries.sort_ns_per_id = Entry(var / n * 1e9, f"{what}, inverted: (T - fixed sort) / ids")
-        self.add("sort", {"ids": n}, t, what, defines=("sort_ns_per_id",), exact=exact)
+        f = self.fixed_s("sort")
+        times = {n: timed(n) for n in self.s.sort_ids}
+        num = sum((n / t) * ((t - f) / t) for n, t in times.items())
+        den = sum((n / t) ** 2 for n, t in times.items())
+        exact = num > 0
+        x = num / den if exact else 0.5 * min(t / n for n, t in times.items())
+        parts = ", ".join(f"{n} ids {_ms(t)}" for n, t in times.items())
+        what = f"kernels.sort of random ids of a {span}-row id space, bags of {BAG}: {parts}"
+        self.entries.sort_ns_per_id = Entry(x * 1e9, f"{what}; relative least squares of (T - fixed sort) = ids x "
+                                                     "sort_ns_per_id")
+        for n, t in times.items():
+            self.add("sort", {"ids": n}, t, f"kernels.sort of {n} random ids", defines=("sort_ns_per_id",),
+                     exact=False)
         for m in self.s.sort_check_ids:
             self.add("sort", {"ids": m}, timed(m), f"{m} ids", about="sort_ns_per_id")
 

@@ -90,11 +90,17 @@ def step_sizes(workload: Workload, samples: int, device_type: str) -> dict:
 
     from placer.program.dense import trace
 
-    ops = trace(workload, samples, device_type).ops
-    sizes = Counter(op.bytes for op in ops if op.kind == "elementwise")
+    traced = trace(workload, samples, device_type)
+    ops = traced.ops
+    def by_size(access: str) -> list[list[float]]:
+        sizes = Counter(op.bytes for op in ops if op.kind == "elementwise" and op.access == access)
+        return sorted([b, n] for b, n in sizes.items())
+
     return {"dtype": workload.dense.dtype, "gemms": [[*op.shape, op.layout] for op in ops if op.kind == "gemm"],
             "views": sum(op.kind == "view" for op in ops), "elementwise": sum(op.kind == "elementwise" for op in ops),
-            "elementwise_bytes": sorted([b, n] for b, n in sizes.items()), "ops": len(ops)}
+            "elementwise_bytes": by_size("stream"), "strided_bytes": by_size("strided"),
+            "indexed_bytes": by_size("indexed"), "ops": len(ops),
+            "memory_bytes": traced.memory_bytes(workload.optimizer.name)}
 
 
 @contextlib.contextmanager

@@ -101,10 +101,11 @@ def operands(g: Gemm) -> list[tuple[torch.dtype, tuple[int, ...], bool]]:
     return ab + ([(dt, (g.batch, g.m, g.n), False)] if g.op == "aten.baddbmm.default" else [])
 
 
-def time_gemm(g: Gemm, device: torch.device, reps: int, pool: ColdPool) -> float:
+def time_gemm(g: Gemm, device: torch.device, reps: int, pool: ColdPool, warm: bool = False) -> float:
     """Median seconds of the GEMM's ATen op on operands of its layout, a fresh set from the cold ``pool`` per
-    call (tf32 allowed for dtype tf32)."""
-    sets = pool.sets(operands(g), reps + 1)
+    call (``warm``: one set for every call, as a small model's step finds its operands in the caches; tf32
+    allowed for dtype tf32)."""
+    sets = pool.sets(operands(g), 1) * (reps + 1) if warm else pool.sets(operands(g), reps + 1)
     if g.op == "aten.addmm.default":
         fn = lambda i: torch.addmm(sets[i][2], sets[i][0], sets[i][1])
     elif g.op == "aten.baddbmm.default":
@@ -125,16 +126,19 @@ def time_gemm(g: Gemm, device: torch.device, reps: int, pool: ColdPool) -> float
 
 
 def measure(gemms: list[Gemm], device: torch.device, sizes: Sizes, entries: OpCostEntries, add, pool: ColdPool,
-            side: str = "device") -> dict[Gemm, float]:
+            side: str = "device", warm: bool = False) -> dict[Gemm, float]:
     """Time each distinct GEMM (op, shape, layout) once, cold, write ``entries.gemm_TFLOPs`` and a sample per
-    GEMM; returns the times. ``add``: the calibration's sample recorder."""
+    GEMM; returns the times. ``add``: the calibration's sample recorder. ``warm``: the same operands every
+    repeat, written to ``entries.gemm_warm_TFLOPs``."""
+    field_name = "gemm_warm_TFLOPs" if warm else "gemm_TFLOPs"
+    table = entries.gemm_warm_TFLOPs if warm else entries.gemm_TFLOPs
     f = entries.fixed_us["gemm"].value * 1e-6
     times: dict[Gemm, float] = {}
     distinct: dict[tuple, Gemm] = {}
     for g in gemms:
         distinct.setdefault((g.op, g.batch, g.m, g.k, g.n, g.dtype, g.layout), g)
     for g in distinct.values():
-        times[g] = time_gemm(g, device, sizes.reps, pool)
+        times[g] = time_gemm(g, device, sizes.reps, pool, warm)
     by_key: dict[tuple[str, str], list[Gemm]] = {}
     for g in distinct.values():
         by_key.setdefault((g.dtype, g.key), []).append(g)
@@ -148,11 +152,13 @@ def measure(gemms: list[Gemm], device: torch.device, sizes: Sizes, entries: OpCo
         set_bytes = max(ColdPool.set_bytes(operands(g)) for g in gs)
         how = (f"{dtype} {parts}, inverted: 2 b m k n / (T - fixed gemm)"
                + (" summed over the GEMMs of this key" if len(gs) > 1 else "")
-               + (" (faster than the fixed cost: rate clamped)" if clamped else "") + f"; {pool.note(set_bytes)}")
-        entries.gemm_TFLOPs.setdefault(dtype, {})[key] = Entry(flops / var / 1e12, how)
+               + (" (faster than the fixed cost: rate clamped)" if clamped else "")
+               + ("; the same operands every repeat (warm)" if warm else f"; {pool.note(set_bytes)}"))
+        table.setdefault(dtype, {})[key] = Entry(flops / var / 1e12, how)
         for g in gs:
-            add(Sample("gemm", {"dtype": dtype, "batch": g.batch, "m": g.m, "k": g.k, "n": g.n, "layout": g.layout},
-                       times[g], f"{g.op} {g.batch}x{g.m}x{g.k}x{g.n} {g.layout} {dtype} ({g.source})", side,
-                       defines=(f"gemm_TFLOPs.{dtype}.{key}",), exact=exact and len(gs) == 1))
+            z = {"dtype": dtype, "batch": g.batch, "m": g.m, "k": g.k, "n": g.n, "layout": g.layout}
+            add(Sample("gemm", {**z, "warm": True} if warm else z, times[g],
+                       f"{g.op} {g.batch}x{g.m}x{g.k}x{g.n} {g.layout} {dtype} ({g.source})" + (", warm" if warm else ""),
+                       side, defines=(f"{field_name}.{dtype}.{key}",), exact=exact and len(gs) == 1))
     return times
 

@@ -72,6 +72,8 @@ def calibrate(device: torch.device, quick: bool = False, progress=None, workload
         samples = max(1, round(wl.batch_size / gpus))
         shapes += gemm.workload_gemms(wl, samples, device.type)
     times = gemm.measure(shapes, device, s, cal.device_costs, cal.add, pool)
+    say("GEMMs, warm")
+    gemm.measure(shapes, device, s, cal.device_costs, cal.add, pool, warm=True)
     _peaks(cal, device, s, times, dtypes, pool)
     if not cal.unified:
         gemm.measure(gemm.grid(sizes_for(cpu, quick), ("fp32",)), cpu, sizes_for(cpu, quick), cal.host_costs,

@@ -8,6 +8,8 @@ samples are checks: priced with the same op costs, their ratio measured / priced
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 
 import torch
@@ -58,10 +60,14 @@ class OpCostEntries:
     gather_cached_GBps: dict[str, dict[int, Entry]] = field(default_factory=dict)
     host_gather_GBps: dict[str, dict[int, Entry]] = field(default_factory=dict)
     stream_GBps: dict[int, Entry] = field(default_factory=dict)
+    stream_warm_GBps: dict[int, Entry] = field(default_factory=dict)
+    strided_GBps: dict[int, Entry] = field(default_factory=dict)
+    indexed_GBps: dict[int, Entry] = field(default_factory=dict)
     sort_ns_per_id: Entry | None = None
     segment_reduce_GBps: dict[int, Entry] = field(default_factory=dict)
     update_GBps: dict[str, dict[str, dict[int, Entry]]] = field(default_factory=dict)
     gemm_TFLOPs: dict[str, dict[str, Entry]] = field(default_factory=dict)
+    gemm_warm_TFLOPs: dict[str, dict[str, Entry]] = field(default_factory=dict)
 
     def spec(self) -> OpCostSpec:
         vals = lambda d: {k: e.value for k, e in d.items()} or None
@@ -70,11 +76,13 @@ class OpCostEntries:
             fixed_us={k: e.value for k, e in self.fixed_us.items()},
             gather_GBps=by_dtype(self.gather_GBps), gather_cached_GBps=by_dtype(self.gather_cached_GBps),
             host_gather_GBps=by_dtype(self.host_gather_GBps),
-            stream_GBps=vals(self.stream_GBps),
+            stream_GBps=vals(self.stream_GBps), stream_warm_GBps=vals(self.stream_warm_GBps),
+            strided_GBps=vals(self.strided_GBps), indexed_GBps=vals(self.indexed_GBps),
             sort_ns_per_id=self.sort_ns_per_id.value if self.sort_ns_per_id else None,
             segment_reduce_GBps=vals(self.segment_reduce_GBps),
             update_GBps={o: by_dtype(t) for o, t in self.update_GBps.items() if t} or None,
-            gemm_TFLOPs={d: vals(t) for d, t in self.gemm_TFLOPs.items()} or None)
+            gemm_TFLOPs={d: vals(t) for d, t in self.gemm_TFLOPs.items()} or None,
+            gemm_warm_TFLOPs={d: vals(t) for d, t in self.gemm_warm_TFLOPs.items()} or None)
 
     def missing_fixed(self) -> list[str]:
         return [k for k in FIXED_COST_KINDS if k not in self.fixed_us]
@@ -160,6 +168,12 @@ def price(s: Sample, costs) -> float:
                                                                         z["rows"], z.get("in_host", False))
     if s.kind == "copy":  # pack_grad: bytes read and written
         return costs.fixed("copy") + costs.stream_s(2 * z["bytes"])
+    if s.kind == "copy_warm":  # the same, its buffers reused every repeat
+        return costs.fixed("copy") + costs.stream_s(2 * z["bytes"], warm=True)
+    if s.kind == "strided":
+        return costs.fixed("elementwise") + costs.strided_s(z["bytes"])
+    if s.kind == "indexed":
+        return costs.fixed("elementwise") + costs.indexed_s(z["bytes"])
     if s.kind == "scatter":
         return costs.fixed("elementwise") + costs.stream_s(z["bytes"] + 2 * z["unique"] * z["grad_row_bytes"])
     if s.kind == "update_dense":
@@ -167,7 +181,7 @@ def price(s: Sample, costs) -> float:
             z["rows"] * (2 * z["row_bytes"] + 2 * z["state_bytes"] + z["grad_row_bytes"]))
     if s.kind == "gemm":
         return costs.fixed("gemm") + costs.gemm_s(z["dtype"], z["m"], z["k"], z["n"], z["batch"],
-                                                  z.get("layout", "nn"))
+                                                  z.get("layout", "nn"), z.get("warm", False))
     if s.kind == "dense_step":  # build.py's _dense_ops, summed: every traced op its kind's cost + dense_op
         return dense_base_s(z, costs) + z["ops"] * costs.fixed("dense_op")
     raise ValueError(f"unknown sample kind {s.kind!r}")
@@ -175,9 +189,13 @@ def price(s: Sample, costs) -> float:
 
 def dense_base_s(z: dict, costs) -> float:
     """Seconds of a traced dense step (sizes ``z`` as dense.py's ``step_sizes`` writes them) WITHOUT
-    ``dense_op``: each GEMM fixed(gemm) + its FLOPs at the rate of its shape and operand layout, each view
+    ``dense_op``, warm or cold by its memory (``memory_bytes``) against the caches as build.py decides: each GEMM fixed(gemm) + its FLOPs at the rate of its shape and operand layout, each view
     fixed(view), each other op fixed(elementwise) + its bytes at the stream rate for that many bytes
     (``elementwise_bytes``: [bytes, ops of that size] pairs), as placer/program/build.py's ``_dense_ops``."""
-    gemms = sum(costs.fixed("gemm") + costs.gemm_s(z["dtype"], m, k, n, b, layout) for b, m, k, n, layout in z["gemms"])
-    streams = sum(count * costs.stream_s(nbytes) for nbytes, count in z["elementwise_bytes"])
+    warm = costs.warm(z.get("memory_bytes", math.inf))
+    gemms = sum(costs.fixed("gemm") + costs.gemm_s(z["dtype"], m, k, n, b, layout, warm)
+                for b, m, k, n, layout in z["gemms"])
+    streams = sum(count * costs.stream_s(nbytes, warm) for nbytes, count in z["elementwise_bytes"])
+    streams += sum(count * costs.strided_s(nbytes) for nbytes, count in z.get("strided_bytes", ()))
+    streams += sum(count * costs.indexed_s(nbytes) for nbytes, count in z.get("indexed_bytes", ()))
     return gemms + z["views"] * costs.fixed("view") + z["elementwise"] * costs.fixed("elementwise") + streams

@@ -90,7 +90,7 @@ class Sizes:
     max_ids: int
     widths: tuple[int, ...]
     check_widths: tuple[int, ...]
-    sort_ids: int
+    sort_ids: tuple[int, ...]
     sort_check_ids: tuple[int, ...]
     update_rows: int
     stream_touched: tuple[int, ...]
@@ -111,7 +111,8 @@ def sizes_for(device: torch.device, quick: bool) -> Sizes:
         return Sizes(table_bytes=(1024 if quick else 4096) * MiB, cached_table_bytes=2 * MiB,
                      gather_bytes=(16 if quick else 64) * MiB, min_ids=2**16, max_ids=2**22,
                      widths=(4, 16, 64, 256) if quick else widths_full, check_widths=() if quick else CHECK_WIDTHS,
-                     sort_ids=2**20, sort_check_ids=() if quick else (2**16, 2**23), update_rows=2**20,
+                     sort_ids=(2**18, 2**20) if quick else (2**16, 2**18, 2**20, 2**22),
+                     sort_check_ids=() if quick else (2**23,), update_rows=2**20,
                      stream_touched=STREAM_QUICK if quick else STREAM_FULL,
                      stream_check_touched=() if quick else STREAM_CHECKS, pool_cap_bytes=(512 if quick else 2048) * MiB,
                      reps=5 if quick else 15, tiny_batches=20 if quick else 100,
@@ -120,8 +121,9 @@ def sizes_for(device: torch.device, quick: bool) -> Sizes:
     return Sizes(table_bytes=(256 if quick else _big_table_bytes()) * MiB, cached_table_bytes=256 * 1024,
                  gather_bytes=(1 if quick else 16) * MiB, min_ids=2**11 if quick else 2**14,
                  max_ids=2**16 if quick else 2**20, widths=(4, 16, 64, 256) if quick else widths_full,
-                 check_widths=() if quick else CHECK_WIDTHS, sort_ids=2**15 if quick else 2**16,
-                 sort_check_ids=() if quick else (2**12, 2**14, 2**18, 2**21), update_rows=2**12 if quick else 2**16,
+                 check_widths=() if quick else CHECK_WIDTHS,
+                 sort_ids=(2**12, 2**15) if quick else (2**10, 2**12, 2**14, 2**16, 2**18, 2**20),
+                 sort_check_ids=() if quick else (2**11, 2**21), update_rows=2**12 if quick else 2**16,
                  stream_touched=STREAM_QUICK if quick else STREAM_FULL,
                  stream_check_touched=() if quick else STREAM_CHECKS, pool_cap_bytes=(256 if quick else 2048) * MiB,
                  reps=3 if quick else 9, tiny_batches=30 if quick else 50,

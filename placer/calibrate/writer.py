@@ -115,6 +115,15 @@ def _op_cost_items(e: OpCostEntries, src: str, checks: dict[str, list[str]]) -> 
         t = e.stream_GBps
         items.append(Item("stream_GBps", comment=f"{src}: bytes an op touches (read + written) -> GB/s", children=[
             Item(int(b), t[b].value, c(f"stream_GBps.{b}", t[b].how)) for b in sorted(t)]))
+    if e.stream_warm_GBps:
+        t = e.stream_warm_GBps
+        items.append(Item("stream_warm_GBps", comment=f"{src}: the same copies, buffers reused (warm caches)",
+                          children=[Item(int(b), t[b].value, c(f"stream_warm_GBps.{b}", t[b].how)) for b in sorted(t)]))
+    for name, what in (("strided_GBps", "elementwise ops over a transposed view"),
+                       ("indexed_GBps", "indexing ops (index, index_put)")):
+        if t := getattr(e, name):
+            items.append(Item(name, comment=f"{src}: bytes an op moves (read + written) -> GB/s, {what}",
+                              children=[Item(int(b), t[b].value, c(f"{name}.{b}", t[b].how)) for b in sorted(t)]))
     if e.sort_ns_per_id:
         items.append(Item("sort_ns_per_id", e.sort_ns_per_id.value, c("sort_ns_per_id", e.sort_ns_per_id.how)))
     if e.segment_reduce_GBps:
@@ -124,13 +133,15 @@ def _op_cost_items(e: OpCostEntries, src: str, checks: dict[str, list[str]]) -> 
     if e.update_GBps:
         items.append(Item("update_GBps", children=[Item(o, children=rows(f"update_GBps.{o}", t))
                                                    for o in OPTIMIZERS if (t := e.update_GBps.get(o))]))
-    if e.gemm_TFLOPs:
-        def order(k: str):
-            dims, _, layout = k.partition(":")
-            return (*(int(x) for x in dims.split("x")), layout)
-        items.append(Item("gemm_TFLOPs", children=[
-            Item(d, children=[Item(k, t[k].value, c(f"gemm_TFLOPs.{d}.{k}", t[k].how)) for k in sorted(t, key=order)])
-            for d, t in e.gemm_TFLOPs.items()]))
+    def order(k: str):
+        dims, _, layout = k.partition(":")
+        return (*(int(x) for x in dims.split("x")), layout)
+
+    for name in ("gemm_TFLOPs", "gemm_warm_TFLOPs"):
+        if getattr(e, name):
+            items.append(Item(name, children=[
+                Item(d, children=[Item(k, t[k].value, c(f"{name}.{d}.{k}", t[k].how)) for k in sorted(t, key=order)])
+                for d, t in getattr(e, name).items()]))
     return items
 
 

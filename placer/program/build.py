@@ -367,12 +367,13 @@ class ProgramBuilder:
 
     def _dense_ops(self, stream: str, gpu: str, costs) -> list[Op]:
         """The traced dense step, priced: each op its kind's cost plus ``dense_op`` (what an op costs beyond
-        that under autograd and module calls), at the warm rates when the step's memory fits the caches
-        (OpCosts.warm), else cold."""
+        that under autograd and module calls), a share of its streaming traffic at the warm rates, as much as
+        the caches hold of the step's memory (OpCosts.warm), the rest cold; ops over transposed views and
+        indexing ops at their own (cold) rates."""
         dtype = self.wl.dense.dtype
         extra = costs.fixed("dense_op")
         dense = self.dense_trace(gpu)
-        warm = costs.warm(dense.memory_bytes(self.optimizer))  # the step's operands stay in the caches
+        warm = costs.warm(dense.memory_bytes(self.optimizer))  # share of its traffic served by the caches
         ops = []
         for op in dense.ops:
             if op.kind == "gemm":
@@ -383,9 +384,11 @@ class ProgramBuilder:
             elif op.kind == "view":
                 ops.append(Op("elementwise", DENSE, stream, extra + costs.fixed("view"), sizes={"aten": op.name}))
             else:
-                seconds = extra + costs.fixed("elementwise") + costs.stream_s(op.bytes, warm)
+                moved = {"strided": costs.strided_s, "indexed": costs.indexed_s}.get(
+                    op.access, lambda b: costs.stream_s(b, warm))(op.bytes)
+                seconds = extra + costs.fixed("elementwise") + moved
                 ops.append(Op("elementwise", DENSE, stream, seconds, sizes={"bytes": op.bytes, "aten": op.name,
-                                                                            "warm": warm}))
+                                                                            "access": op.access, "warm": warm}))
         return ops
 
     # ---- memory --------------------------------------------------------------------------------------------

@@ -20,6 +20,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 GEMM_OPS = {"aten.mm.default", "aten.addmm.default", "aten.bmm.default", "aten.baddbmm.default"}
+#: ops that read or write elements at positions an index tensor gives (the dot interaction's triangle and its
+#: backward): priced at the ``indexed`` rate
+INDEXED_OPS = {"aten.index.Tensor", "aten.index_put.default", "aten.index_put_.default", "aten._index_put_impl_.default",
+               "aten.gather.default", "aten.scatter.src", "aten.scatter_add.default", "aten.index_select.default",
+               "aten.index_add.default", "aten.index_add_.default"}
 IGNORED_PREFIX = ("profiler.",)
 
 
@@ -29,7 +34,9 @@ OPTIMIZER_STATE_TENSORS = {"sgd": 0, "adagrad": 1, "rowwise_adagrad": 1, "adam":
 @dataclass(frozen=True)
 class DenseOp:
     """One recorded ATen op: ``kind`` gemm | view | elementwise; ``shape`` (batch, m, k, n) for a GEMM;
-    ``bytes`` of tensor data read and written for the others."""
+    ``bytes`` of tensor data read and written for the others; ``access`` of an elementwise op: "stream"
+    (every operand contiguous or broadcast), "strided" (an operand a non-contiguous view, e.g. a transposed
+    gradient) or "indexed" (INDEXED_OPS)."""
 
     name: str
     kind: str
@@ -37,6 +44,7 @@ class DenseOp:
     bytes: float
     out_bytes: float = 0.0  # bytes of its outputs (0 for a view)
     layout: str = "nn"  # a GEMM's operands: n = row-major as multiplied, t = a transposed view of one
+    access: str = "stream"
 
 
 def _tensors(obj):
@@ -51,6 +59,18 @@ def _tensors(obj):
 
 def _nbytes(obj) -> float:
     return float(sum(t.numel() * t.element_size() for t in _tensors(obj)))
+
+
+def _access(name: str, args, out) -> str:
+    """How an elementwise op walks memory (see DenseOp.access): an operand whose last dimension is not
+    contiguous (a transposed view: elements a stride apart, not rows of them; broadcast zero strides aside)
+    makes it strided; slices of whole rows stream."""
+    if name in INDEXED_OPS:
+        return "indexed"
+    for t in (*_tensors(args), *_tensors(out)):
+        if t.dim() >= 2 and t.shape[-1] > 1 and t.stride()[-1] not in (0, 1):
+            return "strided"
+    return "stream"
 
 
 def _is_view(func) -> bool:
@@ -131,8 +151,9 @@ def _trace(workload_json: str, samples: int, device_type: str) -> DenseTrace:
                                    _gemm_layout(name, args)))
             else:
                 written = _nbytes(out)
-                moved = _nbytes(args) + _nbytes(list((kwargs or {}).values())) + written
-                ops.append(DenseOp(name, "elementwise", None, moved, written))
+                inputs = (args, list((kwargs or {}).values()))
+                moved = _nbytes(inputs) + written
+                ops.append(DenseOp(name, "elementwise", None, moved, written, access=_access(name, inputs, out)))
             return out
 
     with torch.device("meta"):

@@ -10,17 +10,19 @@ GPU (a template's ``gpus``), with L = kernel_launch_us, H = hbm_bw_GBps, e = hbm
   dense_op 0 (an op of the dense step is priced as the kernel it launches)
 - gather (rows from device memory, random and cache hits alike) = H x e, every row size and storage dtype
 - host gather (rows in pinned host memory read by the GPU) = the link's bw x efficiency x host_read_efficiency
-- stream (copies, elementwise; bytes read + written) = H
+- stream (copies, elementwise; bytes read + written) = H; strided (elementwise over transposed views) = H
+- indexed (index / index_put of elements) = H x e
 - sort = 4 radix passes reading and writing 16 B (id + position) per id at H: 128 B / H per id
 - segment reduce = H x e / 2 (pooled gradient rows gathered per lookup, then read again to sum)
 - update = H x e / 2 for every optimizer (each distinct row and its state read and written back)
 - gemm = peak_TFLOPs[dtype] x compute_efficiency, every shape
-- no cache model: warm rates are the cold ones (cache_MiB 0: every dense step priced cold)
+- no cache model: warm rates are the cold ones (every dense step priced cold); calibrated specs price a
+  share of a dense step's traffic warm by where its memory sits in the caches (OpCosts.warm)
 
 Host CPU (a template's ``host``), with G = cpu_gather_GBps, D = dram_bw_GBps:
 - fixed cost of a kind = HOST_OP_US x KERNELS[kind] (HOST_OP_US: dispatch of one eager PyTorch CPU op);
   dense_op 0
-- gather = G; stream = D; sort = HOST_SORT_NS per id; segment reduce and update = G / 2; gemm =
+- gather = G; stream = strided = D; indexed = G; sort = HOST_SORT_NS per id; segment reduce and update = G / 2; gemm =
   cpu_peak_TFLOPs.
 
 On a unified-memory template (CPU processes standing in for GPUs) the host's CPU work runs on the same cores
@@ -75,6 +77,11 @@ class RateTable:
         self._cache[size] = out
         return out
 
+    @property
+    def best(self) -> float:
+        """The fastest rate of the table."""
+        return max(self.rates)
+
     def scaled(self, factor: float) -> "RateTable":
         return RateTable({s: r * factor for s, r in zip(self.sizes, self.rates)})
 
@@ -120,12 +127,13 @@ class OpCosts:
     host_gather: dict[str, RateTable]  # storage dtype -> row bytes -> bytes/s, host rows read by this device
     stream: RateTable  # bytes an op touches -> bytes read + written per second, operands cold
     stream_warm: RateTable  # the same with operands in the caches
+    strided: RateTable  # bytes an op moves -> bytes/s of elementwise ops over transposed views
+    indexed: RateTable  # bytes an op moves -> bytes/s of elements read or written at indexed positions
     sort_s_per_id: float
     segment_reduce: RateTable  # gradient row bytes -> bytes/s of per-lookup gradient rows
     update: dict[str, dict[str, RateTable]]  # optimizer -> storage dtype -> (weights + state) row bytes -> bytes/s
     gemm: dict[str, GemmTable]  # dense dtype -> rates by shape, operands cold
     gemm_warm: dict[str, GemmTable]  # the same with operands in the caches
-    cache_bytes: float  # a dense step whose memory fits this runs warm (0: never)
     calibrated: set[str] = field(default_factory=set)  # fields measured (the rest are datasheet defaults)
 
     # ---- op prices: variable seconds (work / rate); the fixed part is fixed(kind) --------------------------
@@ -159,20 +167,47 @@ class OpCosts:
             rate = min(rate, self.host_gather[dtype](row_bytes) / 2)
         return rows * row_bytes / rate
 
-    def stream_s(self, touched_bytes: float, warm: bool = False) -> float:
-        """Seconds to read + write ``touched_bytes`` at the rate of an op that size, its operands cold (or warm)."""
+    def stream_s(self, touched_bytes: float, warm: float = 0.0) -> float:
+        """Seconds to read + write ``touched_bytes`` at the rate of an op that size: a ``warm`` share (0..1)
+        of it at the rate with the operands in the caches, the rest at the cold rate."""
         if touched_bytes <= 0:
             return 0.0
-        return touched_bytes / (self.stream_warm if warm else self.stream)(touched_bytes)
+        cold = touched_bytes / self.stream(touched_bytes)
+        return cold if not warm else warm * touched_bytes / self.stream_warm(touched_bytes) + (1 - warm) * cold
+
+    def strided_s(self, moved_bytes: float) -> float:
+        """Seconds of an elementwise op over a transposed view (elements a stride apart), ``moved_bytes`` read
+        + written."""
+        return moved_bytes / self.strided(moved_bytes) if moved_bytes > 0 else 0.0
+
+    def indexed_s(self, moved_bytes: float) -> float:
+        """Seconds of an indexing op (index, index_put, gather, scatter of elements), ``moved_bytes`` read +
+        written."""
+        return moved_bytes / self.indexed(moved_bytes) if moved_bytes > 0 else 0.0
 
     def gemm_s(self, dtype: str, m: float, k: float, n: float, batch: float = 1.0, layout: str = "nn",
-               warm: bool = False) -> float:
-        table = (self.gemm_warm if warm else self.gemm)[dtype]
-        return 2.0 * batch * m * k * n / table.rate(batch * m, k, n, layout)
+               warm: float = 0.0) -> float:
+        """Seconds of the GEMM's FLOPs, a ``warm`` share (0..1) at the rate with its operands in the caches."""
+        flops = 2.0 * batch * m * k * n
+        cold = flops / self.gemm[dtype].rate(batch * m, k, n, layout)
+        return cold if not warm else warm * flops / self.gemm_warm[dtype].rate(batch * m, k, n, layout) + \
+            (1 - warm) * cold
 
-    def warm(self, footprint_bytes: float) -> bool:
-        """Whether a dense step of this memory footprint finds its operands in the caches."""
-        return footprint_bytes <= self.cache_bytes
+    def warm(self, footprint_bytes: float) -> float:
+        """The share (0..1) of a dense step's operand traffic served as if warm, for a step whose memory is
+        ``footprint_bytes``. Between two uses of an operand the step touches at most its footprint, so the
+        operand sits in the cache level that holds the footprint; the warm copies' rate at that size says
+        which level that is. With per-byte times t = 1 / rate at size F: w = (t_cold(F) - t_warm(F)) /
+        (t_cold(F) - t_best), t_best the fastest warm point: 1 in the innermost cache, 0 where a copy of F
+        bytes reused runs no faster than a cold one (DRAM; and on a spec without warm rates)."""
+        if footprint_bytes <= 0:
+            return 1.0
+        t_cold = 1.0 / self.stream(footprint_bytes)
+        t_warm = 1.0 / self.stream_warm(footprint_bytes)
+        t_best = 1.0 / self.stream_warm.best
+        if t_cold - t_best <= 0:
+            return 0.0
+        return min(1.0, max(0.0, (t_cold - t_warm) / (t_cold - t_best)))
 
 
 # ---- construction from a spec -------------------------------------------------------------------------------
@@ -226,7 +261,8 @@ def _build(spec: OpCostSpec | None, *, fixed_default, gather: float, host_gather
         host_gather=_by_dtype(s.host_gather_GBps, host_gather),
         stream=cold,
         stream_warm=_table(s.stream_warm_GBps, 0.0) if s.stream_warm_GBps else cold,
-        cache_bytes=s.cache_MiB * 2**20 if s.cache_MiB else 0.0,
+        strided=_table(s.strided_GBps, 0.0) if s.strided_GBps else cold,
+        indexed=_table(s.indexed_GBps, gather),
         sort_s_per_id=s.sort_ns_per_id * 1e-9 if s.sort_ns_per_id is not None else sort_s,
         segment_reduce=_table(s.segment_reduce_GBps, reduce),
         update=upd, gemm=gemm[0], gemm_warm=gemm[1], calibrated=calibrated)

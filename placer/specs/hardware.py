@@ -54,12 +54,15 @@ class OpCostSpec(StrictModel):
         default=None, description="streaming rate of copies and elementwise ops, bytes read + written per second, "
                                   "GB/s: one rate, or bytes an op touches -> GB/s (small ops run in the caches)")
     stream_warm_GBps: dict[PositiveInt, Rate] | None = Field(
-        default=None, description="bytes an op touches -> GB/s when its operands are in the caches (the dense step "
-                                  "of a model whose footprint fits cache_MiB)")
-    cache_MiB: Rate | None = Field(
-        default=None, description="a dense step whose memory (weights, gradients, optimizer state, activations) is "
-                                  "at most this finds its operands warm: where a repeated copy's rate falls to "
-                                  "half, MiB")
+        default=None, description="bytes an op touches -> GB/s of the same copies reusing their buffers (operands "
+                                  "in whichever cache holds that many bytes); a dense step's traffic is priced "
+                                  "warm by the share this table's point at the step's memory says (OpCosts.warm)")
+    strided_GBps: dict[PositiveInt, Rate] | None = Field(
+        default=None, description="bytes an op moves (read + written) -> GB/s of elementwise ops over a transposed "
+                                  "view (a gradient added to its transpose), operands cold")
+    indexed_GBps: dict[PositiveInt, Rate] | None = Field(
+        default=None, description="bytes an op moves (read + written, index tensors included) -> GB/s of "
+                                  "indexing ops (the dot interaction's triangle: index, index_put)")
     sort_ns_per_id: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = Field(
         default=None, description="sorting a step's row ids with their positions and finding the runs, ns per id")
     segment_reduce_GBps: dict[PositiveInt, Rate] | None = Field(
@@ -69,7 +72,7 @@ class OpCostSpec(StrictModel):
         default=None, description="optimizer -> storage dtype -> row bytes (weights + fp32 state) -> GB/s of "
                                   "distinct rows read, updated and written back")
     gemm_warm_TFLOPs: dict[Literal["fp32", "tf32", "bf16", "fp16"], dict[str, Rate]] | None = Field(
-        default=None, description="as gemm_TFLOPs, with operands in the caches (a dense step within cache_MiB)")
+        default=None, description="as gemm_TFLOPs, with operands in the caches (see stream_warm_GBps)")
     gemm_TFLOPs: dict[Literal["fp32", "tf32", "bf16", "fp16"], dict[str, Rate]] | None = Field(
         default=None, description="dense dtype -> 'MxKxN' or 'MxKxN:tn' (operand layout) -> TFLOP/s measured at "
                                   "that GEMM shape")
