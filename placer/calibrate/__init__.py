@@ -3,10 +3,11 @@ size, and write it into a hardware spec (``op_costs``) with a source comment per
 
 Modules:
 - timing.py:  medians of synchronized calls, sizes per mode (--quick: seconds; full: minutes at most)
-- benches.py: the runner's own embedding ops timed (lookup, sort, segment_reduce, update, pack_grad, tiny ops
-              for the fixed costs), each rate inverted from the formula placer/program/opcosts.py prices with
-- gemm.py:    GEMM rates at a DLRM-like grid and at the exact shapes and operand layouts of given workloads'
-              dense steps
+- benches.py: the runner's own embedding ops timed (lookup, sort, segment_reduce, update, pack_grad cold and
+              warm, strided and indexed elementwise ops, tiny ops for the fixed costs), each rate inverted
+              from the formula placer/program/opcosts.py prices with
+- gemm.py:    GEMM rates (cold and warm) at a DLRM-like grid and at the exact shapes and operand layouts of
+              given workloads' dense steps
 - cold.py:    the cold-operand pool: timed ops take a fresh stretch of >= 2 x the last-level cache per repeat
 - dense.py:   ``fixed_us.dense_op`` by least squares over synthetic dense models' real steps (checks: the
               given workloads' dense steps)

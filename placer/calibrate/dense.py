@@ -10,7 +10,7 @@ for each case i (a synthetic workload at a batch size), with
 
     T_i = the step's median time (seconds), P_i = its traced ops priced WITHOUT dense_op (record.dense_base_s:
           GEMMs by shape and operand layout, views at fixed(view), the rest at fixed(elementwise) + bytes at
-          the stream rate for that op's bytes),
+          the stream, strided or indexed rate for that op's bytes and access),
     n_i = its traced ops (the count build.py multiplies dense_op by),
 
     dense_op = max(0, sum_i n_i (T_i - P_i) / sum_i n_i^2)     (least squares of T_i - P_i = n_i dense_op)
@@ -19,11 +19,12 @@ The cases are synthetic models built here (two shapes at two batch sizes; a thir
 shipped workloads/*.yaml, which the fidelity campaign validates on. Their GEMM shapes are timed with the other
 GEMMs (machine.py adds ``gemm_shapes``), so a GEMM missing from the table does not leak into dense_op.
 
-The GEMM and stream rates are measured on cold operands (cold.py), as a big model's step meets them (on the
-development VM the shipped criteo, mlperf and production steps then price within 0.88-1.08 of their times).
-A small model's step finds its activations and weights in the caches and runs its ops faster than those rates
-price them: the larger synthetic steps can come out priced above their times, (T_i - P_i) < 0, and the fit,
-clamped at 0, then leaves the small steps' per-op overhead unpriced (they measure 1.4-1.7x their price).
+The GEMM and stream rates are measured twice, on cold operands (cold.py: a big model's step meets them so)
+and on the same operands every repeat (warm); a step's traffic is priced warm by the share the warm copy
+table gives at the step's memory (opcosts.OpCosts.warm: a small model's step runs in the caches). Ops over
+transposed views and indexing ops have their own measured rates (strided_GBps, indexed_GBps). On the
+development VM a full calibration then fits dense_op at about 2.6 us and prices the synthetic steps within
+0.95-1.31 of their times, the shipped checks within 0.88-1.35 (tiny the high end).
 """
 from __future__ import annotations
 

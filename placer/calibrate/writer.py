@@ -207,7 +207,9 @@ def to_yaml(cal: Calibration, name: str | None = None, gpus: int = 1) -> str:
              "# and fp16 rows each define their own dtype's entries, rows of other widths are checks in the comments",
              "# (measured / priced). stream_GBps: bytes an op touches -> GB/s (pack_grad at each size); gemm_TFLOPs:",
              "# dtype -> 'MxKxN' (nn) or 'MxKxN:nt|tn|tt' (t: that operand is a transposed view, as the backward's",
-             "# are). GEMMs, copies and the other streaming ops run on cold operands (see the note below).",
+             "# are). GEMMs, copies and the other streaming ops run on cold operands (see the note below);",
+             "# stream_warm_GBps and gemm_warm_TFLOPs time the same ops reusing their operands: a dense step's",
+             "# traffic is priced warm by the share the warm copy rate at its memory's size gives (caches).",
              "# fixed_us.dense_op: least squares over synthetic dense models' real steps (not the shipped",
              "# workloads) of what each traced op costs beyond its bare price."]
     if cal.unified:
