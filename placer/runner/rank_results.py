@@ -26,7 +26,7 @@ from placer.cost import PHASES
 from placer.program.build import ProgramBuilder, plan_ops
 from placer.runner.opcompare import compare
 from placer.runner.ranks import RankMap, node_needs
-from placer.runner.timing import summarize
+from placer.runner.timing import step_measurements, summarize
 
 
 def _median_of_max(per_rank: list[list[float]]) -> float:
@@ -84,11 +84,7 @@ def distributed_result(records: list[dict], topo, wl, plan, predicted: dict, con
         "nproc": rmap.world,
         "backend": backend,
         "measured": {
-            "step_time_s": step,
-            "throughput_samples_per_s": wl.batch_size / step if step > 0 else float("inf"),
-            "step_time_stats_s": stats,
-            "phases_s": measured_phases,
-            "phases_sum_s": sum(measured_phases.values()),
+            **step_measurements(wl.batch_size, step, stats, measured_phases),
             "peak_device_bytes": max(peak_dev) if peak_dev else None,
             "peak_host_bytes": sum(r["peak_host_bytes"] for r in records),
             "host_rss_at_start_bytes": sum(r["host_rss_at_start_bytes"] for r in records),

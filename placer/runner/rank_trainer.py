@@ -268,17 +268,6 @@ class RankTrainer(GroupOwner):
 
     # ---- results ----------------------------------------------------------------------------------------------
 
-    def train(self, steps: int, timer=None, start: int = 0) -> None:
-        """``steps`` training steps over the pool (from batch ``start``); ``timer``: a StepTimer."""
-        for i in range(steps):
-            batch = self.pool[(start + i) % len(self.pool)]
-            if timer:
-                timer.start()
-            loss = self.step(batch)
-            if timer:
-                timer.stop()
-            self.losses.append(loss)
-
     def global_losses(self) -> list[float]:
         """Every step's loss over the global batch (the ranks' terms summed): a collective, all ranks call."""
         if not self.losses:

@@ -26,7 +26,7 @@ from placer.runner.hostmem import keep_freed_memory
 from placer.runner.memory import check_memory, estimate_needs
 from placer.runner.opcompare import compare
 from placer.runner.scale import scale_plan
-from placer.runner.timing import OpTimer, PhaseTimer, StepTimer, summarize, synchronize
+from placer.runner.timing import OpTimer, PhaseTimer, StepTimer, step_measurements, summarize, synchronize
 from placer.runner.trainer import Trainer
 from placer.simulate import predict
 from placer.specs.workload import Workload
@@ -213,11 +213,7 @@ def _result(trainer: Trainer, topo, wl, plan, predicted, config, device, times, 
         "pool_batches": pool,
         "torch_threads": torch.get_num_threads(),
         "measured": {
-            "step_time_s": step,
-            "throughput_samples_per_s": wl.batch_size / step if step > 0 else float("inf"),
-            "step_time_stats_s": stats,
-            "phases_s": measured_phases,
-            "phases_sum_s": sum(measured_phases.values()),
+            **step_measurements(wl.batch_size, step, stats, measured_phases),
             "peak_device_bytes": (torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None),
             "peak_host_bytes": _peak_rss_bytes(),
             "host_rss_at_start_bytes": rss_start,

@@ -111,6 +111,14 @@ class OpTimer:
 _OFF = OpTimer(None, active=False)
 
 
+def step_measurements(batch_size: int, step_s: float, stats: dict, phases_s: dict[str, float]) -> dict:
+    """The opening of a run's ``measured`` block: step time and throughput (samples/s), the step-time
+    statistics (``summarize``) and the phases' times with their sum, seconds."""
+    return {"step_time_s": step_s,
+            "throughput_samples_per_s": batch_size / step_s if step_s > 0 else float("inf"),
+            "step_time_stats_s": stats, "phases_s": phases_s, "phases_sum_s": sum(phases_s.values())}
+
+
 def summarize(times: list[float]) -> dict[str, float]:
     """median (the reported step time), mean, min, max, p90 and count of per-step times, seconds."""
     if not times:

@@ -145,7 +145,19 @@ def backward_group(g: FusedGroup, inp, timer: OpTimer, stream: str) -> None:
 
 
 class GroupOwner:
-    """What a trainer of fused groups shares (``groups``, ``host``, ``_worker``): their memory and shutdown."""
+    """What a trainer of fused groups shares (``groups``, ``host``, ``_worker``, ``pool``, ``step``,
+    ``losses``): the training loop, their memory and shutdown."""
+
+    def train(self, steps: int, timer: StepTimer | None = None, start: int = 0) -> None:
+        """``steps`` training steps over the pool (from batch ``start``), each step's loss kept."""
+        for i in range(steps):
+            batch = self.pool[(start + i) % len(self.pool)]
+            if timer:
+                timer.start()
+            loss = self.step(batch)
+            if timer:
+                timer.stop()
+            self.losses.append(loss)
 
     def memory_bytes(self) -> dict[str, int]:
         """Bytes of table rows and optimizer state on the device and in host memory."""
@@ -310,16 +322,6 @@ class Trainer(GroupOwner):
         backward_group(g, batch.groups[k], timer, self.streams[k])
 
     # ---- loop and inspection ----------------------------------------------------------------------------------
-
-    def train(self, steps: int, timer: StepTimer | None = None, start: int = 0) -> None:
-        for i in range(steps):
-            batch = self.pool[(start + i) % len(self.pool)]
-            if timer:
-                timer.start()
-            loss = self.step(batch)
-            if timer:
-                timer.stop()
-            self.losses.append(loss)
 
     def loss_history(self) -> list[float]:
         return [float(x) for x in torch.stack(self.losses).float().cpu()] if self.losses else []
