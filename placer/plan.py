@@ -119,7 +119,11 @@ class Plan(_PlanModel):
         return self.model_dump_json(indent=indent, exclude_none=True)
 
     def write(self, path: str | Path) -> None:
-        Path(path).write_text(self.to_json() + "\n", encoding="utf-8")
+        """Write the plan JSON to ``path``; SpecError naming the file when it cannot be written."""
+        try:
+            Path(path).write_text(self.to_json() + "\n", encoding="utf-8")
+        except OSError as exc:
+            raise SpecError(f"cannot write the plan ({exc.strerror or exc})", file=str(path)) from None
 
     def placement_of(self, table: str) -> Placement:
         for p in self.placements:

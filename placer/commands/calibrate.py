@@ -11,6 +11,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from placer.commands import _args
+from placer.commands._output import check_output_path, write_text
+
+
+#: GPUs per node calibrate writes at most (a node template; the spec's own schema bounds apply too)
+MAX_CALIBRATE_GPUS = 64
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda when available)")
@@ -19,10 +26,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workload", action="append", default=[], metavar="WL",
                    help="also time the GEMMs of this workload's dense step at their exact shapes, and the step "
                         "itself as a check of its price (repeatable)")
-    p.add_argument("--gpus", type=int, default=1, metavar="N",
-                   help="GPUs per node to write (the one measured device replicated; default 1)")
+    p.add_argument("--gpus", type=_args.int_range(1, MAX_CALIBRATE_GPUS, "a GPU count"), default=1, metavar="N",
+                   help=f"GPUs per node to write, 1..{MAX_CALIBRATE_GPUS} (the one measured device replicated; "
+                        "default 1)")
     p.add_argument("--name", default=None, help="spec name (default <hostname>-cpu|gpu-calibrated)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--threads", type=_args.threads, default=None, metavar="N",
+                   help=f"torch CPU threads, 1..{_args.MAX_THREADS} (default: torch's choice)")
     p.add_argument("--json", action="store_true", help="print the measurements as JSON")
 
 
@@ -38,6 +47,7 @@ def run(args) -> int:
         raise SpecError("--gpus must be >= 1")
     if args.threads is not None and args.threads < 1:
         raise SpecError("--threads must be >= 1")
+    check_output_path(args.output, "-o/--output")  # before the measurements, which take a minute
     device = resolve_device(args.device)
     if not args.json:
         from placer.commands.run import _warn_if_oversubscribed
@@ -55,10 +65,7 @@ def run(args) -> int:
         torch.set_num_threads(threads_before)
     text = to_yaml(cal, name=args.name, gpus=args.gpus)
     out = Path(args.output)
-    try:
-        out.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise SpecError(f"cannot write {out}: {exc.strerror}") from None
+    write_text(out, text, "-o/--output")
     try:
         load_hardware(out)  # what we write must be a valid spec
     except PlacerError as exc:

@@ -18,12 +18,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_solver_options(p, method=False)
 
 
+def parse_methods(text: str) -> list[str]:
+    """'ilp,greedy_size' -> ['ilp', 'greedy_size'] (order kept, repeats dropped); SpecError naming --methods on
+    an unknown or empty list."""
+    from placer.errors import SpecError
+    from placer.planner.solve import METHODS
+
+    out: list[str] = []
+    for m in (part.strip() for part in text.split(",")):
+        if not m:
+            continue
+        if m not in METHODS:
+            raise SpecError(f"unknown method {m!r}; choose from {', '.join(METHODS)}", field="--methods")
+        if m not in out:
+            out.append(m)
+    if not out:
+        raise SpecError(f"no method given; a comma-separated list of {', '.join(METHODS)}", field="--methods")
+    return out
+
+
 def compare_rows(topo, wl, args) -> list[dict]:
     """One row per method: step time, throughput, speedup over host_cpu, HBM used, solve time, status."""
     from placer.errors import InfeasibleError
     from placer.planner.solve import METHODS, solve
 
-    methods = args.methods.split(",") if args.methods else list(METHODS)
+    methods = parse_methods(args.methods) if args.methods is not None else list(METHODS)
     rows = []
     for m in methods:
         t0 = time.perf_counter()
@@ -49,6 +68,9 @@ def compare_rows(topo, wl, args) -> list[dict]:
 def run(args) -> int:
     from placer.report import compare_table
 
+    if args.methods is not None:
+        parse_methods(args.methods)  # refuse a typo before loading and solving anything
+    solve_config(args)
     topo, wl = load_pair(args)
     rows = compare_rows(topo, wl, args)
     if args.json:

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from placer.commands import _args
 from placer.cost import PHASES
 from placer.units import fmt_bytes, fmt_seconds
 
@@ -19,18 +20,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("workload", metavar="WL", help="workload spec (YAML/JSON)")
     p.add_argument("plan", metavar="PLAN", help="plan JSON (placer solve, or written by hand)")
     p.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda when available)")
-    p.add_argument("--steps", type=int, default=50, help="timed training steps (default 50)")
-    p.add_argument("--warmup", type=int, default=10, help="untimed warm-up steps first (default 10)")
-    p.add_argument("--phase-steps", type=int, default=None, metavar="N",
-                   help="steps of the separate, synchronized per-phase pass (default min(steps, 20))")
-    p.add_argument("--scale", type=float, default=1.0, metavar="S",
-                   help="divide every table's rows by S; the plan and the prediction are scaled to match")
-    p.add_argument("--seed", type=int, default=0, help="seed of weights and batches (default 0)")
+    p.add_argument("--steps", type=_args.steps, default=50, metavar="N",
+                   help=f"timed training steps, 1..{_args.MAX_STEPS:,} (default 50)")
+    p.add_argument("--warmup", type=_args.nonneg_steps, default=10, metavar="N",
+                   help="untimed warm-up steps first, >= 0 (default 10)")
+    p.add_argument("--phase-steps", type=_args.nonneg_steps, default=None, metavar="N",
+                   help="steps of the separate, synchronized per-phase pass, >= 0 (default min(steps, 20))")
+    p.add_argument("--scale", type=_args.scale, default=1.0, metavar="S",
+                   help="divide every table's rows by S >= 1; the plan and the prediction are scaled to match "
+                        "(the plan must still fit the hardware spec unscaled)")
+    p.add_argument("--seed", type=_args.seed, default=0, metavar="N",
+                   help=f"seed of weights and batches, 0..{_args.MAX_SEED} (default 0)")
     p.add_argument("--host-read", default="auto", choices=("auto", "uva", "cpu_gather_copy"),
                    help="how the GPU reads host rows (default auto: uva when it works, else cpu_gather_copy)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    p.add_argument("--pool", type=int, default=None, metavar="N", help="batches generated ahead (default <= 8)")
-    p.add_argument("--nproc", type=int, default=None, metavar="N",
+    p.add_argument("--threads", type=_args.threads, default=None, metavar="N",
+                   help=f"torch CPU threads, 1..{_args.MAX_THREADS} (default: torch's choice)")
+    p.add_argument("--pool", type=_args.pool, default=None, metavar="N",
+                   help=f"batches generated ahead, 1..{_args.MAX_POOL_BATCHES} (default <= 8)")
+    p.add_argument("--nproc", type=_args.processes, default=None, metavar="N",
                    help="run N processes with torch.distributed (gloo on cpu, NCCL on cuda): plan GPU i on rank "
                         "i mod N, the real all-to-all between them (default: one process, no torch.distributed)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")

@@ -5,6 +5,7 @@ import argparse
 
 from rich.console import Console
 
+from placer.commands._output import check_plot_path, save_figure
 from placer.errors import SpecError
 from placer.specs.detect import detect_kind
 from placer.specs.loading import read_document
@@ -18,6 +19,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     from placer import report_specs
 
+    if args.plot is not None:
+        check_plot_path(args.plot, "--plot")
     console = Console(highlight=False, soft_wrap=False, width=max(Console().width, 140))
     kind = detect_kind(read_document(args.file), args.file)
     if kind == "hardware":
@@ -25,16 +28,16 @@ def run(args) -> int:
 
         spec = load_hardware(args.file)
         topo = report_specs.show_hardware(spec, console)
-        if args.plot:
-            path = report_specs.plot_hardware(spec, args.plot, topo)
+        if args.plot is not None:
+            path = save_figure(lambda: report_specs.plot_hardware(spec, args.plot, topo), args.plot, "--plot")
             console.print(f"wrote {path}")
     elif kind == "workload":
         from placer.specs.workload import load_workload
 
         wl = load_workload(args.file)
         report_specs.show_workload(wl, console)
-        if args.plot:
-            path = report_specs.plot_workload(wl, args.plot)
+        if args.plot is not None:
+            path = save_figure(lambda: report_specs.plot_workload(wl, args.plot), args.plot, "--plot")
             console.print(f"wrote {path}")
     else:
         raise SpecError("placer show describes hardware specs and workloads; for a plan use placer check",

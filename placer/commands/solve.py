@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from placer.report import make_console
 
 from placer.commands._common import add_hw_wl, add_solver_options, load_pair, solve_config
+from placer.commands._output import check_output_path, write_text
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -46,12 +47,14 @@ def run(args) -> int:
     from placer.planner.solve import solve
     from placer.report import plan_summary
 
-    topo, wl = load_pair(args)
+    if args.output is not None:
+        check_output_path(args.output, "-o/--output")  # before the solve, which may take minutes
     config = solve_config(args)
+    topo, wl = load_pair(args)
     with progress_reporter(args.quiet) as reporter:
         plan = solve(topo, wl, dataclasses.replace(config, progress=reporter))
-    if args.output:
-        plan.write(args.output)
+    if args.output is not None:
+        write_text(args.output, plan.to_json() + "\n", "-o/--output")
     if args.json:
         sys.stdout.write(plan.to_json() + "\n")
     else:

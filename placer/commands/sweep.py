@@ -6,8 +6,15 @@ import argparse
 import json
 import sys
 
+from placer.commands import _args
 from placer.commands._common import add_hw_wl, add_solver_options, solve_config
+from placer.commands._output import check_plot_path, save_figure
 from placer.report import make_console
+
+
+#: the largest GPU count a sweep plans for: the cluster is built node by node and priced per count (1024 GPUs
+#: take about 20 s even with a baseline method; the build time grows faster than the count)
+MAX_SWEEP_GPUS = 1024
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -15,12 +22,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpus", metavar="N,N,...",
                    help="GPU counts to plan for, multiples of the template's GPUs per node "
                         "(default: 1, 2 and 4 nodes of the spec's first node template)")
-    p.add_argument("--target-throughput", type=float, metavar="N",
+    p.add_argument("--target-throughput", type=_args.throughput, metavar="N",
                    help="answer 'how many GPUs for N samples/s': the smallest count tried that reaches N")
     p.add_argument("--search", action="store_true",
                    help="with --target-throughput: ignore --gpus, start at one node and double the nodes until "
                         "the target is reached or --max-gpus")
-    p.add_argument("--max-gpus", type=int, default=256, metavar="N", help="largest count --search tries (default 256)")
+    p.add_argument("--max-gpus", type=_args.int_range(1, MAX_SWEEP_GPUS, "a GPU count"), default=256, metavar="N",
+                   help=f"largest count --search tries, at most {MAX_SWEEP_GPUS} (default 256)")
     p.add_argument("--plot", metavar="PNG", help="write throughput and scaling efficiency vs GPUs to this PNG")
     p.add_argument("--json", action="store_true", help="print the sweep as JSON instead of the table")
     add_solver_options(p)
@@ -32,6 +40,8 @@ def run(args) -> int:
     from placer.sweep import (check_counts, doubling_counts, gpus_per_node, parse_counts, plot_sweep, run_sweep,
                               target_answer, template_of)
 
+    if args.plot is not None:
+        check_plot_path(args.plot, "--plot")  # before the solves, which may take minutes
     config = solve_config(args)
     if args.search and args.target_throughput is None:
         raise SpecError("--search needs --target-throughput N")
@@ -46,6 +56,9 @@ def run(args) -> int:
         counts = parse_counts(args.gpus)
     else:
         counts = [per, 2 * per, 4 * per]
+    if max(counts) > MAX_SWEEP_GPUS:
+        raise SpecError(f"{max(counts)} GPUs is more than a sweep plans for (at most {MAX_SWEEP_GPUS})",
+                        field="--gpus")
     check_counts(spec, counts)  # refuse before solving anything
     tname, _ = template_of(spec)
     err = make_console(stderr=True)
@@ -65,7 +78,8 @@ def run(args) -> int:
     answer = target_answer(points, args.target_throughput, args.search) if args.target_throughput else None
     title = f"{wl.name} on {tname} nodes ({per} GPUs each), {config.method}"
     if args.plot:
-        plot_sweep(points, args.plot, title, target=args.target_throughput)
+        save_figure(lambda: plot_sweep(points, args.plot, title, target=args.target_throughput), args.plot,
+                    "--plot")
     if args.json:
         out = {"hardware": spec.name, "template": tname, "gpus_per_node": per, "workload": wl.name,
                "method": config.method, "points": [p.as_dict() for p in points]}
