@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from placer.errors import SpecError
 from placer.plan import Placement, Shard
 from placer.specs.workload import TableSpec, Workload
 from placer.topology import Topology
@@ -31,6 +32,21 @@ class OptionConfig:
     fp16: bool = True
     canonical: bool = False  # one representative per symmetry class: node0/gpu0, node0, node0's first block
     all_gpu_kinds: bool = True  # row-wise over all GPUs (several nodes) and data-parallel
+    # extra hot-row fractions for some tables: ((table name, (fraction, ...)), ...), set by the planner where the
+    # default levels leave a big table no split that fits (planner/fit.py)
+    table_levels: tuple[tuple[str, tuple[float, ...]], ...] = ()
+
+    def __post_init__(self):
+        levels = list(self.hot_levels) + [f for _, fs in self.table_levels for f in fs]
+        if not self.hot_levels or any(not isinstance(f, (int, float)) or isinstance(f, bool) or not 0 <= f <= 1
+                                      for f in levels):
+            raise SpecError(f"hot-row levels must be fractions in [0, 1], got {self.hot_levels!r}",
+                            field="hot_levels")
+
+    def levels_for(self, table: str) -> tuple[float, ...]:
+        """Hot-row fractions offered for ``table``: the default levels, then its extra ones."""
+        extra = next((fs for name, fs in self.table_levels if name == table), ())
+        return tuple(self.hot_levels) + tuple(f for f in extra if f not in self.hot_levels)
 
 
 def _first(items: list, canonical: bool) -> list:
@@ -104,7 +120,7 @@ def table_options(t: TableSpec, topo: Topology, wl: Workload, cfg: OptionConfig 
     full_rows, full_cols = (0, t.rows), (0, t.dim)
     for prec in precisions(t, cfg):
         for g in _first(topo.gpus, cfg.canonical):
-            for k in hot_rows_levels(t.rows, cfg.hot_levels):
+            for k in hot_rows_levels(t.rows, cfg.levels_for(t.name)):
                 out.append(_placement(table=t.name, sharding="table_wise", precision=prec, shards=[
                     _shard(device=g, rows=full_rows, cols=full_cols, hbm_rows=k, host_rows=t.rows - k)]))
         if cfg.row_wise:
@@ -112,7 +128,7 @@ def table_options(t: TableSpec, topo: Topology, wl: Workload, cfg: OptionConfig 
             if len(topo.nodes) > 1 and cfg.all_gpu_kinds:
                 groups.append(list(topo.gpus))
             for group in groups:
-                for f in cfg.hot_levels:
+                for f in cfg.levels_for(t.name):
                     p = row_wise_placement(t, group, prec, f)
                     key = p and (len(group), group[0], tuple(s.hbm_rows for s in p.shards))
                     if p is not None and key not in seen_row_wise:

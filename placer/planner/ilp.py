@@ -156,6 +156,8 @@ def solve(problem: Problem, *, backend: str = "cbc", time_limit_s: float = 60.0,
     hears CBC's incumbents and bounds while it runs (in seconds of step time)."""
     if backend not in SOLVERS:
         raise SolverError(f"unknown solver {backend!r}; choose one of {', '.join(SOLVERS)}")
+    time_limit_s = _finite_limit(time_limit_s)
+    gap = gap if np.isfinite(gap) and 0 <= gap < 1 else 0.005  # callers validate; a bad value never proves optimality
     t0 = time.perf_counter()
     prob, x, y = _build(problem)
     warm = "none"
@@ -242,12 +244,29 @@ def solve(problem: Problem, *, backend: str = "cbc", time_limit_s: float = 60.0,
                      len(x) + len(y), len(prob.constraints), warm, backend)
 
 
+#: Longest time limit handed to a solver, seconds (SolveConfig rejects longer ones; internal callers compute theirs).
+MAX_LIMIT_S = 1e6
+
+
+def _finite_limit(seconds: float) -> float:
+    """A time limit a solver and a timer accept: nan -> 60 s, clamped to [1, MAX_LIMIT_S] seconds."""
+    seconds = float(seconds)
+    if seconds != seconds:
+        return 60.0
+    return min(max(seconds, 1.0), MAX_LIMIT_S)
+
+
 class _SolverWatchdog:
     """Kills this process's CBC children once ``seconds`` have passed: CBC does not always honour its own
     time limit (preprocessing of large models, MIP starts), and a plan must come back in bounded time."""
 
+    #: Longest wait, seconds: threading.Timer overflows on inf and on values past ~9e9 s.
+    MAX_S = 1e7
+
     def __init__(self, seconds: float):
         self.fired = False
+        seconds = float(seconds)
+        seconds = self.MAX_S if not seconds <= self.MAX_S else max(seconds, 1.0)  # nan and inf: the longest
         self._timer = threading.Timer(seconds, self._fire)
         self._timer.daemon = True
         self._timer.start()

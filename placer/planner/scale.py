@@ -156,7 +156,7 @@ class TwoStagePlanner:
             for prec in precisions(t, self.cfg):
                 if self.cfg.row_wise and len(self.topo.nodes) > 1:
                     seen = set()
-                    for f in self.cfg.hot_levels:
+                    for f in self.cfg.levels_for(t.name):
                         probe = row_wise_placement(t, gpus, prec, f, first_only=True)
                         if probe is None or probe.shards[0].hbm_rows in seen:
                             continue

@@ -5,19 +5,19 @@ import time
 from dataclasses import dataclass
 
 from placer.cost import PHASES, CostModel
-from placer.errors import InfeasibleError, PlacerError
+from placer.errors import InfeasibleError, PlacerError, SpecError
 from placer.options import OptionConfig, all_options
 from placer.plan import Placement, Plan, SolverInfo, SpecRef
-from placer.planner import ilp
+from placer.planner import ilp, infeasible
+from placer.planner.fit import with_fit_levels
 from placer.planner.baselines import BASELINES, run_baseline
-from placer.planner.problem import Problem, build_problem
+from placer.planner.problem import build_problem
 from placer.planner.progress import Reporter, Tracker
 from placer.planner.scale import solve_two_stage
 from placer.planner.symmetry import Symmetry
 from placer.simulate import predict
 from placer.specs.workload import Workload
 from placer.topology import Topology
-from placer.units import GiB
 
 METHODS = ("ilp",) + BASELINES
 
@@ -33,6 +33,48 @@ class SolveConfig:
     options: OptionConfig = OptionConfig()
     msg: bool = False
     progress: Reporter | None = None  # hears the stage, incumbent and bound while solving (progress.py)
+
+    def __post_init__(self):
+        check_solve_config(self)
+
+
+#: Longest time limit accepted, seconds (about 11.6 days): longer limits are surely typos, and timers overflow.
+MAX_TIME_LIMIT_S = 1e6
+
+
+def check_solve_config(c: "SolveConfig") -> None:
+    """Raise SpecError naming the parameter when a SolveConfig field is out of range (units: seconds for
+    time_limit_s, a fraction for gap)."""
+    def bad(field: str, message: str):
+        raise SpecError(message, field=field)
+
+    if c.method not in METHODS:
+        bad("method", f"unknown method {c.method!r}; choose one of {', '.join(METHODS)}")
+    if c.solver not in ilp.SOLVERS:
+        bad("solver", f"unknown solver {c.solver!r}; choose one of {', '.join(ilp.SOLVERS)}")
+    if not _real(c.time_limit_s) or not 0 < c.time_limit_s <= MAX_TIME_LIMIT_S:
+        bad("time_limit_s", f"time limit must be a number of seconds in (0, {MAX_TIME_LIMIT_S:g}], "
+                            f"got {c.time_limit_s!r}")
+    if not _real(c.gap) or not 0 <= c.gap < 1:
+        bad("gap", f"relative gap must be a fraction in [0, 1), got {c.gap!r}")
+    if c.threads is not None and (not _integer(c.threads) or c.threads < 1):
+        bad("threads", f"threads must be a whole number >= 1 (or None for the solver's default), got {c.threads!r}")
+    if not _integer(c.seed) or c.seed < 0:
+        bad("seed", f"seed must be a whole number >= 0, got {c.seed!r}")
+    if not isinstance(c.options, OptionConfig):
+        bad("options", f"options must be an OptionConfig, got {type(c.options).__name__}")
+
+
+def _real(v) -> bool:
+    import math
+
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _integer(v) -> bool:
+    import numbers
+
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
 def _refs(topo: Topology, wl: Workload) -> tuple[SpecRef, SpecRef]:
@@ -77,7 +119,9 @@ def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
         if sym is not None:
             return _solve_two_stage(model, sym, config, t0, tracker)
     tracker.update("options and baselines")
-    options = all_options(model.topo, model.wl, config.options)
+    infeasible.check_dense(model)
+    cfg = with_fit_levels(model, config.options)
+    options = all_options(model.topo, model.wl, cfg)
     baselines = _feasible_baselines(model, config.seed)
     for _, placements in baselines.items():  # every baseline's choice is on the menu: ILP <= each baseline
         for p in placements:
@@ -87,7 +131,7 @@ def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
     costs = [[model.placement_cost(p) for p in options[n]] for n in names]
     problem = build_problem(costs, model.base_cost, sum(model.fixed_latency_s.values()), model.usable_memory,
                             len(PHASES))
-    explain_infeasible(model, problem, names, options)
+    infeasible.explain_infeasible(model, problem, names, cfg)
     warm, warm_name = None, None
     best = None
     for name, placements in baselines.items():
@@ -103,8 +147,7 @@ def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
                        threads=config.threads, warm_start=warm, msg=config.msg, tracker=tracker)
     if result.chosen is None:
         if result.status == "infeasible":
-            raise InfeasibleError("the solver proved that no placement fits in memory: "
-                                  + _capacity_sentence(model, problem))
+            raise infeasible.after_solver(model, problem, cfg)
         if warm is None:
             raise PlacerError(f"{config.solver} found no solution within {config.time_limit_s:g} s "
                               f"(try a longer --time-limit)")
@@ -135,61 +178,23 @@ def _feasible_baselines(model: CostModel, seed: int) -> dict[str, list[Placement
     return out
 
 
-def _capacity_sentence(model: CostModel, problem: Problem) -> str:
-    need = _min_footprint_bytes(problem)
-    hold = sum(max(v, 0.0) for v in model.usable_memory.values())
-    n_gpu, n_host = len(model.topo.gpus), len(model.topo.hosts)
-    return (f"tables need at least {need / GiB:,.1f} GiB (each at its smallest footprint, optimizer state "
-            f"included); the {n_gpu} GPU(s) + {n_host} host(s) hold {hold / GiB:,.1f} GiB for tables")
-
-
-def _min_footprint_bytes(problem: Problem) -> float:
-    import numpy as np
-
-    total = np.zeros(problem.num_options)
-    for _, (ids, b) in problem.mem_rows.items():
-        total[ids] += b
-    return float(sum(total[g].min() for g in problem.groups))
-
-
-def explain_infeasible(model: CostModel, problem: Problem, names: list[str], options) -> None:
-    """Raise InfeasibleError in the user's terms when a table fits nowhere or the total cannot fit."""
-    import numpy as np
-
-    fits_alone = np.ones(problem.num_options, dtype=bool)
-    for m, (ids, b) in problem.mem_rows.items():
-        fits_alone[ids[b > problem.mem_capacity[m]]] = False
-    nowhere = [names[i] for i, g in enumerate(problem.groups) if not fits_alone[g].any()]
-    if nowhere:
-        t = model.tables[nowhere[0]]
-        raise InfeasibleError(
-            f"table {t.name!r} ({t.rows:,} rows x {t.dim}, {t.size_bytes() / GiB:,.1f} GiB) fits in no memory "
-            f"of this machine, even split over GPUs and host"
-            + (f"; {len(nowhere) - 1} more tables too" if len(nowhere) > 1 else "")
-            + ". Add host DRAM or GPUs, or allow fp16 storage for it.")
-    need = _min_footprint_bytes(problem)
-    hold = sum(max(v, 0.0) for v in model.usable_memory.values())
-    if need > hold:
-        raise InfeasibleError("does not fit: " + _capacity_sentence(model, problem)
-                              + f". Short by {(need - hold) / GiB:,.1f} GiB: add host DRAM or GPUs, "
-                              "allow fp16 storage, or use a smaller optimizer state.")
-
-
 def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, t0: float, tracker: Tracker) -> Plan:
     """Aggregated ILP + assignment; the plan is the better of it and every baseline, priced exactly."""
     hw, wl = _refs(model.topo, model.wl)
     candidates: list[tuple[float, str, list[Placement]]] = []
     tracker.update("baselines")
+    infeasible.check_dense(model)
+    infeasible.check_tables(model, config.options)
     for name, pl in _feasible_baselines(model, config.seed).items():  # first: their time counts in the limit
         candidates.append((predict(model, Plan(hardware=hw, workload=wl, method=name, placements=pl))["step_time_s"],
                            name, pl))
         tracker.update(incumbent_s=candidates[-1][0])
     remaining = config.time_limit_s - (time.perf_counter() - t0)
-    placements, bound, stage1, _ = solve_two_stage(model, sym, config.options, time_limit_s=max(10.0, remaining - 2.5),
+    placements, bound, stage1, _ = solve_two_stage(model, sym, with_fit_levels(model, config.options), time_limit_s=max(10.0, remaining - 2.5),
                                                    gap=config.gap, backend=config.solver, threads=config.threads,
                                                    tracker=tracker)
     if stage1.status == "infeasible":
-        raise InfeasibleError("no placement fits in memory: " + _capacity_sentence_simple(model))
+        raise infeasible.after_solver(model, None, config.options)
     if placements:
         plan = Plan(hardware=hw, workload=wl, method="ilp", placements=placements)
         candidates.append((predict(model, plan)["step_time_s"], "two_stage", placements))
@@ -209,10 +214,3 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, t0: f
               f"plan from {source}" + ("; optimal = within gap_tolerance of that bound" if status == "optimal"
                                        else "")))
     return make_plan(model, "ilp", best, info)
-
-
-def _capacity_sentence_simple(model: CostModel) -> str:
-    need = model.wl.total_bytes()
-    hold = sum(max(v, 0.0) for v in model.usable_memory.values())
-    return (f"tables need {need / GiB:,.1f} GiB at their own precision (optimizer state included); the "
-            f"{len(model.topo.gpus)} GPU(s) + {len(model.topo.hosts)} host(s) hold {hold / GiB:,.1f} GiB for tables")
