@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator, with_config
+from typing_extensions import TypedDict
 
 from placer.errors import SpecError
 from placer.specs.loading import load_model, read_document
@@ -84,22 +85,53 @@ class Placement(_PlanModel):
         return f"{kind} {where}{prec}"
 
 
+#: a finite, non-negative number (seconds, bytes); ints are accepted, strings are not
+_Amount = Annotated[float, Field(ge=0, allow_inf_nan=False, strict=True)]
+
+
+@with_config(ConfigDict(extra="allow"))
+class PredictedDevice(TypedDict, total=False):
+    """One device of the 'predicted' block: bytes used and held, busy seconds per 'phase:resource kind'."""
+
+    hbm_used_bytes: _Amount
+    hbm_capacity_bytes: _Amount
+    host_used_bytes: _Amount
+    host_capacity_bytes: _Amount
+    busy_s: dict[str, _Amount]
+
+
+@with_config(ConfigDict(extra="allow"))
+class Predicted(TypedDict, total=False):
+    """The 'predicted' block of a plan file (simulate.predict writes it). It is what the file SAYS: its types
+    and ranges are validated on load, its numbers are not re-derived (re-price the plan for that: simulate)."""
+
+    step_time_s: _Amount
+    throughput_samples_per_s: Annotated[float, Field(ge=0, allow_inf_nan=True, strict=True)] | None
+    phases_s: dict[str, _Amount]
+    phase_bottlenecks: dict[str, str]
+    devices: dict[str, PredictedDevice]
+    bottleneck: str
+
+
 class SpecRef(_PlanModel):
     name: str
     sha256: str | None = None
 
 
 class SolverInfo(_PlanModel):
+    """The solver's account of how the plan was found (seconds, relative gaps). A claim of the file: a plan
+    read back is not re-solved, so its status is reported as recorded, not as proven."""
+
     backend: str
     status: Literal["optimal", "feasible", "infeasible", "heuristic"]
-    objective_step_time_s: float | None = None
-    lower_bound_step_time_s: float | None = None
-    gap: float | None = None
-    gap_tolerance: float | None = None
-    time_limit_s: float | None = None
-    wall_s: float | None = None
-    num_variables: int | None = None
-    num_constraints: int | None = None
+    objective_step_time_s: _Amount | None = None
+    lower_bound_step_time_s: _Amount | None = None
+    gap: _Amount | None = None
+    gap_tolerance: _Amount | None = None
+    time_limit_s: _Amount | None = None
+    wall_s: _Amount | None = None
+    num_variables: int | None = Field(default=None, ge=0)
+    num_constraints: int | None = Field(default=None, ge=0)
     warm_start: str | None = None
     note: str | None = None
 
@@ -112,7 +144,7 @@ class Plan(_PlanModel):
     workload: SpecRef
     method: str
     placements: list[Placement] = Field(min_length=1)
-    predicted: dict | None = None
+    predicted: Predicted | None = None
     solver: SolverInfo | None = None
 
     def to_json(self, indent: int | None = 1) -> str:
@@ -207,25 +239,6 @@ def _check_coverage(p: Placement, t, file, where) -> None:
                             field=where)
     if bounds[0] != 0 or bounds[-1] != t.dim or area != t.rows * t.dim:
         raise SpecError(f"shards cover {area:,} of the table's {t.rows * t.dim:,} cells", file=file, field=where)
-
-
-def check_plan_file(path: str, hardware_path: str | None, workload_path: str | None) -> str:
-    """Validate a plan file; against hardware and workload too when given. Returns a one-line summary."""
-    plan = load_plan(path)
-    checked = ""
-    if hardware_path and workload_path:
-        from placer.specs import load_hardware, load_workload
-        from placer.topology import Topology
-
-        wl = load_workload(workload_path)
-        topo = Topology(load_hardware(hardware_path), wl.dense.dtype)
-        check_plan(plan, topo, wl, file=path)
-        checked = ", matches hardware and workload"
-    step = (plan.predicted or {}).get("step_time_s")
-    pred = f", predicted step {step * 1e3:.3f} ms" if step else ""
-    status = f", solver {plan.solver.status}" if plan.solver else ""
-    return (f"plan ({plan.method}) for {plan.hardware.name} x {plan.workload.name}: "
-            f"{len(plan.placements)} placements{pred}{status}{checked}")
 
 
 def plan_from_json(text: str, file: str | None = None) -> Plan:

@@ -305,7 +305,7 @@ templates:
   box:
     gpus: {model: g, count: 1, hbm_GiB: 80, hbm_bw_GBps: 2000, hbm_gather_efficiency: 0.3,
            peak_TFLOPs: {fp32: 50}, compute_efficiency: 0.5}
-    host: {dram_GiB: 100000000, dram_bw_GBps: 100, cpu_cores: 16, cpu_gather_GBps: 8}
+    host: {dram_GiB: 1000000, dram_bw_GBps: 100, cpu_cores: 16, cpu_gather_GBps: 8}
     links: [{kind: pcie, between: [gpu0, host], bw_GBps: 32}]
 nodes: [{template: box}]
 """

@@ -40,7 +40,7 @@ def summarize_workload(path: str) -> str:
 
 
 def summarize_plan(path: str, args) -> str:
-    from placer.plan import check_plan_file
+    from placer.plan_price import check_plan_file
 
     return check_plan_file(path, getattr(args, "hardware", None), getattr(args, "workload", None))
 

@@ -18,12 +18,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     from placer.plan import load_plan
+    from placer.plan_price import priced_plan
     from placer.report import plan_summary
-    from placer.simulate import simulate
 
     topo, wl = load_pair(args)
     plan = load_plan(args.plan)
-    predicted = simulate(plan, topo, wl, file=args.plan)
+    predicted = priced_plan(plan, topo, wl, file=args.plan)
     if args.json:
         sys.stdout.write(json.dumps({"method": plan.method, "predicted": predicted}, indent=1) + "\n")
     else:

@@ -8,6 +8,7 @@ synchronizes the device at each phase boundary (the median time per phase), one 
 """
 from __future__ import annotations
 
+import math
 import os
 import platform
 import resource
@@ -17,9 +18,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from placer.cost import PHASES, CostModel
+from placer.cost import PHASES
 from placer.errors import SpecError
-from placer.plan import Plan, check_plan
+from placer.plan import Plan
+from placer.plan_price import priced_plan
 from placer.program.build import plan_ops
 from placer.runner.batches import batch_bytes_estimate
 from placer.runner.hostmem import keep_freed_memory
@@ -28,7 +30,6 @@ from placer.runner.opcompare import compare
 from placer.runner.scale import scale_plan
 from placer.runner.timing import OpTimer, PhaseTimer, StepTimer, step_measurements, summarize, synchronize
 from placer.runner.trainer import Trainer
-from placer.simulate import predict
 from placer.specs.workload import Workload
 from placer.topology import Topology
 
@@ -84,16 +85,19 @@ def default_pool_batches(workload: Workload, plan: Plan, total_steps: int) -> in
 def prepare(hardware, workload: Workload, plan: Plan, *, scale: float = 1.0, plan_file: str | None = None
             ) -> tuple[Topology, Workload, Plan, dict]:
     """Check the plan, scale it when asked, and predict it: (topology, workload, plan, predicted) as run. The
-    capacity check of the hardware spec applies to the scaled plan too."""
+    plan as given must fit the hardware spec (the same check as simulate and check: plan_price.priced_plan),
+    scaled or not; the scaled plan is checked and priced again. Refusals name ``plan_file``."""
     topo = Topology(hardware, workload.dense.dtype)
-    check_plan(plan, topo, workload, file=plan_file)
+    predicted = priced_plan(plan, topo, workload, file=plan_file)
     if scale != 1.0:
-        if not scale > 0 or scale == float("inf"):
-            raise SpecError(f"--scale {scale:g}: must be a positive number")
+        if not (math.isfinite(scale) and scale >= 1):
+            raise SpecError(f"{scale:g}: the rows divisor must be a finite number >= 1", field="--scale")
         workload = workload.with_scaled_rows(scale)
-        plan = scale_plan(plan, workload)
-        check_plan(plan, topo, workload, file=plan_file, check_hashes=False)
-    predicted = predict(CostModel(topo, workload), plan)
+        try:
+            plan = scale_plan(plan, workload)
+        except SpecError as exc:
+            raise SpecError(exc.detail, file=plan_file, field=exc.field or "--scale") from None
+        predicted = priced_plan(plan, topo, workload, file=plan_file, check_hashes=False)
     return topo, workload, plan, predicted
 
 
