@@ -97,10 +97,8 @@ class Topology:
         host = f"{node}/host"
         self.hosts.append(host)
         self._gpus_of_node[node] = []
-        for local in t.device_names:
+        for local, kind in t.device_kinds.items():  # the kind where the spec declares it, never from a name
             name = f"{node}/{local}"
-            kind = "gpu" if local.startswith("gpu") else "host" if local == "host" else \
-                "nic" if local.startswith("nic") and t.nics else "switch"
             self.graph.add_node(name, kind=kind, node=node)
             self.node_of[name] = node
             self.template_of[name] = t

@@ -12,23 +12,28 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
+import numbers
+import re
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
+from placer.errors import SpecError
+from placer.specs import limits as L
 from placer.specs.common import StrictModel
-from placer.specs.loading import load_model, read_document
+from placer.specs.loading import load_model, read_document, validation_to_spec_error
 
-Fraction = float
-Rate = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+Rate = L.OpRate
+#: bytes an op touches, as an op-cost table key (1 PiB at most)
+OpBytes = L.count(2**50)
 #: op kinds with a fixed cost per op (placer/program/ops.py lists which ops each kind covers)
 OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad", "adam")
 FIXED_COST_KINDS = ("lookup", "sort", "segment_reduce", "copy", "elementwise", "view", "gemm", "collective",
                     "dense_op") + tuple(f"update_{o}" for o in OPTIMIZERS)
 StorageDtype = Literal["fp32", "fp16"]
-RowRates = dict[StorageDtype, dict[PositiveInt, Rate]]  # storage dtype -> row bytes -> GB/s
+RowRates = dict[StorageDtype, dict[L.RowBytes, Rate]]  # storage dtype -> row bytes -> GB/s
 
 
 class OpCostSpec(StrictModel):
@@ -37,7 +42,7 @@ class OpCostSpec(StrictModel):
     default, derived from the device's other fields (opcosts.py says how). Tables keyed by size are
     interpolated in log2 of the size and clamped at their ends."""
 
-    fixed_us: dict[Literal[FIXED_COST_KINDS], Annotated[float, Field(ge=0, allow_inf_nan=False)]] = Field(
+    fixed_us: dict[Literal[FIXED_COST_KINDS], L.LatencyUs] = Field(
         default_factory=dict, description="fixed cost of one op of each kind (dispatch + launch + its smallest run), "
                                           "us; dense_op: what an op of the dense step costs beyond that under "
                                           "autograd and module calls")
@@ -50,22 +55,22 @@ class OpCostSpec(StrictModel):
     host_gather_GBps: RowRates | None = Field(
         default=None, description="storage dtype -> row bytes -> GB/s of rows in pinned host memory gathered by "
                                   "this device")
-    stream_GBps: Rate | dict[PositiveInt, Rate] | None = Field(
+    stream_GBps: Rate | dict[OpBytes, Rate] | None = Field(
         default=None, description="streaming rate of copies and elementwise ops, bytes read + written per second, "
                                   "GB/s: one rate, or bytes an op touches -> GB/s (small ops run in the caches)")
-    stream_warm_GBps: dict[PositiveInt, Rate] | None = Field(
+    stream_warm_GBps: dict[OpBytes, Rate] | None = Field(
         default=None, description="bytes an op touches -> GB/s of the same copies reusing their buffers (operands "
                                   "in whichever cache holds that many bytes); a dense step's traffic is priced "
                                   "warm by the share this table's point at the step's memory says (OpCosts.warm)")
-    strided_GBps: dict[PositiveInt, Rate] | None = Field(
+    strided_GBps: dict[OpBytes, Rate] | None = Field(
         default=None, description="bytes an op moves (read + written) -> GB/s of elementwise ops over a transposed "
                                   "view (a gradient added to its transpose), operands cold")
-    indexed_GBps: dict[PositiveInt, Rate] | None = Field(
+    indexed_GBps: dict[OpBytes, Rate] | None = Field(
         default=None, description="bytes an op moves (read + written, index tensors included) -> GB/s of "
                                   "indexing ops (the dot interaction's triangle: index, index_put)")
-    sort_ns_per_id: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = Field(
+    sort_ns_per_id: L.SortNs | None = Field(
         default=None, description="sorting a step's row ids with their positions and finding the runs, ns per id")
-    segment_reduce_GBps: dict[PositiveInt, Rate] | None = Field(
+    segment_reduce_GBps: dict[OpBytes, Rate] | None = Field(
         default=None, description="gradient row bytes -> GB/s of per-lookup gradient rows expanded from the "
                                   "pooled gradients and summed per distinct row")
     update_GBps: dict[Literal[OPTIMIZERS], RowRates] | None = Field(
@@ -95,40 +100,55 @@ class GpuSpec(StrictModel):
     """Every GPU of a node template (identical within a template)."""
 
     model: str
-    count: PositiveInt
-    hbm_GiB: PositiveFloat = Field(description="HBM capacity per GPU, GiB")
-    hbm_bw_GBps: PositiveFloat = Field(description="HBM streaming bandwidth, GB/s (datasheet or measured copy)")
-    hbm_gather_efficiency: float = Field(gt=0, le=1, description="fraction of hbm_bw_GBps reached by random row gathers")
-    hbm_reserve_GiB: float = Field(default=4.0, ge=0, description="HBM kept for CUDA context, allocator, workspace")
-    peak_TFLOPs: dict[Literal["fp32", "tf32", "bf16", "fp16"], PositiveFloat]
-    compute_efficiency: float = Field(gt=0, le=1, description="achievable fraction of peak_TFLOPs for MLP GEMMs")
-    kernel_launch_us: float = Field(default=5.0, ge=0, description="fixed cost per kernel launched, us")
-    host_read_efficiency: float = Field(
-        default=0.5, gt=0, le=1,
+    count: L.GpuCount
+    hbm_GiB: L.CapacityGiB = Field(description="HBM capacity per GPU, GiB")
+    hbm_bw_GBps: L.BandwidthGBps = Field(description="HBM streaming bandwidth, GB/s (datasheet or measured copy)")
+    hbm_gather_efficiency: L.Efficiency = Field(description="fraction of hbm_bw_GBps reached by random row gathers")
+    hbm_reserve_GiB: L.ReserveGiB = Field(default=4.0, description="HBM kept for CUDA context, allocator, workspace, GiB")
+    peak_TFLOPs: dict[Literal["fp32", "tf32", "bf16", "fp16"], L.TFLOPs] = Field(
+        min_length=1, description="datasheet peak per dense dtype, TFLOP/s")
+    compute_efficiency: L.Efficiency = Field(description="achievable fraction of peak_TFLOPs for MLP GEMMs")
+    kernel_launch_us: L.LatencyUs = Field(default=5.0, description="fixed cost per kernel launched, us")
+    host_read_efficiency: L.Efficiency = Field(
+        default=0.5,
         description="fraction of the PCIe link's bandwidth reached when the GPU gathers rows from pinned host memory")
     op_costs: OpCostSpec | None = Field(default=None, description="measured cost of each op kind (placer calibrate)")
+
+    @model_validator(mode="after")
+    def _reserve_below_capacity(self) -> "GpuSpec":
+        if self.hbm_reserve_GiB >= self.hbm_GiB:
+            raise ValueError(f"hbm_reserve_GiB: {self.hbm_reserve_GiB:g} GiB reserved of {self.hbm_GiB:g} GiB of "
+                             "HBM leaves nothing for tables; the reserve must be below hbm_GiB")
+        return self
 
 
 class HostSpec(StrictModel):
     """The host (CPU sockets and DRAM) of a node template."""
 
-    dram_GiB: PositiveFloat = Field(description="host DRAM capacity, GiB")
-    dram_bw_GBps: PositiveFloat = Field(description="host DRAM bandwidth, GB/s")
-    dram_reserve_GiB: float = Field(default=16.0, ge=0, description="DRAM kept for the OS, data loader, runtime")
-    cpu_cores: PositiveInt
-    cpu_gather_GBps: PositiveFloat = Field(
+    dram_GiB: L.CapacityGiB = Field(description="host DRAM capacity, GiB")
+    dram_bw_GBps: L.BandwidthGBps = Field(description="host DRAM bandwidth, GB/s")
+    dram_reserve_GiB: L.ReserveGiB = Field(default=16.0, description="DRAM kept for the OS, data loader, runtime, GiB")
+    cpu_cores: L.CpuCores
+    cpu_gather_GBps: L.BandwidthGBps = Field(
         description="bytes/s of embedding rows the CPU gathers and pools from DRAM, all cores together, GB/s")
-    cpu_peak_TFLOPs: PositiveFloat = Field(default=1.0, description="CPU fp32 peak, all cores, TFLOP/s")
+    cpu_peak_TFLOPs: L.TFLOPs = Field(default=1.0, description="CPU fp32 peak, all cores, TFLOP/s")
     op_costs: OpCostSpec | None = Field(default=None, description="measured cost of each op kind on the CPU "
                                                                   "(host tables' lookups, sorts and updates)")
+
+    @model_validator(mode="after")
+    def _reserve_below_capacity(self) -> "HostSpec":
+        if self.dram_reserve_GiB >= self.dram_GiB:
+            raise ValueError(f"dram_reserve_GiB: {self.dram_reserve_GiB:g} GiB reserved of {self.dram_GiB:g} GiB "
+                             "of DRAM leaves nothing for tables; the reserve must be below dram_GiB")
+        return self
 
 
 class NicSpec(StrictModel):
     """Network interfaces of a node template, named nic0..nic{count-1}; each reaches the fabric."""
 
-    count: PositiveInt
-    bw_GBps: PositiveFloat = Field(description="per NIC, per direction, GB/s (400 Gb/s NDR = 50 GB/s)")
-    latency_us: float = Field(default=2.0, ge=0)
+    count: L.NicCount
+    bw_GBps: L.BandwidthGBps = Field(description="per NIC, per direction, GB/s (400 Gb/s NDR = 50 GB/s)")
+    latency_us: L.LatencyUs = Field(default=2.0, description="us")
 
 
 class LinkSpec(StrictModel):
@@ -137,10 +157,15 @@ class LinkSpec(StrictModel):
 
     kind: Literal["nvlink", "pcie", "network"]
     between: tuple[str, str]
-    bw_GBps: PositiveFloat = Field(description="bandwidth per direction, GB/s")
-    latency_us: float = Field(default=1.0, ge=0)
-    pcie_gen: int | None = Field(default=None, ge=1, le=7)
-    efficiency: float = Field(default=1.0, gt=0, le=1, description="achievable fraction of bw_GBps for bulk copies")
+    bw_GBps: L.BandwidthGBps = Field(description="bandwidth per direction, GB/s")
+    latency_us: L.LatencyUs = Field(default=1.0, description="us")
+    pcie_gen: L.count(7) | None = None
+    efficiency: L.Efficiency = Field(default=1.0, description="achievable fraction of bw_GBps for bulk copies")
+
+
+#: a switch name may not look like a device of another kind, nor hold a path separator or glob characters
+_GENERATED_NAME = re.compile(r"^(gpu|nic)\d+$|^host$|^fabric$")
+_BAD_NAME_CHARS = set("/*?[]! \t\n")
 
 
 class NodeTemplate(StrictModel):
@@ -149,7 +174,7 @@ class NodeTemplate(StrictModel):
     description: str = ""
     gpus: GpuSpec
     host: HostSpec
-    switches: list[str] = Field(default_factory=list)
+    switches: list[str] = Field(default_factory=list, max_length=L.MAX_SWITCHES_PER_NODE)
     nics: NicSpec | None = None
     links: list[LinkSpec]
     unified_memory: bool = Field(
@@ -159,24 +184,45 @@ class NodeTemplate(StrictModel):
                     "the cores of the node's first 'GPU' (one stream)")
 
     @cached_property
+    def device_kinds(self) -> dict[str, str]:
+        """Local device name -> its declared kind ('gpu', 'host', 'switch', 'nic'), in device order. The kind
+        comes from where the device is declared (gpus, host, switches, nics), never from its name."""
+        kinds = {f"gpu{i}": "gpu" for i in range(self.gpus.count)}
+        kinds["host"] = "host"
+        kinds.update((s, "switch") for s in self.switches)
+        if self.nics:
+            kinds.update((f"nic{i}", "nic") for i in range(self.nics.count))
+        return kinds
+
+    @cached_property
     def device_names(self) -> list[str]:
         """Local device names of one node built from this template."""
-        names = [f"gpu{i}" for i in range(self.gpus.count)] + ["host"] + list(self.switches)
-        if self.nics:
-            names += [f"nic{i}" for i in range(self.nics.count)]
-        return names
+        return list(self.device_kinds)
 
     def expand(self, pattern: str) -> list[str]:
         """Devices a link endpoint names (a glob may match several)."""
+        if pattern in self.device_kinds:
+            return [pattern]
         return [n for n in self.device_names if fnmatch.fnmatchcase(n, pattern)]
 
     @model_validator(mode="after")
-    def _links_name_known_devices(self) -> "NodeTemplate":
-        reserved = {"host"} | {f"gpu{i}" for i in range(self.gpus.count)}
-        for s in self.switches:
-            if s in reserved or s.startswith("nic"):
-                raise ValueError(f"switches: switch name {s!r} clashes with a GPU, host or NIC name")
-        known = ", ".join(_compact_names(self.device_names))
+    def _names_and_links(self) -> "NodeTemplate":
+        seen_switch: dict[str, int] = {}
+        for i, s in enumerate(self.switches):
+            if not s or _GENERATED_NAME.match(s) or s.startswith("nic") or set(s) & _BAD_NAME_CHARS:
+                raise ValueError(f"switches[{i}]: switch name {s!r} is empty, clashes with a GPU, host or NIC name "
+                                 "(gpuN, host, nicN) or holds '/', a space or glob characters")
+            if s in seen_switch:
+                raise ValueError(f"switches[{i}]: duplicate switch name {s!r} (first at switches[{seen_switch[s]}])")
+            seen_switch[s] = i
+        if self.unified_memory:
+            reserve = self.host.dram_reserve_GiB + self.gpus.hbm_reserve_GiB * self.gpus.count
+            if reserve >= self.host.dram_GiB:
+                raise ValueError(f"host.dram_reserve_GiB: on a unified-memory node the host and every GPU reserve "
+                                 f"{reserve:g} GiB of the one RAM (dram_reserve_GiB + count x hbm_reserve_GiB), at "
+                                 f"or above host.dram_GiB = {self.host.dram_GiB:g}")
+        known = ", ".join(_compact_names(self.device_kinds))
+        first_link: dict[frozenset, int] = {}
         for i, link in enumerate(self.links):
             sides = [self.expand(p) for p in link.between]
             for pattern, matches in zip(link.between, sides):
@@ -185,9 +231,22 @@ class NodeTemplate(StrictModel):
             if len(sides[0]) > 1 and len(sides[1]) > 1 and len(sides[0]) != len(sides[1]):
                 raise ValueError(f"links[{i}].between: globs match {len(sides[0])} and {len(sides[1])} devices; "
                                  "two globs must match the same number to be paired")
-            if any(a == b for a, b in self.link_pairs(link)):
-                raise ValueError(f"links[{i}].between: a link from a device to itself")
+            for a, b in self.link_pairs(link):
+                if a == b:
+                    raise ValueError(f"links[{i}].between: a link from a device to itself ({a})")
+                pair = frozenset((a, b))
+                if pair in first_link:
+                    j = first_link[pair]
+                    same = "the same link" if self.links[j].kind == link.kind else \
+                        f"a second link ({self.links[j].kind} and {link.kind}; placer keeps one link per pair)"
+                    raise ValueError(f"links[{i}].between: {same} between {a} and {b} as links[{j}]")
+                first_link[pair] = i
         return self
+
+    @cached_property
+    def num_link_pairs(self) -> int:
+        """Links one node of this template has, globs expanded."""
+        return sum(len(self.link_pairs(link)) for link in self.links)
 
     def link_pairs(self, link: LinkSpec) -> list[tuple[str, str]]:
         """The (a, b) local device pairs one LinkSpec stands for."""
@@ -197,10 +256,11 @@ class NodeTemplate(StrictModel):
         return [(x, y) for x in a for y in b]
 
 
-def _compact_names(names: list[str]) -> list[str]:
-    gpus = [n for n in names if n.startswith("gpu")]
-    nics = [n for n in names if n.startswith("nic")]
-    rest = [n for n in names if n not in gpus and n not in nics]
+def _compact_names(kinds: dict[str, str]) -> list[str]:
+    """'gpu0..gpu7, host, nvswitch, nic0..nic7' from device name -> kind."""
+    gpus = [n for n, k in kinds.items() if k == "gpu"]
+    nics = [n for n, k in kinds.items() if k == "nic"]
+    rest = [n for n, k in kinds.items() if k not in ("gpu", "nic")]
     out = [gpus[0] if len(gpus) == 1 else f"gpu0..gpu{len(gpus) - 1}"] if gpus else []
     out += rest
     if nics:
@@ -212,14 +272,14 @@ class NodeGroup(StrictModel):
     """``count`` nodes built from ``template``."""
 
     template: str
-    count: PositiveInt = 1
+    count: L.NodeCount = 1
 
 
 class FabricSpec(StrictModel):
     """The network between nodes: a non-blocking switch every NIC reaches at the NIC's own bandwidth."""
 
     kind: str = "infiniband"
-    latency_us: float = Field(default=5.0, ge=0)
+    latency_us: L.LatencyUs = Field(default=5.0, description="switch latency between NICs, us")
 
 
 class HardwareSpec(StrictModel):
@@ -247,6 +307,14 @@ class HardwareSpec(StrictModel):
             if group.template not in self.templates:
                 raise ValueError(f"nodes[{i}].template: unknown template {group.template!r} "
                                  f"(known: {', '.join(self.templates)})")
+        totals = {"nodes": (self.num_nodes, L.MAX_NODES), "GPUs": (self.num_gpus, L.MAX_TOTAL_GPUS),
+                  "devices": (sum(len(self.templates[g.template].device_kinds) * g.count for g in self.nodes),
+                              L.MAX_TOTAL_DEVICES),
+                  "links": (sum(self.templates[g.template].num_link_pairs * g.count for g in self.nodes),
+                            L.MAX_TOTAL_LINKS)}
+        for what, (n, most) in totals.items():
+            if n > most:
+                raise ValueError(f"nodes: the cluster has {n:,} {what}, more than the {most:,} placer models")
         if self.num_nodes > 1:
             if self.fabric is None:
                 raise ValueError("fabric: required when there is more than one node")
@@ -272,9 +340,20 @@ class HardwareSpec(StrictModel):
         return sum(self.templates[g.template].gpus.count * g.count for g in self.nodes)
 
     def with_gpu_count(self, nodes: int) -> "HardwareSpec":
-        """The same spec with its first node group replicated to ``nodes`` nodes (for what-if sweeps)."""
-        groups = [NodeGroup(template=self.nodes[0].template, count=nodes)]
-        return self.model_copy(update={"nodes": groups, "name": f"{self.name}-x{nodes}"})
+        """The same spec with its first node group replicated to ``nodes`` nodes (for what-if sweeps), validated
+        again (a multi-node spec needs a fabric and NICs). Raises SpecError for a count that is not a whole
+        number from 1 to MAX_NODES, or a spec the new count makes invalid."""
+        if isinstance(nodes, bool) or not isinstance(nodes, numbers.Integral) or not 1 <= nodes <= L.MAX_NODES:
+            raise SpecError(f"the node count must be a whole number from 1 to {L.MAX_NODES:,}, got {nodes!r}",
+                            file=self.source_path, field="nodes")
+        nodes = int(nodes)
+        data = self.model_dump()
+        data.update(nodes=[{"template": self.nodes[0].template, "count": nodes}], name=f"{self.name}-x{nodes}")
+        try:
+            spec = HardwareSpec.model_validate(data)
+        except ValidationError as exc:
+            raise validation_to_spec_error(exc, self.source_path) from None
+        return spec.model_copy(update={"source_path": self.source_path, "sha256": self.sha256})
 
 
 def load_hardware(path: str | Path) -> HardwareSpec:

@@ -1,42 +1,29 @@
 """Read a YAML/JSON file into a pydantic model; every failure becomes a SpecError naming file and field."""
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from placer.errors import SpecError
+from placer.specs.documents import parse_document
+from placer.specs.files import MAX_DOCUMENT_BYTES, read_text_guarded
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 def read_document(path: str | Path) -> dict[str, Any]:
-    """Parse a YAML or JSON file into a mapping. Raises SpecError for missing, empty or malformed files."""
+    """Parse a YAML or JSON file (JSON when its name ends in .json) into a mapping, read through the guarded
+    reader (placer/specs/files.py: regular files of at most 64 MiB, UTF-8) and parser
+    (placer/specs/documents.py: no duplicate keys, bounded nesting). Raises SpecError naming the file for
+    a missing, unreadable, oversized, empty or malformed file, or one that is not a mapping."""
     path = Path(path)
-    if not path.exists():
-        raise SpecError("file not found", file=str(path))
-    if path.is_dir():
-        raise SpecError("is a directory, expected a YAML or JSON file", file=str(path))
-    text = path.read_text(encoding="utf-8")
+    text = read_text_guarded(path, max_bytes=MAX_DOCUMENT_BYTES, what="YAML or JSON file")
     if not text.strip():
         raise SpecError("file is empty, expected a YAML or JSON mapping", file=str(path))
-    try:
-        if path.suffix.lower() == ".json":
-            data = json.loads(text)
-        else:
-            data = yaml.safe_load(text)
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"JSON syntax error at line {exc.lineno}, column {exc.colno}: {exc.msg}",
-                        file=str(path)) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise SpecError(f"YAML syntax error{where}: {problem}", file=str(path)) from None
+    data = parse_document(text, str(path), json_syntax=path.suffix.lower() == ".json")
     if data is None:
         raise SpecError("file holds no data, expected a mapping", file=str(path))
     if not isinstance(data, dict):
