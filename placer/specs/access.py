@@ -187,7 +187,14 @@ def cdf_from_histogram(accesses_per_row, rows_fraction) -> tuple[np.ndarray, np.
     mass = c * r
     if mass.sum() <= 0:
         raise ValueError("histogram has no accesses")
-    return np.cumsum(r), np.cumsum(mass) / mass.sum()
+    return _to_unit(np.cumsum(r)), _to_unit(np.cumsum(mass) / mass.sum())
+
+
+def _to_unit(cumulative: np.ndarray) -> np.ndarray:
+    """A cumulative share that must end at 1: rounding may leave it at 1 +- 1e-16; clip it and end it at 1."""
+    out = np.clip(cumulative, 0.0, 1.0)
+    out[-1] = 1.0
+    return out
 
 
 def cdf_from_counts(counts, max_points: int = 2048) -> tuple[np.ndarray, np.ndarray]:
@@ -195,6 +202,6 @@ def cdf_from_counts(counts, max_points: int = 2048) -> tuple[np.ndarray, np.ndar
     c = np.sort(np.asarray(counts, dtype=np.float64).ravel())[::-1]
     if c.size == 0 or c.sum() <= 0 or np.any(c < 0):
         raise ValueError("access counts must be non-negative with a positive sum")
-    y = np.cumsum(c) / c.sum()
+    y = _to_unit(np.cumsum(c) / c.sum())
     idx = np.unique(np.concatenate([np.geomspace(1, c.size, max_points).astype(np.int64) - 1, [c.size - 1]]))
     return (idx + 1) / c.size, y[idx]

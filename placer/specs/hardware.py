@@ -24,6 +24,7 @@ from placer.errors import SpecError
 from placer.specs import limits as L
 from placer.specs.common import StrictModel
 from placer.specs.loading import load_model, read_document, validation_to_spec_error
+from placer.specs.plausible import warn_implausible
 
 Rate = L.OpRate
 #: bytes an op touches, as an op-cost table key (1 PiB at most)
@@ -357,8 +358,10 @@ class HardwareSpec(StrictModel):
 
 
 def load_hardware(path: str | Path) -> HardwareSpec:
-    """Load and validate a hardware spec (YAML or JSON). Raises SpecError naming file and field."""
+    """Load and validate a hardware spec (YAML or JSON). Raises SpecError naming file and field; warns
+    (placer.specs.plausible.SpecWarning) for values outside the realistic range of their kind of part."""
     data = read_document(path)
     spec = load_model(HardwareSpec, path, data)
+    warn_implausible(spec, str(path))  # SpecWarning for values that look like a unit mistake
     digest = hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
     return spec.model_copy(update={"source_path": str(path), "sha256": digest})

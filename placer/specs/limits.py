@@ -124,7 +124,8 @@ def nonnegative_float(maximum: float) -> Any:
 
 def count(maximum: int, minimum: int = 1) -> Any:
     """An integer in [``minimum``, ``maximum``] (booleans refused)."""
-    return Annotated[int, NoBool, Field(ge=minimum, le=maximum)]
+    low = {"gt": 0} if minimum == 1 else {"ge": minimum}  # "greater than 0" reads better for counts
+    return Annotated[int, NoBool, Field(le=maximum, **low)]
 
 
 CapacityGiB = positive_float(MAX_CAPACITY_GiB, MIN_CAPACITY_GiB, "GiB")

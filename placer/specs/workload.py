@@ -7,16 +7,22 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import numbers
+from decimal import Decimal
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import numpy as np
-from pydantic import Field, PositiveFloat, PositiveInt, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from placer.specs.access import (AccessModel, CdfAccess, UniformAccess, ZipfAccess, cdf_from_counts,
                                  cdf_from_histogram)
+from placer.errors import SpecError
+from placer.specs import limits as L
 from placer.specs.common import StrictModel
+from placer.specs.files import load_npy_guarded
 from placer.specs.loading import load_model, read_document
 from placer.units import element_bytes
 
@@ -32,7 +38,7 @@ class UniformSpec(StrictModel):
 
 class ZipfSpec(StrictModel):
     kind: Literal["zipf"] = "zipf"
-    alpha: PositiveFloat
+    alpha: L.ZipfAlpha
 
 
 class CdfSpec(StrictModel):
@@ -40,8 +46,8 @@ class CdfSpec(StrictModel):
     or per-row access counts (1-D)."""
 
     kind: Literal["cdf"] = "cdf"
-    points: list[tuple[float, float]] | None = None
-    file: str | None = None
+    points: list[tuple[L.UnitInterval, L.UnitInterval]] | None = Field(default=None, min_length=1)
+    file: str | None = Field(default=None, min_length=1)
 
     @model_validator(mode="after")
     def _one_source(self) -> "CdfSpec":
@@ -51,15 +57,38 @@ class CdfSpec(StrictModel):
 
 
 class HistogramBin(StrictModel):
-    accesses_per_row: float = Field(ge=0)
-    rows_fraction: float = Field(gt=0, le=1)
+    accesses_per_row: L.AccessesPerRow
+    rows_fraction: L.RowFraction
+
+
+#: slack allowed on the sum of a histogram's rows_fraction beyond the rounding of the written values
+HISTOGRAM_SUM_SLACK = 1e-6
+
+
+def _rounding_of(value: float) -> float:
+    """Half a unit in the last written decimal place of ``value`` (0.33 -> 0.005): what rounding it to the
+    digits it was written with may have moved it by."""
+    exponent = Decimal(repr(float(value))).as_tuple().exponent
+    return 0.5 * 10.0 ** exponent if isinstance(exponent, int) else 0.0
 
 
 class HistogramSpec(StrictModel):
-    """Bins of rows by access count (as in the learned sharders' 17-bin table features)."""
+    """Bins of rows by access count (as in the learned sharders' 17-bin table features). The rows_fraction
+    values must sum to 1 within the rounding of the values as written (each 2-decimal value may be 0.005
+    off) plus 1e-6; they are renormalised to sum to exactly 1."""
 
     kind: Literal["histogram"] = "histogram"
     bins: list[HistogramBin] = Field(min_length=1)
+
+    @field_validator("bins")
+    @classmethod
+    def _fractions_sum_to_one(cls, bins: list[HistogramBin]) -> list[HistogramBin]:
+        total = math.fsum(b.rows_fraction for b in bins)
+        slack = HISTOGRAM_SUM_SLACK + math.fsum(_rounding_of(b.rows_fraction) for b in bins)
+        if abs(total - 1.0) > slack:
+            raise ValueError(f"the bins' rows_fraction values sum to {total:.6g}, expected 1 (within {slack:.3g}, "
+                             "the rounding of the values written)")
+        return bins
 
 
 AccessSpec = Annotated[Union[UniformSpec, ZipfSpec, CdfSpec, HistogramSpec], Field(discriminator="kind")]
@@ -69,10 +98,10 @@ class TableSpec(StrictModel):
     """One embedding table."""
 
     name: str = Field(min_length=1)
-    rows: PositiveInt
-    dim: PositiveInt
+    rows: L.Rows
+    dim: L.Dim
     dtype: StorageDtype = "fp32"
-    pooling_factor: PositiveFloat = Field(default=1.0, description="lookups per sample for each feature using it")
+    pooling_factor: L.Pooling = Field(default=1.0, description="lookups per sample for each feature using it")
     access: AccessSpec = Field(default_factory=UniformSpec)
     allow_fp16: bool = Field(default=False, description="the planner may store this table at fp16")
 
@@ -90,7 +119,7 @@ class FeatureSpec(StrictModel):
 
     name: str = Field(min_length=1)
     table: str
-    pooling_factor: PositiveFloat | None = None
+    pooling_factor: L.Pooling | None = None
 
 
 class DotInteraction(StrictModel):
@@ -103,8 +132,8 @@ class ConcatInteraction(StrictModel):
 
 class Dcnv2Interaction(StrictModel):
     kind: Literal["dcnv2"] = "dcnv2"
-    layers: PositiveInt = 3
-    rank: PositiveInt = 512
+    layers: L.CrossLayers = 3
+    rank: L.LayerWidth = 512
 
 
 Interaction = Annotated[Union[DotInteraction, ConcatInteraction, Dcnv2Interaction], Field(discriminator="kind")]
@@ -113,16 +142,16 @@ Interaction = Annotated[Union[DotInteraction, ConcatInteraction, Dcnv2Interactio
 class DenseSpec(StrictModel):
     """The dense part of a DLRM: bottom MLP over dense features, interaction, top MLP."""
 
-    num_dense_features: int = Field(default=13, ge=0)
-    bottom_mlp: list[PositiveInt] = Field(default_factory=list)
+    num_dense_features: L.DenseFeatures = 13
+    bottom_mlp: list[L.LayerWidth] = Field(default_factory=list, max_length=L.MAX_CROSS_LAYERS)
     interaction: Interaction = Field(default_factory=DotInteraction)
-    top_mlp: list[PositiveInt] = Field(min_length=1)
+    top_mlp: list[L.LayerWidth] = Field(min_length=1, max_length=L.MAX_CROSS_LAYERS)
     dtype: Literal["fp32", "tf32", "bf16", "fp16"] = "fp32"
 
 
 class OptimizerSpec(StrictModel):
     name: Literal["sgd", "adagrad", "rowwise_adagrad", "adam"] = "sgd"
-    lr: PositiveFloat = 0.01
+    lr: L.LearningRate = 0.01
 
 
 class Workload(StrictModel):
@@ -131,7 +160,7 @@ class Workload(StrictModel):
     schema_version: Literal[1] = 1
     name: str
     description: str = ""
-    batch_size: PositiveInt = Field(description="global batch: samples per step over all devices")
+    batch_size: L.Batch = Field(description="global batch: samples per step over all devices")
     optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec)
     tables: list[TableSpec] = Field(min_length=1)
     features: list[FeatureSpec] | None = None
@@ -204,13 +233,23 @@ class Workload(StrictModel):
     def table_index(self) -> dict[str, int]:
         return {t.name: i for i, t in enumerate(self.tables)}
 
+    @cached_property
+    def _per_table_features(self) -> tuple[dict[str, float], dict[str, int]]:
+        """(lookups per sample, features) per table name, from one pass over the features."""
+        lookups: dict[str, float] = dict.fromkeys(self.table_index, 0.0)
+        outputs: dict[str, int] = dict.fromkeys(self.table_index, 0)
+        for f in self.resolved_features:
+            lookups[f.table] = lookups.get(f.table, 0.0) + f.pooling_factor
+            outputs[f.table] = outputs.get(f.table, 0) + 1
+        return lookups, outputs
+
     def lookups_per_sample(self, table: str) -> float:
         """Rows gathered from ``table`` per sample: the sum of its features' pooling factors."""
-        return sum(f.pooling_factor for f in self.resolved_features if f.table == table)
+        return self._per_table_features[0].get(table, 0.0)
 
     def outputs_per_sample(self, table: str) -> int:
         """Pooled vectors ``table`` produces per sample: one per feature using it."""
-        return sum(1 for f in self.resolved_features if f.table == table)
+        return self._per_table_features[1].get(table, 0)
 
     @cached_property
     def access_models(self) -> dict[str, AccessModel]:
@@ -218,7 +257,7 @@ class Workload(StrictModel):
         base = Path(self.source_path).parent if self.source_path else Path(".")
         return {t.name: build_access_model(t.access, t.rows, base) for t in self.tables}
 
-    @property
+    @cached_property
     def optimizer_state_factor(self) -> dict[str, float]:
         """Optimizer state per table as a multiple of the table's elements (rowwise_adagrad: 1/dim)."""
         if self.optimizer.name == "rowwise_adagrad":
@@ -237,15 +276,26 @@ class Workload(StrictModel):
 
     def total_bytes(self, with_optimizer: bool = True) -> float:
         """Bytes of all tables at their own dtype, optimizer state included (fp32 state)."""
+        factors = self.optimizer_state_factor  # one dict for all tables (linear in tables)
         total = 0.0
         for t in self.tables:
-            state = self.optimizer_state_factor[t.name] * t.rows * t.dim * 4 if with_optimizer else 0.0
+            state = factors[t.name] * t.rows * t.dim * 4 if with_optimizer else 0.0
             total += t.size_bytes() + state
         return total
 
     def with_scaled_rows(self, scale: float) -> "Workload":
-        """The same workload with every table's rows divided by ``scale`` (at least 1 row), skew kept."""
-        tables = [t.model_copy(update={"rows": max(1, int(t.rows // scale))}) for t in self.tables]
+        """The same workload with every table's rows divided by ``scale`` (at least 1 row), skew kept.
+        Raises SpecError for a scale that is not a finite number > 0, or one that makes a table larger
+        than MAX_ROWS rows."""
+        if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not math.isfinite(scale) or scale <= 0:
+            raise SpecError(f"the row scale must be a finite number > 0, got {scale!r}", file=self.source_path)
+        tables = []
+        for i, t in enumerate(self.tables):
+            rows = t.rows / scale
+            if not rows <= L.MAX_ROWS:
+                raise SpecError(f"dividing {t.rows:,} rows by {scale:g} gives more than the {L.MAX_ROWS:,} rows "
+                                "placer models", file=self.source_path, field=f"tables[{i}].rows")
+            tables.append(t.model_copy(update={"rows": max(1, int(t.rows // scale))}))
         return self.model_copy(update={"tables": tables, "name": f"{self.name}/scale{scale:g}"})
 
 
@@ -262,9 +312,12 @@ def build_access_model(spec, rows: int, base_dir: Path) -> AccessModel:
         if spec.points is not None:
             pts = np.asarray(spec.points, dtype=np.float64)
             return CdfAccess(rows, pts[:, 0], pts[:, 1])
-        arr = np.load(base_dir / spec.file)
+        arr = load_npy_guarded(base_dir / spec.file, what="access file")  # finite float64, or SpecError
         if arr.ndim == 2 and arr.shape[1] == 2:
             return CdfAccess(rows, arr[:, 0], arr[:, 1], label=f"cdf file {spec.file}")
+        if arr.ndim != 1:
+            raise ValueError(f"access file {spec.file} holds an array of shape {arr.shape}; expected coverage "
+                             "points (shape (k, 2)) or per-row access counts (1-D)")
         x, y = cdf_from_counts(arr)
         return CdfAccess(rows, x, y, label=f"counts file {spec.file}")
     raise TypeError(f"unknown access spec {spec!r}")
@@ -272,8 +325,6 @@ def build_access_model(spec, rows: int, base_dir: Path) -> AccessModel:
 
 def load_workload(path: str | Path) -> Workload:
     """Load and validate a workload spec (YAML or JSON). Raises SpecError naming file and field."""
-    from placer.errors import SpecError
-
     data = read_document(path)
     wl = load_model(Workload, path, data)
     digest = hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
@@ -281,8 +332,8 @@ def load_workload(path: str | Path) -> Workload:
     for i, t in enumerate(wl.tables):  # access files and curves are checked now, not at first use
         try:
             build_access_model(t.access, t.rows, Path(path).parent)
-        except FileNotFoundError as exc:
-            raise SpecError(f"access file not found: {exc.filename}", file=str(path),
+        except SpecError as exc:  # the access file cannot be read (placer/specs/files.py says why)
+            raise SpecError(f"access file {exc.file}: {exc.detail}", file=str(path),
                             field=f"tables[{i}].access.file") from None
         except ValueError as exc:
             raise SpecError(str(exc), file=str(path), field=f"tables[{i}].access") from None
