@@ -22,6 +22,7 @@ from placer.errors import InfeasibleError
 from placer.options import hot_rows_levels
 from placer.plan import Placement, Shard
 from placer.specs.workload import TableSpec
+from placer.units import GiB
 
 BASELINES = ("host_cpu", "uvm", "greedy_size", "round_robin", "random", "fae")
 
@@ -180,7 +181,23 @@ def _place_first_fit(model: CostModel, acc: Accumulator, candidates: list[Placem
         if acc.fits(c):
             acc.add(c)
             return p
-    raise InfeasibleError(f"baseline: table {t.name!r} fits nowhere")
+    raise nowhere(model, acc, t, candidates)
+
+
+def nowhere(model: CostModel, acc: Accumulator, t: TableSpec, candidates: list[Placement],
+            method: str | None = None) -> InfeasibleError:
+    """Why a baseline cannot place ``t``: how big it is (bytes with optimizer state, in GiB), the largest
+    free memory left, and that the baseline places whole tables where the ILP would split them."""
+    free = {m: acc.index.usable[i] - acc.memory_array[i] for m, i in acc.index.mem_of.items()}
+    m = max(free, key=free.get)
+    size = t.size_bytes() + model.state_factor[t.name] * t.rows * t.dim * 4
+    need = min((sum(model.placement_cost(p).memory.values()) for p in candidates), default=size)
+    kinds = sorted({p.sharding.replace("_", "-") for p in candidates}) or ["whole-table"]
+    return InfeasibleError(
+        f"{method or 'baseline'}: table {t.name!r} ({t.rows:,} rows x {t.dim}, {size / GiB:,.1f} GiB with "
+        f"optimizer state; {need / GiB:,.1f} GiB with its buffers as {'/'.join(kinds)}) fits in no memory "
+        f"left: the largest free memory is {m} with {max(free[m], 0.0) / GiB:,.1f} GiB. This baseline places "
+        "whole tables; the ilp method also splits them over GPUs and host DRAM.")
 
 
 def host_cpu(model: CostModel, seed: int = 0) -> list[Placement]:
@@ -230,7 +247,7 @@ def uvm(model: CostModel, seed: int = 0) -> list[Placement]:
     for t in _by_size(model):
         p = _least_step_gpu(model, acc, t, 0, picker)
         if p is None:
-            raise InfeasibleError(f"baseline: table {t.name!r} fits nowhere")
+            raise nowhere(model, acc, t, [_table_wise(t, model.topo.gpus[0], 0, _precision(t))], "uvm")
         out[t.name] = p
     return [out[t.name] for t in model.wl.tables]
 
@@ -315,7 +332,11 @@ def fae(model: CostModel, seed: int = 0, levels=(1.0, 0.5, 0.25, 0.1, 0.05, 0.02
         c = model.placement_cost(p)
         if not acc.fits(c):
             full = [m for m, b in c.memory.items() if acc.memory[m] + b > usable[m]]
-            raise InfeasibleError(f"fae: table {t.name!r} does not fit in {', '.join(full)}")
+            raise InfeasibleError(
+                f"fae: table {t.name!r} ({t.size_bytes() / GiB:,.1f} GiB) does not fit in "
+                + ", ".join(f"{m} (needs {c.memory[m] / GiB:,.1f} GiB, {max(usable[m] - acc.memory[m], 0.0) / GiB:,.1f}"
+                            " GiB free)" for m in full)
+                + ". FAE keeps each table's cold rows in its GPU's host DRAM; the ilp method also splits tables.")
         acc.add(c)
     return out
 
@@ -326,4 +347,10 @@ def run_baseline(name: str, model: CostModel, seed: int = 0) -> list[Placement]:
           "random": random, "fae": fae}.get(name)
     if fn is None:
         raise ValueError(f"unknown baseline {name!r}")
-    return fn(model, seed=seed)
+    try:
+        return fn(model, seed=seed)
+    except InfeasibleError as exc:
+        text = str(exc)
+        if text.startswith("baseline:"):
+            raise InfeasibleError(name + text[len("baseline"):]) from None
+        raise

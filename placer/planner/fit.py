@@ -115,7 +115,8 @@ def fitting_split(model: CostModel, t: TableSpec, gpus: tuple[str, ...], prec: s
             return None
     rows = t.rows / len(gpus)
     pad = MARGIN + 2.0 / max(rows, 1.0)
-    lo, hi = max(0.0, lo + pad), min(1.0, hi - pad)
+    lo = 0.0 if lo <= 0 else lo + pad  # the ends 0 and 1 are default levels: no margin needed there
+    hi = 1.0 if hi >= 1 else hi - pad
     if lo > hi:
         return None
     return Split(t.name, prec, gpus, lo, hi)

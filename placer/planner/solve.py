@@ -94,6 +94,7 @@ def solve(topology: Topology, workload: Workload, config: SolveConfig = SolveCon
         if config.method not in BASELINES:
             raise PlacerError(f"unknown method {config.method!r}; choose one of {', '.join(METHODS)}")
         t0 = time.perf_counter()
+        infeasible.check_dense(model)
         placements = run_baseline(config.method, model, seed=config.seed)
         info = SolverInfo(backend="heuristic", status="heuristic", wall_s=time.perf_counter() - t0)
         plan = make_plan(model, config.method, placements, info)
