@@ -8,7 +8,7 @@ batch touches (``expected_unique_rows``), both from the same coverage curve.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -23,8 +23,7 @@ def generalized_harmonic(n, alpha: float) -> np.ndarray:
     whose error is below 1e-18 relative at that starting point. Cost is O(1) per n, so n = 4e7 is instant.
     """
     n = np.asarray(n, dtype=np.float64)
-    k = np.arange(1, _DIRECT_TERMS + 1, dtype=np.float64)
-    prefix = np.concatenate([[0.0], np.cumsum(k ** -alpha)])
+    prefix = _harmonic_prefix(float(alpha))
     small = n <= _DIRECT_TERMS
     out = np.empty_like(n)
     out[small] = prefix[n[small].astype(np.int64)]
@@ -46,6 +45,15 @@ def generalized_harmonic(n, alpha: float) -> np.ndarray:
         tail = (integral + (m ** -a + big ** -a) / 2 + (f1(big) - f1(m)) / 12 - (f3(big) - f3(m)) / 720)
         out[~small] = prefix[_DIRECT_TERMS] + tail
     return out
+
+
+@lru_cache(maxsize=256)
+def _harmonic_prefix(alpha: float) -> np.ndarray:
+    """H(k, alpha) for k = 0..1024 (read-only; shared by every table with this alpha)."""
+    k = np.arange(1, _DIRECT_TERMS + 1, dtype=np.float64)
+    prefix = np.concatenate([[0.0], np.cumsum(k ** -alpha)])
+    prefix.flags.writeable = False
+    return prefix
 
 
 class AccessModel(ABC):

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 from yaml.composer import Composer
 from yaml.constructor import SafeConstructor
+from yaml.events import AliasEvent
 from yaml.nodes import MappingNode, SequenceNode
 
 from placer.errors import SpecError
@@ -34,6 +35,34 @@ class _DuplicateKey(Exception):
     def __init__(self, key: Any, first_line: int | None = None, second_line: int | None = None):
         super().__init__(key)
         self.key, self.first_line, self.second_line = key, first_line, second_line
+
+
+class _TooDeep(Exception):
+    def __init__(self, line: int):
+        super().__init__(line)
+        self.line = line
+
+
+class _GuardedComposer(Composer):
+    """Composer that counts nesting as it goes (refusing more than MAX_DEPTH before Python's recursion
+    limit is near) and notes whether the document uses aliases (only then is the expanded size walked)."""
+
+    def __init__(self):
+        super().__init__()
+        self.depth = 0
+        self.saw_alias = False
+
+    def compose_node(self, parent, index):
+        if self.check_event(AliasEvent):
+            self.saw_alias = True
+            return super().compose_node(parent, index)
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise _TooDeep(self.peek_event().start_mark.line + 1)
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
 
 
 class _NoDuplicateKeys(SafeConstructor):
@@ -61,12 +90,12 @@ if hasattr(yaml, "CSafeLoader"):
     from yaml._yaml import CParser
     from yaml.resolver import Resolver
 
-    class _Loader(Composer, CParser, _NoDuplicateKeys, Resolver):
+    class _Loader(_GuardedComposer, CParser, _NoDuplicateKeys, Resolver):
         """libyaml's parser (events), Python's composer (recursion-checked), the safe constructor."""
 
         def __init__(self, stream):
             CParser.__init__(self, stream)
-            Composer.__init__(self)
+            _GuardedComposer.__init__(self)
             _NoDuplicateKeys.__init__(self)
             Resolver.__init__(self)
 else:  # pragma: no cover - PyYAML built without libyaml
@@ -75,18 +104,19 @@ else:  # pragma: no cover - PyYAML built without libyaml
     from yaml.resolver import Resolver
     from yaml.scanner import Scanner
 
-    class _Loader(Reader, Scanner, Parser, Composer, _NoDuplicateKeys, Resolver):
+    class _Loader(Reader, Scanner, Parser, _GuardedComposer, _NoDuplicateKeys, Resolver):
         def __init__(self, stream):
             Reader.__init__(self, stream)
             Scanner.__init__(self)
             Parser.__init__(self)
-            Composer.__init__(self)
+            _GuardedComposer.__init__(self)
             _NoDuplicateKeys.__init__(self)
             Resolver.__init__(self)
 
 
 def _check_node_graph(root, file: str) -> None:
-    """Depth and alias-expanded size of a composed YAML node graph, walked without recursion."""
+    """Depth and alias-expanded size of a composed YAML node graph that uses aliases (an alias may repeat a
+    deep subtree), walked without recursion; refuses a cycle (an alias inside the collection it names)."""
     sizes: dict[int, int] = {}
     depth_of: dict[int, int] = {}
     in_progress: set[int] = set()
@@ -131,11 +161,15 @@ def parse_yaml(text: str, file: str) -> Any:
         node = loader.get_single_node()
         if node is None:
             return None
-        _check_node_graph(node, file)
+        if loader.saw_alias:
+            _check_node_graph(node, file)
         return loader.construct_document(node)
     except _DuplicateKey as exc:
         raise SpecError(f"duplicate key {exc.key!r} at lines {exc.first_line} and {exc.second_line} (a second "
                         "value would silently replace the first)", file=file) from None
+    except _TooDeep as exc:
+        raise SpecError(f"nested more than {MAX_DEPTH} lists and mappings deep (at line {exc.line})",
+                        file=file) from None
     except RecursionError:
         raise SpecError(f"nested too deeply (placer reads at most {MAX_DEPTH} levels of lists and mappings)",
                         file=file) from None

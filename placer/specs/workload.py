@@ -329,9 +329,10 @@ def load_workload(path: str | Path) -> Workload:
     wl = load_model(Workload, path, data)
     digest = hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
     wl = wl.model_copy(update={"source_path": str(path), "sha256": digest})
+    base = Path(path).parent
     for i, t in enumerate(wl.tables):  # access files and curves are checked now, not at first use
         try:
-            build_access_model(t.access, t.rows, Path(path).parent)
+            build_access_model(t.access, t.rows, base)
         except SpecError as exc:  # the access file cannot be read (placer/specs/files.py says why)
             raise SpecError(f"access file {exc.file}: {exc.detail}", file=str(path),
                             field=f"tables[{i}].access.file") from None
