@@ -39,19 +39,27 @@ TORCH_DTYPE = {"fp32": torch.float32, "fp16": torch.float16}
 
 
 def init_rows(seed: int, table_index: int, table_rows: int, table_dim: int, rows: tuple[int, int],
-              cols: tuple[int, int], device: torch.device):
+              cols: tuple[int, int], device: torch.device, cache: dict | None = None):
     """Yield (first local row, fp32 block) covering rows [a, b) x cols of the table, chunk by chunk, on
-    ``device``. Values depend only on (seed, table, row, col)."""
+    ``device``. Values depend only on (seed, table, row, col). ``cache`` (a dict the caller keeps) holds the
+    last chunk drawn, so that many small shards of one chunk draw it once (without it, 20,000 one-row shards
+    drew 20,000 chunks of INIT_CHUNK_ROWS rows: minutes); at most one chunk is kept."""
     a, b = rows
     bound = 1.0 / math.sqrt(table_rows)
     gen_device = device if device.type == "cuda" else torch.device("cpu")
     for chunk in range(a // INIT_CHUNK_ROWS, (b - 1) // INIT_CHUNK_ROWS + 1):
         start = chunk * INIT_CHUNK_ROWS
         size = min(INIT_CHUNK_ROWS, table_rows - start)
-        g = torch.Generator(device=gen_device)
-        g.manual_seed((int(seed) * 1_000_003 + table_index) * 1_000_003 + chunk)
-        block = torch.rand((size, table_dim), generator=g, device=gen_device)
-        block.mul_(2 * bound).sub_(bound)
+        key = (int(seed), table_index, table_rows, table_dim, chunk, str(gen_device))
+        block = cache.get(key) if cache is not None else None
+        if block is None:
+            g = torch.Generator(device=gen_device)
+            g.manual_seed((int(seed) * 1_000_003 + table_index) * 1_000_003 + chunk)
+            block = torch.rand((size, table_dim), generator=g, device=gen_device)
+            block.mul_(2 * bound).sub_(bound)
+            if cache is not None:
+                cache.clear()
+                cache[key] = block
         lo, hi = max(a, start), min(b, start + size)
         yield lo - a, block[lo - start:hi - start, cols[0]:cols[1]]
 
@@ -176,11 +184,12 @@ class FusedGroup:
     def _fill(self) -> None:
         wl = self.ctx.workload
         init_dev = self.ctx.device if self.weight_cpu.device.type == "cuda" else torch.device("cpu")
+        chunks: dict = {}  # the last chunk drawn (init_rows)
         for s in self.slots:
             t = wl.tables[wl.table_index[s.member.table]]
             maps = self.slot_map(s)
             for j0, block in init_rows(self.ctx.seed, wl.table_index[t.name], t.rows, t.dim, s.member.local_ids,
-                                       s.member.cols, init_dev):
+                                       s.member.cols, init_dev, chunks):
                 block = block.to(self.weight_cpu.device, self.weight_cpu.dtype)
                 if maps is None:
                     self.weight_cpu[s.row_base + j0:s.row_base + j0 + block.shape[0]] = block
@@ -275,6 +284,7 @@ def build_groups(plan: Plan, ctx: BuildContext, builder: ProgramBuilder, devices
     Replica r of a data-parallel table with n replicas pools samples [B*r/n, B*(r+1)/n) of the global batch,
     or ``replica_samples`` [start, stop) when given (a rank of a distributed run: its own sample slice)."""
     slots: dict[GroupKey, list[Slot]] = {}
+    bases: dict[GroupKey, tuple[int, int]] = {}  # next (row_base, bag_base) of every group
     W = len(builder.gpus)
     for p in plan.placements:
         F = builder.features[p.table]
@@ -292,8 +302,8 @@ def build_groups(plan: Plan, ctx: BuildContext, builder: ProgramBuilder, devices
                            m.unique_rows, m.local_ids)
             else:
                 samples = (0, ctx.batch)
-            row_base = sum(s.member.rows for s in have)
-            bag_base = sum(s.member.bags for s in have)
+            row_base, bag_base = bases.get(key, (0, 0))
+            bases[key] = (row_base + m.rows, bag_base + m.bags)
             have.append(Slot(p, m, row_base, bag_base, samples, F, builder.tables[p.table].dim))
     return {key: FusedGroup(key, s, ctx) for key, s in sorted(slots.items())}
 

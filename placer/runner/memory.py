@@ -3,8 +3,10 @@
 Computed from the step program's buffers (placer/program/build.py, the numbers the planner's memory rows
 sum; every GPU of the plan folded onto the one local device): rows and optimizer state where they live, pooled
 outputs and gradients, the backward's per-lookup workspace, replicas' dense gradients, split shards' slot maps,
-the step's input ids; plus the dense model at the whole batch, the batch pool on the device and its CPU copy,
-and the build's transient rank permutations. A margin is added (MARGIN_FRACTION + MARGIN_BYTES). On a CPU run,
+the step's input ids; plus what the runner holds per member beyond them (the pooled gradient autograd hands
+over before it is packed, and a fixed allowance per member for its Python objects: a plan of 20,000 one-row
+shards must not be under-counted); plus the dense model at the whole batch, the batch pool on the device and
+its CPU copy, and the build's transient rank permutations. A margin is added (MARGIN_FRACTION + MARGIN_BYTES). On a CPU run,
 device and host needs both come out of RAM.
 """
 from __future__ import annotations
@@ -23,6 +25,13 @@ from placer.topology import Topology
 from placer.units import GiB, fmt_bytes
 
 MARGIN_FRACTION = 0.10
+#: fp32 gradient of a member's pooled output, as autograd hands it to the backward before pack_grad copies it
+#: into the group's packed buffer (the program counts the output and the packed gradient): bytes per value
+GRAD_BYTES = 4
+#: per member of a fused group (a shard, or a part of a hot/cold split), whatever its size: the Slot and Member
+#: objects, the member's views and autograd nodes, its arrays in every batch's input step. Measured ~2.5 KiB
+#: (tracemalloc and RSS: tiny at batch 8 with 1,000 and 5,000 one-row shards, CPU run); 8 KiB is kept.
+PER_MEMBER_BYTES = 8 * 1024
 MARGIN_BYTES = {"cuda": 768 * 2**20, "cpu": 512 * 2**20}
 
 
@@ -58,6 +67,11 @@ def estimate_needs(plan: Plan, workload: Workload, topology: Topology, device_ty
     for p in plan.placements:
         for b in builder.placement_buffers(p):
             need.add("device" if b.memory in gpu_memories else "host", b.purpose, b.bytes)
+        for key, m in builder.members(p):  # what the runner holds per member beyond the program's buffers
+            where = "device" if topology.memory_of(key.device) in gpu_memories else "host"
+            need.add(where, "pooled gradients from autograd (before pack_grad)",
+                     m.bags * (m.cols[1] - m.cols[0]) * GRAD_BYTES)
+            need.add("host", "per-member objects", PER_MEMBER_BYTES)
     dense = trace(workload, workload.batch_size, "cuda" if device_type == "cuda" else "cpu")
     need.add("device", "dense model", dense.memory_bytes(workload.optimizer.name))
     per_batch = batch_bytes_estimate(workload, plan)
