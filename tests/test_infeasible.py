@@ -305,3 +305,13 @@ def test_extreme_values_plan_or_clean_exit(tmp_path, bw, rows, dim, batch, metho
         return
     step = plan.predicted["step_time_s"]
     assert step is not None and math.isfinite(step) and step > 0
+
+
+def test_packing_limit_is_said_with_the_split_overhead(h100):
+    """Two 93 GiB tables: 186 GiB of 187.6 GiB, but one must split and its slot map does not fit: the message
+    says the candidate options (packing) are the limit, with the overhead in GiB, not 'fits nowhere'."""
+    wl = _workload(("a", _rows_for(93), 32), ("b", _rows_for(93), 32))
+    with pytest.raises(InfeasibleError) as exc:
+        solve(h100, wl, FAST)
+    msg = str(exc.value)
+    assert "no plan among the candidate options" in msg and "slot map" in msg and "short by up to" in msg

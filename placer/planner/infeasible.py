@@ -15,6 +15,8 @@ from placer.planner import fit
 from placer.planner.problem import Problem
 from placer.units import GiB
 
+SLOT_BYTES = 4  # a hot/cold split's slot map: one int32 per row of the shard, in host DRAM (program/build.py)
+
 
 def _gib(n_bytes: float) -> str:
     return f"{n_bytes / GiB:,.1f} GiB"
@@ -158,9 +160,15 @@ def after_solver(model: CostModel, problem: Problem | None, cfg: OptionConfig = 
         return InfeasibleError("does not fit: " + capacity_sentence(model, problem)
                                + f". Short by {_gib(need - hold)}. Add host DRAM or GPUs, allow fp16 storage, "
                                "or use a smaller optimizer state.")
-    big = sorted(model.wl.tables, key=lambda t: -fit.footprint_bytes(model, t))[:3]
+    big = fit.big_tables(model) or sorted(model.wl.tables, key=lambda t: -fit.footprint_bytes(model, t))[:3]
+    slots = sum(t.rows * SLOT_BYTES for t in big)  # a split table's slot map in host DRAM
+    over = need + slots - hold
+    named = ", ".join(f"{t.name} {_gib(fit.footprint_bytes(model, t))}" for t in big[:3]) + (
+        f" and {len(big) - 3} more" if len(big) > 3 else "")
     return InfeasibleError(
         "no plan among the candidate options fits every table at once: " + capacity_sentence(model, problem)
-        + ", so the candidate splits, not the capacity, are the limit (largest tables: "
-        + ", ".join(f"{t.name} {_gib(fit.footprint_bytes(model, t))}" for t in big)
-        + f"; largest free memory {largest_free(model)}). Add host DRAM or GPUs, or allow fp16 storage.")
+        + ". The bytes fit in total, so packing is the limit: whole tables and the offered splits cannot share "
+        f"the memories out (largest tables: {named}; largest free memory {largest_free(model)})"
+        + (f", and splitting those tables adds a slot map of {SLOT_BYTES} bytes per row in host DRAM "
+           f"({_gib(slots)}), which would leave the machine short by up to {_gib(over)}" if over > 0 else "")
+        + ". Add host DRAM or GPUs, or allow fp16 storage.")
