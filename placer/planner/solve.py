@@ -24,6 +24,10 @@ METHODS = ("ilp",) + BASELINES
 
 @dataclass(frozen=True)
 class SolveConfig:
+    """How to plan: ``method`` (ilp or a baseline), ``solver`` (cbc | highs), ``time_limit_s`` (seconds, in
+    (0, 1e6]), ``gap`` (relative, [0, 1)), ``threads`` (>= 1, None: the solver's default), ``seed`` (>= 0, for
+    the random baseline). Checked on construction: a bad field raises SpecError naming it."""
+
     method: str = "ilp"
     solver: str = "cbc"
     time_limit_s: float = 60.0
