@@ -337,5 +337,9 @@ def load_workload(path: str | Path) -> Workload:
             raise SpecError(f"access file {exc.file}: {exc.detail}", file=str(path),
                             field=f"tables[{i}].access.file") from None
         except ValueError as exc:
+            from_file = getattr(t.access, "file", None)
+            if from_file is not None:  # what the file holds is wrong: name the file and the field naming it
+                message = str(exc) if from_file in str(exc) else f"access file {base / from_file}: {exc}"
+                raise SpecError(message, file=str(path), field=f"tables[{i}].access.file") from None
             raise SpecError(str(exc), file=str(path), field=f"tables[{i}].access") from None
     return wl
