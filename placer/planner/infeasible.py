@@ -139,6 +139,9 @@ def explain_infeasible(model: CostModel, problem: Problem, names: list[str], cfg
 def check_tables(model: CostModel, cfg: OptionConfig) -> None:
     """Raise when a big table (planner/fit.py) fits neither whole in one memory nor split over any device
     group: a quick check for planners that do not price every option first (the two-stage planner)."""
+    topo = model.topo
+    if any(topo.memory_of(g) == topo.memory_of(topo.host_of(g)) for g in topo.gpus):
+        return  # unified memory: fit.py's HBM/host split does not apply; the solver's verdict stands
     largest = max(model.usable_memory.values(), default=0.0)
     for t in fit.big_tables(model):
         if fit.footprint_bytes(model, t) <= largest:
