@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator, with_config
 from typing_extensions import TypedDict
 
 from placer.errors import SpecError
+from placer.specs.detect import detect_kind
 from placer.specs.loading import load_model, read_document
 
 Sharding = Literal["table_wise", "row_wise", "column_wise", "data_parallel", "host"]
@@ -167,6 +168,14 @@ class Plan(_PlanModel):
 def load_plan(path: str | Path) -> Plan:
     """Read and validate a plan JSON (structure only; see ``check_plan`` for hardware/workload checks)."""
     data = read_document(path)
+    if isinstance(data, dict) and "placements" not in data:
+        try:
+            kind = detect_kind(data, path)
+        except SpecError:
+            kind = None
+        if kind in ("hardware", "workload"):
+            raise SpecError(f"this is a {kind} spec, not a plan (a plan has 'placements'; placer solve writes one)",
+                            file=str(path))
     return load_model(Plan, path, data)
 
 
