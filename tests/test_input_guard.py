@@ -458,3 +458,20 @@ def test_20000_tables_load_and_check_in_seconds(tmp_path, capsys):
 
 def test_models_are_still_the_public_types():
     assert HardwareSpec.__name__ == "HardwareSpec" and Workload.__name__ == "Workload"
+
+
+def test_spec_warnings_can_be_printed_plainly(tmp_path, capsys):
+    from placer.specs.plausible import print_spec_warnings_plainly
+
+    f = tmp_path / "hw.yaml"
+    f.write_text(yaml.safe_dump(_edit(HW, **{f"templates__{T}__nics__bw_GBps": 400})))
+    before = warnings.showwarning
+    try:
+        print_spec_warnings_plainly()
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            load_hardware(f)
+    finally:
+        warnings.showwarning = before
+    err = capsys.readouterr().err
+    assert err.startswith("warning: ") and "nics.bw_GBps" in err and "Gb/s" in err, err

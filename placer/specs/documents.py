@@ -18,7 +18,6 @@ from typing import Any
 import yaml
 from yaml.composer import Composer
 from yaml.constructor import SafeConstructor
-from yaml.events import AliasEvent
 from yaml.nodes import MappingNode, SequenceNode
 
 from placer.errors import SpecError
@@ -45,24 +44,39 @@ class _TooDeep(Exception):
 
 class _GuardedComposer(Composer):
     """Composer that counts nesting as it goes (refusing more than MAX_DEPTH before Python's recursion
-    limit is near) and notes whether the document uses aliases (only then is the expanded size walked)."""
+    limit is near) and notes whether the document defines anchors (only then is the expanded size walked)."""
 
     def __init__(self):
         super().__init__()
         self.depth = 0
-        self.saw_alias = False
+        self.saw_anchor = False
 
-    def compose_node(self, parent, index):
-        if self.check_event(AliasEvent):
-            self.saw_alias = True
-            return super().compose_node(parent, index)
+    def _enter(self):
         self.depth += 1
         if self.depth > MAX_DEPTH:
             raise _TooDeep(self.peek_event().start_mark.line + 1)
+
+    def compose_sequence_node(self, anchor):
+        self._enter()
         try:
-            return super().compose_node(parent, index)
+            return super().compose_sequence_node(anchor)
         finally:
             self.depth -= 1
+
+    def compose_mapping_node(self, anchor):
+        self._enter()
+        try:
+            return super().compose_mapping_node(anchor)
+        finally:
+            self.depth -= 1
+
+    def compose_document(self):
+        self.get_event()  # DocumentStartEvent
+        node = self.compose_node(None, None)
+        self.get_event()  # DocumentEndEvent
+        self.saw_anchor = bool(self.anchors)
+        self.anchors = {}
+        return node
 
 
 class _NoDuplicateKeys(SafeConstructor):
@@ -161,7 +175,7 @@ def parse_yaml(text: str, file: str) -> Any:
         node = loader.get_single_node()
         if node is None:
             return None
-        if loader.saw_alias:
+        if loader.saw_anchor:
             _check_node_graph(node, file)
         return loader.construct_document(node)
     except _DuplicateKey as exc:

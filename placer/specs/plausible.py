@@ -7,6 +7,7 @@ Templates whose "GPUs" are CPU processes (``unified_memory``) skip the HBM range
 """
 from __future__ import annotations
 
+import sys
 import warnings
 from typing import Iterator
 
@@ -70,3 +71,20 @@ def warn_implausible(spec, file: str | None) -> list[tuple[str, str]]:
     for field, message in found:
         warnings.warn(f"{file + ': ' if file else ''}{field}: {message}", SpecWarning, stacklevel=3)
     return found
+
+
+def print_spec_warnings_plainly() -> None:
+    """Show every SpecWarning as one ``warning: <file>: <field>: <message>`` line on stderr, without Python's
+    source-line decoration; other warnings are shown as before. For the CLI to call once at start-up."""
+    previous = warnings.showwarning
+    if getattr(previous, "_placer_plain", False):
+        return
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, SpecWarning):
+            print(f"warning: {message}", file=file or sys.stderr)
+        else:
+            previous(message, category, filename, lineno, file, line)
+
+    show._placer_plain = True
+    warnings.showwarning = show
