@@ -6,6 +6,9 @@ datasheet peak that the named operation reaches (measured by ``placer calibrate`
 
 Device naming: inside a node the GPUs are ``gpu0..gpuN-1``, the host is ``host``, NICs ``nic0..nicK-1``,
 switches by their own names; globally a device is ``<node>/<local name>``, nodes ``node0..`` in file order.
+A device's kind (gpu, host, switch, nic) is where it is declared (``NodeTemplate.device_kinds``), never read
+from its name. Every number is finite and within the bounds of ``placer/specs/limits.py``; values outside
+the realistic range of their kind of part warn (``placer/specs/plausible.py``).
 """
 from __future__ import annotations
 
