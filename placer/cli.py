@@ -37,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code (and exits with it when run as a script)."""
+    from placer.specs.plausible import print_spec_warnings_plainly
+
+    print_spec_warnings_plainly()
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

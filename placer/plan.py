@@ -9,7 +9,6 @@ permutation of ranks), so a shard of n rows receives n/N of the table's lookups 
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -18,6 +17,7 @@ from typing_extensions import TypedDict
 
 from placer.errors import SpecError
 from placer.specs.detect import detect_kind
+from placer.specs.documents import parse_json
 from placer.specs.loading import load_model, read_document
 
 Sharding = Literal["table_wise", "row_wise", "column_wise", "data_parallel", "host"]
@@ -252,8 +252,7 @@ def _check_coverage(p: Placement, t, file, where) -> None:
 
 def plan_from_json(text: str, file: str | None = None) -> Plan:
     """Parse a plan from a JSON string (used by tests and the API)."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"JSON syntax error: {exc.msg}", file=file) from None
+    data = parse_json(text, file or "<plan>")
+    if not isinstance(data, dict):
+        raise SpecError(f"expected a JSON object at the top level, found {type(data).__name__}", file=file or "<plan>")
     return load_model(Plan, file or "<plan>", data)

@@ -7,7 +7,8 @@ link to /dev/zero, a hostile argument) runs ``placer.cli.main(argv)`` in a child
 with a memory cap (``--memory-GiB``, address space beyond the parent's) and a wall-clock limit per case. The
 promise checked: exit 0, 2 or 3 only; never a traceback (an exception escaping ``main``), never a hang (the
 case's time limit), never unbounded memory (MemoryError or death by signal), and exit 0 never prints a
-non-finite number in JSON output. Outcomes: ok, traceback, exit1, hang, memory, crash, nonfinite.
+non-finite number in JSON output or in the plan it writes, and exit 3 names a shortfall in GiB or says the
+candidate menu is the limit. Outcomes: ok, traceback, exit1, hang, memory, crash, nonfinite, exit3_vague.
 
 Writes ``validation/results/fuzz-inputs-<date>.json``: the command, commit, versions, the counts per outcome and
 per command, and each distinct failure (exception type and placer frame, or outcome and command) with its
@@ -71,6 +72,7 @@ def _child(case: Case, folder: Path, memory_bytes: int, write_fd: int) -> None:
             result["written_finite"] = finite_numbers(json.loads(written.read_text()))
         except (ValueError, OSError):
             result["written_finite"] = None
+    result["exit3_named"] = "GiB" in err.getvalue() or "candidate" in err.getvalue()
     result["stdout"] = out.getvalue()[-20000:]
     result["stderr"] = err.getvalue()[-600:]
     os.write(write_fd, json.dumps(result, default=str).encode())
@@ -129,12 +131,14 @@ class Running:
 
 
 def classify(case: Case, result: dict) -> str:
-    """ok / traceback / memory / exit1 / nonfinite from one child's result."""
+    """ok / traceback / memory / exit1 / exit3_vague / nonfinite from one child's result."""
     error = result.get("error")
     if error:
         return "memory" if error["type"] == "MemoryError" else "traceback"
     if result["code"] not in OK_CODES:
         return "exit1"
+    if result["code"] == 3 and not result.get("exit3_named"):
+        return "exit3_vague"
     if result["code"] == 0 and result.get("written_finite") is False:
         return "nonfinite"
     if result["code"] == 0 and "--json" in case.argv:

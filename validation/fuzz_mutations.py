@@ -31,6 +31,7 @@ HOSTILE_NUMBERS: list[Any] = [float("inf"), float("-inf"), float("nan"), 0, -1, 
 HOSTILE_OTHER: list[Any] = [True, False, "yes", "", "x", None, [], {}, [1, 2], {"a": 1}, "1e400", "12 GiB",
                             "gpu9", "host", "nic0", "*", "../../etc/passwd", "\u00e9\u4e2d"]
 SCALES = [1e-9, 1e-3, 0.1, 2, 1000, 1024, 1e6, 1e12, -1]
+PLAUSIBLE_SCALES = [0.01, 0.1, 0.5, 0.9, 1.1, 2, 10, 100, 1000]
 #: numeric command-line arguments of each command and hostile values for them
 HOSTILE_ARGS = ["0", "-1", "-3", "nan", "inf", "-inf", "1e400", "1e-310", "9" * 30, "abc", "", "0.5", "1e9"]
 ARGS = {"solve": ["--time-limit", "--gap", "--threads", "--seed"],
@@ -99,12 +100,18 @@ def mutate_document(doc: dict, rng: random.Random, count: int = 1) -> tuple[dict
         if not paths:
             break
         numeric = [p for p in paths if isinstance(_get(doc, p), (int, float)) and not isinstance(_get(doc, p), bool)]
-        kind = rng.choice(["number", "number", "number", "scale", "other", "delete", "duplicate", "unknown_key",
-                           "empty", "rename"])
-        if kind in ("number", "scale") and numeric:
+        kind = "plausible" if rng.random() < 0.5 else rng.choice(
+            ["number", "number", "scale", "other", "delete", "duplicate", "unknown_key", "empty", "rename"])
+        if kind in ("number", "scale", "plausible") and numeric:
             p = rng.choice(numeric)
             old = _get(doc, p)
-            new = rng.choice(HOSTILE_NUMBERS) if kind == "number" else old * rng.choice(SCALES)
+            if kind == "number":
+                new = rng.choice(HOSTILE_NUMBERS)
+            elif kind == "scale":
+                new = old * rng.choice(SCALES)
+            else:  # a value that passes the schema but stresses the planner and the runner
+                new = old * rng.choice(PLAUSIBLE_SCALES)
+                new = max(1, round(new)) if isinstance(old, int) else new
             _set(doc, p, new)
             notes.append(f"{_fmt(p)}: {old!r} -> {new!r}")
         elif kind == "other":
@@ -262,7 +269,7 @@ def make_case(rng: random.Random, folder: Path, bases: Bases, weights: dict[str,
     hw_name, wl_name = rng.choice(list(bases.plans))
     if command in ("solve", "baseline", "compare", "sweep", "check", "show") and rng.random() < 0.5:
         hw_name = rng.choice(HARDWARE)
-    if command in ("check", "show") and rng.random() < 0.5:
+    if command in ("check", "show", "solve", "baseline", "compare") and rng.random() < 0.5:
         wl_name = rng.choice(WORKLOADS)
     target = rng.choice(["hw", "wl", "plan"] if command in ("check_plan", "simulate", "run") else ["hw", "wl"])
     if command == "args":
