@@ -475,3 +475,119 @@ def test_spec_warnings_can_be_printed_plainly(tmp_path, capsys):
         warnings.showwarning = before
     err = capsys.readouterr().err
     assert err.startswith("warning: ") and "nics.bw_GBps" in err and "Gb/s" in err, err
+
+
+# ---- 1c. the fast YAML path (events straight to values) agrees with the composed path ----------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from placer.specs import documents  # noqa: E402
+
+#: plain scalars whose meaning YAML 1.1 fixes (ints, floats, bools, nulls, timestamps) and some near misses
+YAML11_PLAIN = ["0x1F", "-0x_1F", "1_000", "017", "0o17", "0b101", "1:20", "1:20.5", "190:20:30.15", "+12", "-0",
+                "0", "1e3", "1.0e+3", "685.230_15e+03", "+.5", "1.", ".inf", "-.Inf", "+.INF", ".nan", ".NaN", "~",
+                "null", "Null", "NULL", "", "yes", "No", "on", "OFF", "y", "n", "true", "False", "2001-12-14",
+                "2001-12-14t21:59:43.10-05:00", "2001-12-14 21:59:43.10", "12:30:00", "0.", "-", ".", "tx", "=",
+                "<<", "x y", "1000", "3.25", "-7"]
+
+
+def _outcome(parse):
+    """('ok', value in a list, so that a NaN compares by identity) or ('error', SpecError text)."""
+    try:
+        return "ok", [parse()]
+    except SpecError as exc:
+        return "error", str(exc)
+
+
+def _fast_outcome(text):
+    """The fast path's own answer: 'fallback', or the same shape as _outcome."""
+    try:
+        return "ok", [documents._parse_yaml_fast(text)]
+    except documents._Fallback:
+        return "fallback", None
+
+
+def _same_both_ways(text):
+    """parse_yaml (fast path, else fallback) and the composed path agree; returns the fast path's answer."""
+    public = _outcome(lambda: documents.parse_yaml(text, "f.yaml"))
+    composed = _outcome(lambda: documents._parse_yaml_composed(text, "f.yaml"))
+    assert public == composed, (text, public, composed)
+    fast = _fast_outcome(text)
+    if fast[0] != "fallback":
+        assert fast == composed, (text, fast, composed)
+    return fast
+
+
+def test_fast_path_on_every_shipped_yaml_file():
+    files = sorted([*ROOT.glob("hardware_specs/**/*.yaml"), *ROOT.glob("workloads/**/*.yaml"),
+                    *ROOT.glob("tests/**/*.yaml")])
+    assert len(files) >= 15
+    for path in files:
+        text = path.read_text(encoding="utf-8-sig")
+        assert _same_both_ways(text)[0] == "ok", path  # taken by the fast path, no fallback
+
+
+_scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**20, 10**20),
+                     st.floats(allow_nan=True, allow_infinity=True), st.sampled_from(YAML11_PLAIN),
+                     st.text(max_size=12), st.dates())
+_keys = st.one_of(st.sampled_from(YAML11_PLAIN), st.text(max_size=8), st.integers(-1000, 1000), st.booleans())
+_documents = st.recursive(_scalars, lambda inner: st.one_of(st.lists(inner, max_size=5),
+                                                            st.dictionaries(_keys, inner, max_size=5)),
+                          max_leaves=40)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(doc=_documents, flow=st.sampled_from([False, None, True]))
+def test_fast_path_property_on_dumped_documents(doc, flow):
+    text = yaml.safe_dump(doc, sort_keys=False, default_flow_style=flow, allow_unicode=True)
+    fast = _same_both_ways(text)
+    assert fast[0] == "ok"  # safe_dump writes no anchors for these (no shared lists or dicts)
+    assert fast == ("ok", [yaml.safe_load(text)])  # a NaN is the safe constructor's one NaN object: same
+
+
+_plain_tokens = st.sampled_from(YAML11_PLAIN + ["'quoted'", '"q"', "!!str 12", "!!int '7'", "!!float 1",
+                                                "!!bool yes", "!!null x", "&a 1", "*a", "!foo x", "!!set {x}",
+                                                "[1, yes]", "{k: ~}", "!!map {a: 1}", "!!seq [1]", "[", "a: b"])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pairs=st.lists(st.tuples(st.sampled_from(["a", "b", "yes", "1", "0x1", "1.0", "~", "<<", "'a'"]),
+                                _plain_tokens), max_size=6),
+       flow=st.booleans())
+def test_fast_path_property_on_raw_plain_scalars(pairs, flow):
+    """Hand-written text: YAML 1.1 plain forms, tags, anchors, merge keys, duplicate keys, syntax errors."""
+    if flow:
+        text = "{" + ", ".join(f"{k}: {v}" for k, v in pairs) + "}\n"
+    else:
+        text = "".join(f"{k}: {v}\n" for k, v in pairs)
+    _same_both_ways(text)
+
+
+@pytest.mark.parametrize("text", [
+    "a: &x 1\nb: *x\n", "m: {<<: {a: 1}, b: 2}\n", "? [1]\n: 2\n", "a: 1\n---\nb: 2\n", "a: !foo x\n",
+    "a: !!set {x}\n", "a: ! 12\n", "{a: 1, a: 2}\n", "{1: a, true: b}\n", "[1, 2\n", "a: " + "1" * 5000 + "\n",
+])
+def test_fast_path_falls_back_to_the_composed_path(text):
+    assert _fast_outcome(text)[0] == "fallback"
+    _same_both_ways(text)
+
+
+@pytest.mark.parametrize("text", ["- " * 101 + "x", "a: " + "[" * 101 + "]" * 101,
+                                  "".join(f"{' ' * i}k{i}:\n" for i in range(150)) + " " * 150 + "v",
+                                  "a: " + "{b: " * 300000 + "}" * 300000])
+def test_fast_path_refuses_depth_as_the_composed_path_does(text):
+    with pytest.raises(SpecError, match="nested more than 100") as fast:
+        documents.parse_yaml(text, "f.yaml")
+    with pytest.raises(SpecError) as composed:
+        documents._parse_yaml_composed(text, "f.yaml")
+    assert str(fast.value) == str(composed.value)
+    assert _same_both_ways("- " * 100 + "x")[0] == "ok"  # exactly MAX_DEPTH is fine
+
+
+def test_fast_path_reads_a_big_workload():
+    tables = [{"name": f"t{i}", "rows": 1000 + i, "dim": 16, "access": {"kind": "zipf", "alpha": 1.1}}
+              for i in range(5000)]
+    doc = {"schema_version": 1, "name": "big", "batch_size": 4096, "tables": tables}
+    text = yaml.safe_dump(doc, sort_keys=False, default_flow_style=None)
+    assert documents._parse_yaml_fast(text) == doc == documents._parse_yaml_composed(text, "f.yaml")

@@ -7,6 +7,12 @@
   (``<<: *base``) may still be overridden by the mapping's own keys, as YAML intends.
 - Nesting deeper than ``MAX_DEPTH`` collections and aliases that expand past ``MAX_EXPANDED_NODES`` nodes
   (the "billion laughs") are refused. JSON's NaN and Infinity are refused: they are not JSON.
+- Fast path (``_parse_yaml_fast``): libyaml's events turned straight into dicts, lists and scalars in one
+  loop with an explicit stack (no node objects, no recursion), scalars resolved and constructed exactly as
+  the safe loader does. It handles plain documents (a 50,000-table workload in about a third of the time);
+  anything else (anchors, aliases, merge keys, complex keys, unusual tags, several documents, a duplicate
+  key, a value that cannot be read, a syntax error) sends the text to the composed path above, which then
+  gives today's value or today's error.
 
 Every failure is a SpecError naming the file; ``parse_document`` returns the parsed value (any type).
 """
@@ -18,7 +24,9 @@ from typing import Any
 import yaml
 from yaml.composer import Composer
 from yaml.constructor import SafeConstructor
-from yaml.nodes import MappingNode, SequenceNode
+from yaml.events import (DocumentEndEvent, DocumentStartEvent, MappingEndEvent, MappingStartEvent, ScalarEvent,
+                         SequenceEndEvent, SequenceStartEvent, StreamEndEvent, StreamStartEvent)
+from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
 from placer.errors import SpecError
 
@@ -168,8 +176,155 @@ def _check_node_graph(root, file: str) -> None:
                             "(an alias bomb?); write the values out", file=file)
 
 
+class _Fallback(Exception):
+    """The fast path met something it does not implement (or an error): the composed path decides."""
+
+
+_STR_TAG = "tag:yaml.org,2002:str"
+_MAP_TAG = "tag:yaml.org,2002:map"
+_SEQ_TAG = "tag:yaml.org,2002:seq"
+#: scalar tags the fast path constructs itself (with the safe constructor's own functions)
+_FAST_SCALAR_TAGS = frozenset(f"tag:yaml.org,2002:{name}" for name in ("str", "int", "float", "bool", "null",
+                                                                          "timestamp"))
+
+
+def _scalar_maker(constructor: SafeConstructor):
+    """A function from (tag, text) to the value the safe constructor gives a scalar node of that tag;
+    raises _Fallback for a tag outside _FAST_SCALAR_TAGS."""
+    table = type(constructor).yaml_constructors
+
+    def make(tag: str, text: str) -> Any:
+        if tag == _STR_TAG:
+            return text
+        if tag not in _FAST_SCALAR_TAGS:
+            raise _Fallback(tag)
+        return table[tag](constructor, ScalarNode(tag, text))
+
+    return make
+
+
+def _plain_resolver(make):
+    """A function from a plain scalar's text to its value, resolved as the safe loader's Resolver would
+    (implicit resolvers keyed by the first character, then the wildcard ones), memoised per document."""
+    resolvers = _Loader.yaml_implicit_resolvers
+    wildcard = resolvers.get(None, [])
+    memo: dict[str, Any] = {}
+
+    def resolve(text: str) -> Any:
+        try:
+            return memo[text]
+        except KeyError:
+            pass
+        tag = _STR_TAG
+        for candidate, regexp in resolvers.get(text[0] if text else "", []) + wildcard:
+            if regexp.match(text):
+                tag = candidate
+                break
+        value = memo[text] = make(tag, text)
+        return value
+
+    return resolve
+
+
+#: a mapping waiting for its next key (distinct from every YAML value)
+_NO_KEY = object()
+
+
+def _build_from_events(get_event, resolve_plain, make_scalar) -> Any:
+    """The value of one document's root node, read from ``get_event`` (positioned after DocumentStartEvent)
+    with an explicit stack. Raises _TooDeep past MAX_DEPTH, _Fallback for anything not implemented here."""
+    containers: list = []  # the open dicts and lists, outermost first
+    keys: list = []  # per open container: the key awaiting its value (_NO_KEY for lists and between pairs)
+    while True:
+        event = get_event()
+        kind = event.__class__
+        if kind is ScalarEvent:
+            if event.anchor is not None:
+                raise _Fallback("anchor")
+            tag = event.tag
+            if tag is None:
+                value = resolve_plain(event.value) if event.implicit[0] else event.value
+            else:
+                value = make_scalar(tag, event.value)
+        elif kind is MappingStartEvent or kind is SequenceStartEvent:
+            if event.anchor is not None:
+                raise _Fallback("anchor")
+            if event.tag is not None and event.tag != (_MAP_TAG if kind is MappingStartEvent else _SEQ_TAG):
+                raise _Fallback(event.tag)
+            if containers and keys[-1] is _NO_KEY and containers[-1].__class__ is dict:
+                raise _Fallback("complex key")
+            containers.append({} if kind is MappingStartEvent else [])
+            keys.append(_NO_KEY)
+            if len(containers) > MAX_DEPTH:
+                raise _TooDeep(event.start_mark.line + 1)
+            continue
+        elif kind is MappingEndEvent or kind is SequenceEndEvent:
+            keys.pop()
+            value = containers.pop()
+        else:  # AliasEvent (or an event out of place)
+            raise _Fallback(kind.__name__)
+        if not containers:
+            return value
+        parent = containers[-1]
+        if parent.__class__ is list:
+            parent.append(value)
+            continue
+        key = keys[-1]
+        if key is _NO_KEY:
+            if value in parent:  # the composed path names both lines
+                raise _Fallback("duplicate key")
+            keys[-1] = value
+        else:
+            parent[key] = value
+            keys[-1] = _NO_KEY
+
+
+def _parse_yaml_fast(text: str) -> Any:
+    """The document's value built straight from libyaml's events; _Fallback when the composed path must
+    decide (see the module docstring), _TooDeep past MAX_DEPTH."""
+    if not hasattr(yaml, "CSafeLoader"):  # pragma: no cover - PyYAML built without libyaml
+        raise _Fallback("no libyaml")
+    from yaml._yaml import CParser
+
+    parser = CParser(text)
+    make_scalar = _scalar_maker(_NoDuplicateKeys())
+    try:
+        if parser.get_event().__class__ is not StreamStartEvent:  # pragma: no cover - libyaml always starts so
+            raise _Fallback("stream")
+        first = parser.get_event()
+        if first.__class__ is StreamEndEvent:
+            return None
+        if first.__class__ is not DocumentStartEvent:  # pragma: no cover
+            raise _Fallback("document")
+        value = _build_from_events(parser.get_event, _plain_resolver(make_scalar), make_scalar)
+        if parser.get_event().__class__ is not DocumentEndEvent or not parser.check_event(StreamEndEvent):
+            raise _Fallback("several documents")
+        return value
+    except (_Fallback, _TooDeep):
+        raise
+    except Exception as exc:  # syntax errors, unreadable values: the composed path reports them as today
+        raise _Fallback(type(exc).__name__) from None
+    finally:
+        parser.dispose()
+
+
+def _too_deep_error(line: int, file: str) -> SpecError:
+    return SpecError(f"nested more than {MAX_DEPTH} lists and mappings deep (at line {line})", file=file)
+
+
 def parse_yaml(text: str, file: str) -> Any:
-    """Parse YAML text (safe constructor, no duplicate keys, bounded depth and aliases)."""
+    """Parse YAML text (safe constructor, no duplicate keys, bounded depth and aliases): the fast path when
+    the document is plain, else the composed path."""
+    try:
+        return _parse_yaml_fast(text)
+    except _TooDeep as exc:
+        raise _too_deep_error(exc.line, file) from None
+    except _Fallback:
+        return _parse_yaml_composed(text, file)
+
+
+def _parse_yaml_composed(text: str, file: str) -> Any:
+    """Parse YAML text through the composer and the duplicate-refusing safe constructor (any document)."""
     loader = _Loader(text)
     try:
         node = loader.get_single_node()
@@ -182,8 +337,7 @@ def parse_yaml(text: str, file: str) -> Any:
         raise SpecError(f"duplicate key {exc.key!r} at lines {exc.first_line} and {exc.second_line} (a second "
                         "value would silently replace the first)", file=file) from None
     except _TooDeep as exc:
-        raise SpecError(f"nested more than {MAX_DEPTH} lists and mappings deep (at line {exc.line})",
-                        file=file) from None
+        raise _too_deep_error(exc.line, file) from None
     except RecursionError:
         raise SpecError(f"nested too deeply (placer reads at most {MAX_DEPTH} levels of lists and mappings)",
                         file=file) from None
