@@ -167,7 +167,19 @@ def mutate_text(text: str, rng: random.Random) -> tuple[bytes, str]:
     """Damage a document's text: duplicate a line (duplicate keys), cut it, add bytes that are not UTF-8,
     nest brackets deeply, or swap a character."""
     lines = text.splitlines(keepends=True)
-    kind = rng.choice(["dup_line", "truncate", "bad_bytes", "nesting", "swap_char", "bom", "tabs"])
+    kind = rng.choice(["dup_line", "truncate", "bad_bytes", "nesting", "swap_char", "bom", "tabs", "tag", "anchor"])
+    if kind == "tag" and ": " in text:
+        tag = rng.choice(["!!bool", "!!int", "!!float", "!!timestamp", "!!binary", "!!set", "!!omap", "!!str",
+                          "!!python/object/apply:os.system", "!custom", "!!null", "!!seq", "!!map"])
+        spots = [i for i in range(len(text) - 1) if text[i:i + 2] == ": "]
+        at = rng.choice(spots) + 2
+        return (text[:at] + tag + " " + text[at:]).encode(), f"tag {tag} at character {at}"
+    if kind == "anchor" and ": " in text:
+        depth = rng.choice([3, 9, 30])
+        bomb = "lol0: &a0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
+            f"lol{i}: &a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}]\n"
+            for i in range(1, depth))
+        return (bomb + text).encode(), f"alias expansion {depth} levels deep"
     if kind == "dup_line" and lines:
         i = rng.randrange(len(lines))
         lines.insert(i, lines[i])

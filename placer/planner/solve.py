@@ -1,6 +1,8 @@
 """Make a plan: options -> costs -> (baselines, ILP) -> Plan with its prediction and solver account."""
 from __future__ import annotations
 
+import math
+import numbers
 import time
 from dataclasses import dataclass
 
@@ -70,14 +72,10 @@ def check_solve_config(c: "SolveConfig") -> None:
 
 
 def _real(v) -> bool:
-    import math
-
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _integer(v) -> bool:
-    import numbers
-
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
@@ -195,9 +193,9 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, t0: f
                            name, pl))
         tracker.update(incumbent_s=candidates[-1][0])
     remaining = config.time_limit_s - (time.perf_counter() - t0)
-    placements, bound, stage1, _ = solve_two_stage(model, sym, with_fit_levels(model, config.options), time_limit_s=max(10.0, remaining - 2.5),
-                                                   gap=config.gap, backend=config.solver, threads=config.threads,
-                                                   tracker=tracker)
+    placements, bound, stage1, _ = solve_two_stage(model, sym, with_fit_levels(model, config.options),
+                                                   time_limit_s=max(10.0, remaining - 2.5), gap=config.gap,
+                                                   backend=config.solver, threads=config.threads, tracker=tracker)
     if stage1.status == "infeasible":
         raise infeasible.after_solver(model, None, config.options)
     if placements:

@@ -346,8 +346,8 @@ def _parse_yaml_composed(text: str, file: str) -> Any:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise SpecError(f"YAML syntax error{where}: {problem}", file=file) from None
-    except (ValueError, OverflowError) as exc:  # e.g. an integer of more than 4,300 digits
-        raise SpecError(f"YAML value cannot be read: {exc}", file=file) from None
+    except (ValueError, OverflowError, KeyError, TypeError) as exc:  # 4,301 digits, '!!bool maybe', ...
+        raise SpecError(f"YAML value cannot be read: {type(exc).__name__} {exc}", file=file) from None
     finally:
         loader.dispose()
 
