@@ -183,3 +183,13 @@ def test_locality_adds_over_tables():
     assert both.lookups == pytest.approx(6000.0)
     assert both.unique_rows == pytest.approx(table_locality(*a).unique_rows + table_locality(*b).unique_rows)
     assert table_locality(*b).once_rows_fraction == pytest.approx(1.0, abs=1e-3)  # 1000 draws over 1M rows
+
+
+def test_counts_near_the_float_limit_do_not_overflow():
+    """Ten counts of 1e308 sum past the largest float: the coverage is still a finite, even 0.1 per row."""
+    import numpy as np
+
+    from placer.specs.access import cdf_from_counts
+
+    x, y = cdf_from_counts(np.full(10, 1e308))
+    assert np.all(np.isfinite(y)) and np.allclose(y, x)

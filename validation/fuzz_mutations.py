@@ -234,6 +234,26 @@ def hostile_file(folder: Path, rng: random.Random, name: str) -> tuple[Path, str
     return path, kind
 
 
+def hostile_array(path: Path, rng: random.Random) -> str:
+    """An access-count or CDF .npy that is not one: NaN, negative, objects (a pickle), 3-D, strings, empty,
+    all zeros, a CDF that falls, or not a .npy at all (a hostile file)."""
+    import numpy as np
+
+    kind = rng.choice(["nan", "negative", "object", "3d", "strings", "empty", "zeros", "falling_cdf", "huge",
+                       "file"])
+    arrays = {"nan": np.array([1.0, np.nan, 3.0]), "negative": np.array([5.0, -1.0, 2.0]),
+              "object": np.array([{"a": 1}, None], dtype=object), "3d": np.ones((2, 2, 2)),
+              "strings": np.array(["a", "b"]), "empty": np.zeros(0), "zeros": np.zeros(100),
+              "falling_cdf": np.array([[0.1, 0.9], [0.5, 0.2]]), "huge": np.full(10, 1e308)}
+    if kind == "file":
+        made, what = hostile_file(path.parent, rng, path.name)
+        return f"access file is {what}"
+    np.save(path, arrays[kind], allow_pickle=kind == "object")
+    if path.with_suffix(".npy.npy").exists():
+        path.with_suffix(".npy.npy").rename(path)
+    return f"access file holds {kind}"
+
+
 # ---- cases -------------------------------------------------------------------------------------------------
 
 @dataclass
@@ -257,7 +277,13 @@ def _document(rng: random.Random, folder: Path, name: str, doc: dict, mutate: bo
     suffix = rng.choice([".yaml", ".yaml", ".json"]) if not name.startswith("plan") else ".json"
     if not mutate:
         return _write(folder, name + suffix, dump(doc, suffix)), ""
-    how = rng.choices(["doc", "text", "file"], weights=[8, 2, 1])[0]
+    how = rng.choices(["doc", "text", "file", "access_file"], weights=[8, 2, 1, 1 if "tables" in doc else 0])[0]
+    if how == "access_file":  # a table's access read from a .npy beside the workload: hostile file or array
+        doc = copy.deepcopy(doc)
+        i = rng.randrange(len(doc["tables"]))
+        doc["tables"][i]["access"] = {"kind": "cdf", "file": "access.npy"}
+        note = hostile_array(folder / "access.npy", rng)
+        return _write(folder, name + suffix, dump(doc, suffix)), f"tables[{i}].access.file: {note}"
     if how == "doc":
         mutated, notes = mutate_document(doc, rng, count=rng.choice([1, 1, 1, 2, 3]))
         return _write(folder, name + suffix, dump(mutated, suffix)), "; ".join(notes)

@@ -208,8 +208,9 @@ def _to_unit(cumulative: np.ndarray) -> np.ndarray:
 def cdf_from_counts(counts, max_points: int = 2048) -> tuple[np.ndarray, np.ndarray]:
     """Coverage points from per-row access counts (any order), thinned to at most ``max_points`` points."""
     c = np.sort(np.asarray(counts, dtype=np.float64).ravel())[::-1]
-    if c.size == 0 or c.sum() <= 0 or np.any(c < 0):
+    if c.size == 0 or np.any(c < 0) or not c[0] > 0:
         raise ValueError("access counts must be non-negative with a positive sum")
+    c = c / c[0]  # relative to the largest count: a sum of counts near 1e308 cannot overflow
     y = _to_unit(np.cumsum(c) / c.sum())
     idx = np.unique(np.concatenate([np.geomspace(1, c.size, max_points).astype(np.int64) - 1, [c.size - 1]]))
     return (idx + 1) / c.size, y[idx]

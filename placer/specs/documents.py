@@ -346,7 +346,8 @@ def _parse_yaml_composed(text: str, file: str) -> Any:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise SpecError(f"YAML syntax error{where}: {problem}", file=file) from None
-    except (ValueError, OverflowError, KeyError, TypeError) as exc:  # 4,301 digits, '!!bool maybe', ...
+    except (ValueError, OverflowError, KeyError, TypeError, AttributeError, IndexError) as exc:
+        # a value its tag cannot construct: 4,301 digits, '!!bool maybe', '!!timestamp 12 GiB', ...
         raise SpecError(f"YAML value cannot be read: {type(exc).__name__} {exc}", file=file) from None
     finally:
         loader.dispose()
