@@ -21,6 +21,8 @@ COMMANDS = {
     "sweep": "what-if over GPU counts: throughput, scaling efficiency, GPUs needed for a target throughput",
     "run": "build a plan with PyTorch, train it on synthetic batches and measure it against the prediction",
     "calibrate": "measure this machine with micro-benchmarks and write a hardware spec for it",
+    "profile": "measure each table's access skew and pooling from a sample of real ids and write them into a workload",
+    "explain": "for each table of a plan: where it is, what binds it there, and the step time of its next-best option",
 }
 
 
