@@ -135,6 +135,8 @@ class SolverInfo(_PlanModel):
     num_constraints: int | None = Field(default=None, ge=0)
     warm_start: str | None = None
     note: str | None = None
+    #: the second objective (planner/tiebreak.py): {objective, before, after, step_time_s, ...}
+    tie_break: dict | None = None
 
 
 class Plan(_PlanModel):
@@ -147,6 +149,8 @@ class Plan(_PlanModel):
     placements: list[Placement] = Field(min_length=1)
     predicted: Predicted | None = None
     solver: SolverInfo | None = None
+    #: step time at other access skews (placer/skew.py robustness): {rule, step_time_s: {"0.8": s, "1": s, ...}}
+    robustness: dict | None = None
 
     def to_json(self, indent: int | None = 1) -> str:
         return self.model_dump_json(indent=indent, exclude_none=True)

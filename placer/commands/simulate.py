@@ -14,6 +14,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_hw_wl(p)
     p.add_argument("plan", metavar="PLAN", help="plan JSON (from placer solve, or written by hand)")
     p.add_argument("--json", action="store_true", help="print the prediction as JSON")
+    p.add_argument("--skew", type=float, metavar="SCALE", default=None,
+                   help="price the plan with every table's skew scaled: zipf alpha x SCALE, cdf/histogram curves "
+                        "flatter (<1) or steeper (>1), uniform unchanged (placer/skew.py), e.g. 0.8 or 1.2")
 
 
 def run(args) -> int:
@@ -22,6 +25,10 @@ def run(args) -> int:
     from placer.report import plan_summary
 
     topo, wl = load_pair(args)
+    if getattr(args, "skew", None) is not None:
+        from placer.skew import workload_with_skew
+
+        wl = workload_with_skew(wl, args.skew)
     plan = load_plan(args.plan)
     predicted = priced_plan(plan, topo, wl, file=args.plan)
     if args.json:

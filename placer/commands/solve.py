@@ -60,6 +60,10 @@ def run(args) -> int:
     else:
         console = make_console()
         plan_summary(plan, wl, console)
+        if plan.robustness and "step_time_s" in plan.robustness:
+            from placer.skew import robustness_line
+
+            console.print(robustness_line(plan.robustness), markup=False)
         if args.output:
             console.print(f"plan written to {args.output}")
     return 0

@@ -18,6 +18,7 @@ from placer.planner.progress import Reporter, Tracker
 from placer.planner.scale import solve_two_stage
 from placer.planner.symmetry import Symmetry
 from placer.simulate import predict
+from placer.skew import robustness
 from placer.specs.workload import Workload
 from placer.topology import Topology
 
@@ -100,9 +101,19 @@ def solve(topology: Topology, workload: Workload, config: SolveConfig = SolveCon
         placements = run_baseline(config.method, model, seed=config.seed)
         info = SolverInfo(backend="heuristic", status="heuristic", wall_s=time.perf_counter() - t0)
         plan = make_plan(model, config.method, placements, info)
-        return plan.model_copy(update={"solver": info.model_copy(
+        plan = plan.model_copy(update={"solver": info.model_copy(
             update={"objective_step_time_s": plan.predicted["step_time_s"]})})
-    return solve_ilp(model, config)
+    else:
+        plan = solve_ilp(model, config)
+    return with_robustness(model, plan)
+
+
+def with_robustness(model: CostModel, plan: Plan) -> Plan:
+    """``plan`` with its 'robustness' block: step time at skew x0.8, x1, x1.2 (placer/skew.py)."""
+    try:
+        return plan.model_copy(update={"robustness": robustness(model, plan)})
+    except (SpecError, ValueError) as exc:  # a what-if must never cost the user the plan
+        return plan.model_copy(update={"robustness": {"error": str(exc)}})
 
 
 #: A homogeneous machine is planned in two stages (planner/scale.py) above this many GPUs, or above this many

@@ -1,0 +1,110 @@
+"""Robust choices (issue 17 part 3): skew what-if (placer/skew.py) and the tie-break (planner/tiebreak.py)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from placer.cli import main
+from placer.cost import CostModel
+from placer.errors import SpecError
+from placer.plan import Placement, Plan, Shard, SpecRef
+from placer.simulate import predict
+from placer.skew import scaled_coverage, workload_with_skew
+from placer.specs import load_hardware, load_workload
+from placer.topology import Topology
+from tests.conftest import ROOT
+
+HW = str(ROOT / "hardware_specs" / "h100-pcie-host.yaml")
+TINY = str(ROOT / "workloads" / "tiny.yaml")
+MLPERF = str(ROOT / "workloads" / "mlperf-dlrm-v1.yaml")
+
+
+def _pair(wl_path=TINY, hw_path=HW):
+    wl = load_workload(wl_path)
+    return Topology(load_hardware(hw_path), wl.dense.dtype), wl
+
+
+def _hot_split_plan(topo, wl, fraction: float) -> Plan:
+    """Every table table-wise on the first GPU with its hottest ``fraction`` of rows in HBM."""
+    g = topo.gpus[0]
+    placements = []
+    for t in wl.tables:
+        k = int(round(fraction * t.rows))
+        placements.append(Placement(table=t.name, sharding="table_wise", shards=[
+            Shard(device=g, rows=(0, t.rows), cols=(0, t.dim), hbm_rows=k, host_rows=t.rows - k)]))
+    return Plan(hardware=SpecRef(name=topo.spec.name), workload=SpecRef(name=wl.name), method="hand",
+                placements=placements)
+
+
+def test_skew_one_is_the_base():
+    topo, wl = _pair()
+    assert workload_with_skew(wl, 1.0) is wl
+    plan = _hot_split_plan(topo, wl, 0.1)
+    assert predict(CostModel(topo, workload_with_skew(wl, 1.0)), plan) == predict(CostModel(topo, wl), plan)
+
+
+@pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), True, "1"])
+def test_bad_skew_scale_is_refused(bad):
+    _, wl = _pair()
+    with pytest.raises(SpecError):
+        workload_with_skew(wl, bad)
+
+
+def test_skew_rule_per_model():
+    _, wl = _pair()
+    base = wl.access_models
+    for scale in (0.8, 1.2):
+        w = workload_with_skew(wl, scale)
+        assert w.sha256 == wl.sha256 and w.name == wl.name
+        models = w.access_models
+        for t in wl.tables:
+            kind = t.access.kind
+            f = np.array([0.001, 0.01, 0.1, 0.5])
+            c0, c1 = base[t.name].coverage(f), models[t.name].coverage(f)
+            if kind == "uniform":
+                assert np.allclose(c0, c1)
+            elif kind == "zipf":
+                assert w.tables[wl.table_index[t.name]].access.alpha == pytest.approx(t.access.alpha * scale)
+            if kind != "uniform":  # flatter: no hot share grows; steeper: none shrinks
+                assert np.all(c1 <= c0 + 1e-9) if scale < 1 else np.all(c1 >= c0 - 1e-9)
+            assert models[t.name].coverage(0.0) == 0.0 and models[t.name].coverage(1.0) == pytest.approx(1.0)
+
+
+def test_scaled_coverage_formulas():
+    x = np.array([0.0, 0.1, 0.5, 1.0])
+    c = np.array([0.0, 0.5, 0.9, 1.0])
+    assert np.allclose(scaled_coverage(c, x, 0.5), 0.5 * c + 0.5 * x)
+    assert np.allclose(scaled_coverage(c, x, 2.0), c ** 0.5)
+    assert np.allclose(scaled_coverage(c, x, 1.0), c)
+
+
+def test_steeper_zipf_makes_a_hot_split_plan_faster():
+    topo, wl = _pair(MLPERF)
+    plan = _hot_split_plan(topo, wl, 0.01)
+    step = {s: predict(CostModel(topo, workload_with_skew(wl, s)), plan, check_memory=False)["step_time_s"]
+            for s in (0.8, 1.0, 1.2)}
+    assert step[1.2] < step[1.0] < step[0.8]
+    # a plan with every row in HBM does not depend on the skew of its lookups' HBM share
+    full = _hot_split_plan(*_pair(TINY), 1.0)
+    topo_t, wl_t = _pair(TINY)
+    a = predict(CostModel(topo_t, wl_t), full)["step_time_s"]
+    b = predict(CostModel(topo_t, workload_with_skew(wl_t, 1.2)), full)["step_time_s"]
+    assert b == pytest.approx(a, rel=0.05)
+
+
+def test_solve_writes_robustness_block_and_simulate_skew_agrees(tmp_path, capsys):
+    out = tmp_path / "plan.json"
+    assert main(["solve", HW, TINY, "-q", "-o", str(out), "--time-limit", "10"]) == 0
+    printed = capsys.readouterr().out
+    assert "skew what-if" in printed
+    data = json.loads(out.read_text())
+    times = data["robustness"]["step_time_s"]
+    assert set(times) == {"0.8", "1", "1.2"}
+    assert times["1"] == pytest.approx(data["predicted"]["step_time_s"])
+    for s in ("0.8", "1.2"):
+        assert main(["simulate", HW, TINY, str(out), "--skew", s, "--json"]) == 0
+        got = json.loads(capsys.readouterr().out)["predicted"]["step_time_s"]
+        assert got == pytest.approx(times[s])
+    assert main(["simulate", HW, TINY, str(out), "--skew", "0", "--json"]) == 2
