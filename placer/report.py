@@ -99,3 +99,32 @@ def make_console(stderr: bool = False) -> Console:
     if not c.is_terminal:
         c = Console(stderr=stderr, highlight=False, soft_wrap=True, width=140)
     return c
+
+
+def explain_report(result: dict, console: Console) -> None:
+    """Print `placer explain`: one row per table (place, memory, load, next-best option), then a sentence each."""
+    console.print(f"plan [bold]{result['method']}[/]: step {fmt_seconds(result['step_time_s'])}, "
+                  f"bottleneck {result['bottleneck']}; {len(result['tables'])} tables ({result['selection']})")
+    t = Table(title="why each table is where it is", title_justify="left")
+    for col, just in (("table", "left"), ("placement", "left"), ("memory used", "right"), ("HBM free", "right"),
+                      ("largest load", "left"), ("of bneck", "right"), ("next-best option", "left"),
+                      ("step change", "right")):
+        t.add_column(col, justify=just)
+    for e in result["tables"]:
+        used = " + ".join(f"{fmt_bytes(m['table_bytes'])} {'HBM' if m['kind'] == 'HBM' else 'host'}"
+                          for m in e["memory"])
+        ml = e["main_load"]
+        load = f"{fmt_seconds(ml['seconds'])} {ml['resource']} ({PHASE_SHORT.get(ml['phase'], ml['phase'])})" \
+            if ml["resource"] else "-"
+        nb = e["next_best"]
+        if nb is None:
+            alt, delta = "every other option is infeasible: memory", "-"
+        else:
+            alt = nb["label"]
+            delta = f"{nb['delta_s'] * 1e3:+.3f} ms ({nb['delta_pct']:+.2f}%)"
+        has_gpu = any(m["kind"] == "HBM" for m in e["memory"]) or e["sharding"] != "host"
+        t.add_row(e["table"], e["placement"], used, fmt_bytes(max(e["hbm_free_bytes"], 0)) if has_gpu else "-",
+                  load, f"{e['bottleneck_share']:.1%}", alt, delta)
+    console.print(t)
+    for e in result["tables"]:
+        console.print(f"- {e['sentence']}", markup=False)
