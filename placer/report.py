@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from placer.cost import PHASES
@@ -16,8 +17,44 @@ def _phase_busy(busy: dict[str, float], phase: str) -> float:
     return max((v for k, v in busy.items() if k.startswith(phase + ":")), default=0.0)
 
 
-def plan_summary(plan: Plan, workload, console: Console, max_tables: int = 12, max_devices: int = 16) -> None:
-    """Print the per-device table, the largest tables' placements and the solver account."""
+TABLE_KINDS = ("host", "hbm", "uvm", "split", "fp16")
+
+
+def add_listing_arguments(p) -> None:
+    """``--all`` and ``--tables`` of the commands that print a plan summary (solve, simulate)."""
+    p.add_argument("--all", action="store_true",
+                   help="list every table and every device (devices busiest first), not just the largest/first")
+    p.add_argument("--tables", metavar="WHICH", default=None,
+                   help="list only these tables, all of them: host, hbm (all rows in HBM), uvm (none), split "
+                        "(some), fp16, or a name glob such as 't1*'; several separated by commas")
+
+
+def table_matches(p, which: str | None) -> bool:
+    """Whether placement ``p`` is one of ``which`` (see add_listing_arguments; None: every table)."""
+    if not which:
+        return True
+    from fnmatch import fnmatchcase
+
+    for w in (x.strip() for x in which.split(",")):
+        on_gpu = p.sharding != "host"
+        if w == "host" and not on_gpu or w == "fp16" and p.precision == "fp16":
+            return True
+        if on_gpu and (w == "hbm" and p.hot_fraction >= 1 or w == "uvm" and p.hot_fraction <= 0
+                       or w == "split" and 0 < p.hot_fraction < 1):
+            return True
+        if w not in TABLE_KINDS and w and fnmatchcase(p.table, w):
+            return True
+    return False
+
+
+def _device_busy(v: dict) -> float:
+    return sum(_phase_busy(v.get("busy_s", {}), ph) for ph in PHASES)
+
+
+def plan_summary(plan: Plan, workload, console: Console, max_tables: int = 12, max_devices: int = 16,
+                 show_all: bool = False, tables: str | None = None) -> None:
+    """Print the per-device table, the largest tables' placements and the solver account. ``show_all``: every
+    device (busiest first) and every table; ``tables``: only the tables ``table_matches``, all of them."""
     pred = plan.predicted or {}
     devices = pred.get("devices", {})
     gpus = [d for d, v in devices.items() if "hbm_used_bytes" in v]
@@ -32,6 +69,8 @@ def plan_summary(plan: Plan, workload, console: Console, max_tables: int = 12, m
     for ph in PHASES:
         t.add_column(PHASE_SHORT[ph], justify="right")
     shown = gpus[:max_devices] + hosts[:max(2, max_devices - len(gpus[:max_devices]))]
+    if show_all:
+        shown = sorted(gpus + hosts, key=lambda d: -_device_busy(devices[d]))
     for d in shown:
         v = devices[d]
         if "hbm_used_bytes" in v:
@@ -51,8 +90,14 @@ def plan_summary(plan: Plan, workload, console: Console, max_tables: int = 12, m
     kinds: dict[str, int] = {}
     for p in plan.placements:
         kinds[p.label().split(" ")[0]] = kinds.get(p.label().split(" ")[0], 0) + 1
-    tt = Table(title=f"largest tables ({len(plan.placements)} in all: "
-                     + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) + ")", title_justify="left")
+    counts = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
+    title = f"largest tables ({len(plan.placements)} in all: {counts})"
+    if show_all or tables:
+        largest = [p for p in largest if table_matches(p, tables)]
+        max_tables = len(largest)
+        title = (f"tables matching {escape(repr(tables))}, largest first ({len(largest)} of {len(plan.placements)}: {counts})"
+                 if tables else f"every table, largest first ({counts})")
+    tt = Table(title=title, title_justify="left")
     tt.add_column("table")
     tt.add_column("size", justify="right")
     tt.add_column("placement")

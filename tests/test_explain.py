@@ -101,3 +101,44 @@ def test_bad_plan_is_exit_2_naming_the_file(tmp_path, two_gpu_path, three_tables
 def test_top_n(two_gpu_path, three_tables_path, tiny_plan, capsys):
     res = _explain_json(capsys, two_gpu_path, three_tables_path, tiny_plan, "--top", "2")
     assert len(res["tables"]) == 2
+
+
+def _table_rows(out: str) -> list[str]:
+    """Names in the first column of the tables listing (rows after the 'largest'/'every'/'matching' title)."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(("largest tables", "every table", "tables matching")))
+    return [line.split("│")[1].strip() for line in lines[start:] if line.startswith("│")]
+
+
+def test_simulate_all_lists_every_table_and_device(two_gpu_path, three_tables_path, tiny_plan, capsys):
+    assert main(["simulate", str(two_gpu_path), str(three_tables_path), str(tiny_plan), "--all"]) == 0
+    out = capsys.readouterr().out
+    assert sorted(_table_rows(out)) == ["a", "b", "c"]
+    for device in ("node0/gpu0", "node0/gpu1", "node0/host"):
+        assert device in out
+
+
+def test_simulate_tables_host_filters(tmp_path, two_gpu_path, three_tables_path, capsys):
+    out_plan = tmp_path / "host.json"
+    assert main(["solve", str(two_gpu_path), str(three_tables_path), "--method", "host_cpu", "-q",
+                 "-o", str(out_plan), "--json"]) == 0
+    capsys.readouterr()
+    assert main(["simulate", str(two_gpu_path), str(three_tables_path), str(out_plan), "--tables", "host"]) == 0
+    assert sorted(_table_rows(capsys.readouterr().out)) == ["a", "b", "c"]
+    assert main(["simulate", str(two_gpu_path), str(three_tables_path), str(out_plan), "--tables", "hbm"]) == 0
+    assert _table_rows(capsys.readouterr().out) == []
+    assert main(["simulate", str(two_gpu_path), str(three_tables_path), str(out_plan), "--tables", "[ab]"]) == 0
+    assert sorted(_table_rows(capsys.readouterr().out)) == ["a", "b"]
+
+
+def test_table_matches_kinds():
+    from placer.plan import Placement, Shard
+    from placer.report import table_matches
+
+    def tw(hbm, prec="fp32"):
+        return Placement(table="t1", sharding="table_wise", precision=prec,
+                         shards=[Shard(device="g", rows=(0, 10), cols=(0, 4), hbm_rows=hbm, host_rows=10 - hbm)])
+    assert table_matches(tw(10), "hbm") and not table_matches(tw(10), "uvm")
+    assert table_matches(tw(0), "uvm") and table_matches(tw(5), "split") and not table_matches(tw(5), "host")
+    assert table_matches(tw(10, "fp16"), "fp16") and table_matches(tw(10), "t*") and not table_matches(tw(10), "x*")
+    assert table_matches(tw(10), None) and table_matches(tw(0), "host,uvm")

@@ -5,7 +5,7 @@ import argparse
 import json
 import sys
 
-from placer.report import make_console
+from placer.report import add_listing_arguments, make_console
 
 from placer.commands._common import add_hw_wl, load_pair
 
@@ -13,6 +13,7 @@ from placer.commands._common import add_hw_wl, load_pair
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_hw_wl(p)
     p.add_argument("plan", metavar="PLAN", help="plan JSON (from placer solve, or written by hand)")
+    add_listing_arguments(p)
     p.add_argument("--json", action="store_true", help="print the prediction as JSON")
     p.add_argument("--skew", type=float, metavar="SCALE", default=None,
                    help="price the plan with every table's skew scaled: zipf alpha x SCALE, cdf/histogram curves "
@@ -34,5 +35,6 @@ def run(args) -> int:
     if args.json:
         sys.stdout.write(json.dumps({"method": plan.method, "predicted": predicted}, indent=1) + "\n")
     else:
-        plan_summary(plan.model_copy(update={"predicted": predicted}), wl, make_console())
+        plan_summary(plan.model_copy(update={"predicted": predicted}), wl, make_console(),
+                     show_all=getattr(args, "all", False), tables=getattr(args, "tables", None))
     return 0

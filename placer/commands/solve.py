@@ -7,7 +7,7 @@ import sys
 import time
 from contextlib import contextmanager
 
-from placer.report import make_console
+from placer.report import add_listing_arguments, make_console
 
 from placer.commands._common import add_hw_wl, add_solver_options, load_pair, solve_config
 from placer.commands._output import check_output_path, write_text
@@ -16,6 +16,7 @@ from placer.commands._output import check_output_path, write_text
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_hw_wl(p)
     p.add_argument("-o", "--output", metavar="PLAN", help="write the plan JSON here")
+    add_listing_arguments(p)
     p.add_argument("--json", action="store_true", help="print the plan JSON on stdout instead of the summary")
     p.add_argument("-q", "--quiet", action="store_true",
                    help="no progress on stderr while solving (stage, elapsed, best plan, bound, gap)")
@@ -59,7 +60,7 @@ def run(args) -> int:
         sys.stdout.write(plan.to_json() + "\n")
     else:
         console = make_console()
-        plan_summary(plan, wl, console)
+        plan_summary(plan, wl, console, show_all=getattr(args, "all", False), tables=getattr(args, "tables", None))
         if plan.robustness and "step_time_s" in plan.robustness:
             from placer.skew import robustness_line
 
