@@ -40,6 +40,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nproc", type=_args.processes, default=None, metavar="N",
                    help="run N processes with torch.distributed (gloo on cpu, NCCL on cuda): plan GPU i on rank "
                         "i mod N, the real all-to-all between them (default: one process, no torch.distributed)")
+    p.add_argument("--ids", nargs="+", default=None, metavar="DATA",
+                   help="train on real ids: batches of consecutive samples of these files (the formats of placer "
+                        "profile) instead of ids drawn from the workload's access models; the first pool x batch "
+                        "samples are loaded and cycled; ids are taken modulo the rows under --scale")
+    p.add_argument("--ids-format", default=None, choices=("criteo-tsv", "dlrm-torch", "npy"),
+                   help="format of the --ids files (default: from the file name; see placer profile --help)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -57,6 +63,14 @@ def run(args) -> int:
     config = RunConfig(device=args.device, steps=args.steps, warmup=args.warmup, scale=args.scale, seed=args.seed,
                        host_read=args.host_read, phase_steps=args.phase_steps, pool_batches=args.pool,
                        threads=args.threads)
+    if getattr(args, "ids", None):
+        if getattr(args, "nproc", None) is not None:
+            raise SpecError("--ids with --nproc: real ids are read by one process only for now; drop --nproc",
+                            field="--ids")
+        from placer.data.samples import load_samples
+        from placer.runner.run import POOL_MAX_BATCHES
+
+        config.samples = load_samples(args.ids, args.ids_format, wl, (args.pool or POOL_MAX_BATCHES) * wl.batch_size)
     _warn_if_oversubscribed(args)
     if getattr(args, "nproc", None) is not None:
         from placer.runner.distributed import emit, launch

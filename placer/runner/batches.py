@@ -14,6 +14,12 @@ Labels: ``y = [z > 0]`` with ``z = x . w / sqrt(n_dense) + sum_f mean_bag(score(
 ``score`` is a fixed pseudo-random value per (table, row) from a hash (no per-row storage) and ``w`` a fixed random
 vector. Both parts are learnable by the model, so the loss falls.
 
+Real ids (``placer run --ids``, a ``SampleSet`` from placer/data/samples.py): each batch takes the next B
+consecutive samples of the data (wrapping around), every feature's ids and bag sizes as they are, reduced modulo
+the table's rows when ``--scale`` made the table smaller; the rank permutation becomes the rows sorted by how
+often the loaded samples touch them (hottest first), so a plan's hot rows are the data's hot rows. Dense
+features and labels stay synthetic (the learnable target above).
+
 Batches are generated with numpy before timing starts and kept in a pool on the device (and in RAM for the
 CPU-side consumers: host tables and the gather+copy fallback); training cycles through the pool.
 """
@@ -65,8 +71,10 @@ class Batch:
 class BatchGenerator:
     """Draws batches for one workload and one plan (the plan decides how lookups are split over shards)."""
 
-    def __init__(self, workload: Workload, plan: Plan, seed: int = 0):
+    def __init__(self, workload: Workload, plan: Plan, seed: int = 0, samples=None):
         self.wl = workload
+        self.samples = samples  # a placer.data.samples.SampleSet, or None: synthetic ids from the access models
+        self.cursor = 0
         self.plan = plan
         self.seed = int(seed)
         self.B = workload.batch_size
@@ -74,16 +82,38 @@ class BatchGenerator:
         self.tables = {t.name: t for t in workload.tables}
         self.features_of = {t.name: [f for f in workload.resolved_features if f.table == t.name]
                             for t in workload.tables}
-        self.perms = {t.name: rank_permutation(t.rows, self.seed, i) for i, t in enumerate(workload.tables)}
+        if samples is None:
+            self.perms = {t.name: rank_permutation(t.rows, self.seed, i) for i, t in enumerate(workload.tables)}
+        else:
+            self.perms = {t.name: self._data_permutation(t.name, t.rows) for t in workload.tables}
         nd = workload.dense.num_dense_features
         self.teacher = np.random.default_rng([self.seed, 2**21]).standard_normal(nd) / max(np.sqrt(nd), 1.0)
+
+    def _data_permutation(self, name: str, rows: int) -> np.ndarray:
+        """Rows by how often the loaded samples touch them, hottest first (ties and untouched rows by id)."""
+        counts = np.zeros(rows, dtype=np.int64)
+        for f in self.features_of[name]:
+            ids = self.samples.features[f.name][0]
+            counts += np.bincount(ids % rows, minlength=rows)
+        perm = np.argsort(-counts, kind="stable")
+        return perm.astype(np.int32) if rows < 2**31 else perm
+
+    def _real_lookups(self, name: str) -> tuple[list, list]:
+        """(ids parts, bags parts) of one table: the next B samples of each of its features."""
+        rows = self.tables[name].rows
+        ids_parts, bags_parts = [], []
+        B = self.B
+        for fi, f in enumerate(self.features_of[name]):
+            ids, lengths = self.samples.window(f.name, self.cursor, B)
+            ids_parts.append(ids % rows)
+            bags_parts.append(np.repeat(np.arange(fi * B, (fi + 1) * B, dtype=np.int64), lengths))
+        return ids_parts, bags_parts
 
     def release_permutations(self) -> None:
         self.perms = {}
 
-    def _table_lookups(self, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(ids, bags, per-bag mean score) of one table for one batch."""
-        t = self.tables[name]
+    def _synthetic_lookups(self, name: str) -> tuple[list, list]:
+        """(ids parts, bags parts) of one table drawn from its access model and pooling factors."""
         access = self.wl.access_models[name]
         ids_parts, bags_parts = [], []
         B = self.B
@@ -98,6 +128,16 @@ class BatchGenerator:
             ranks = access.sample(n, self.rng)
             ids_parts.append(self.perms[name][ranks].astype(np.int64))
             bags_parts.append(np.repeat(np.arange(fi * B, (fi + 1) * B, dtype=np.int64), sizes))
+        return ids_parts, bags_parts
+
+    def _table_lookups(self, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(ids, bags, per-bag mean score) of one table for one batch."""
+        t = self.tables[name]
+        B = self.B
+        if self.samples is None:
+            ids_parts, bags_parts = self._synthetic_lookups(name)
+        else:
+            ids_parts, bags_parts = self._real_lookups(name)
         ids = np.concatenate(ids_parts) if ids_parts else np.zeros(0, np.int64)
         bags = np.concatenate(bags_parts) if bags_parts else np.zeros(0, np.int64)
         nb = len(self.features_of[name]) * B
@@ -120,6 +160,8 @@ class BatchGenerator:
             ids, bags, means = self._table_lookups(t.name)
             tables[t.name] = (ids, bags)
             sparse += means.reshape(-1, B).sum(axis=0)
+        if self.samples is not None:
+            self.cursor = (self.cursor + B) % self.samples.samples
         z = z + sparse / np.sqrt(max(self.wl.num_pooled_features, 1))
         y = (z > 0).astype(np.float32)
         return {"dense": x, "labels": y, "tables": tables}

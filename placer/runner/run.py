@@ -51,6 +51,7 @@ class RunConfig:
     host_available_bytes: float | None = None  # override MemAvailable (tests)
     device_free_bytes: float | None = None  # override torch.cuda.mem_get_info (tests)
     threads: int | None = None  # torch CPU threads for the run (None: torch's default)
+    samples: object = None  # real samples to train on (placer.data.samples.SampleSet; None: synthetic ids)
 
 
 def resolve_device(name: str | None) -> torch.device:
@@ -143,7 +144,8 @@ def run_plan(hardware, workload: Workload, plan: Plan, config: RunConfig = RunCo
     t_build = time.perf_counter()
     trainer = None
     try:
-        trainer = Trainer(plan, wl, device, topo, seed=config.seed, host_read=config.host_read, pool_batches=pool)
+        trainer = Trainer(plan, wl, device, topo, seed=config.seed, host_read=config.host_read, pool_batches=pool,
+                          samples=config.samples)
         build_s = time.perf_counter() - t_build
         trainer.train(config.warmup)
         synchronize(device)

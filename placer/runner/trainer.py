@@ -179,14 +179,14 @@ class Trainer(GroupOwner):
     """The plan's step program built on one local device: groups, table assembly, dense model, batches."""
 
     def __init__(self, plan: Plan, workload: Workload, device: torch.device, topology: Topology, *, seed: int = 0,
-                 host_read: str = "auto", pool_batches: int = 4, overlap_host: bool | None = None):
+                 host_read: str = "auto", pool_batches: int = 4, overlap_host: bool | None = None, samples=None):
         self.plan, self.wl, self.device, self.topo = plan, workload, device, topology
         self.B = workload.batch_size
         self.builder = ProgramBuilder(topology, workload)
         self.host = HostMemory(device, host_read)
         self.optimizer = SparseRowOptimizer(workload.optimizer.name, workload.optimizer.lr)
         torch.manual_seed(seed)
-        self.gen = BatchGenerator(workload, plan, seed)
+        self.gen = BatchGenerator(workload, plan, seed, samples)  # samples: real ids (run --ids) or None
         ctx = BuildContext(workload=workload, device=device, host=self.host, optimizer=self.optimizer, seed=seed,
                            perms=self.gen.perms, batch=self.B)
         self.groups = build_groups(plan, ctx, self.builder)
