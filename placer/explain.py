@@ -61,7 +61,8 @@ class TableExplanation:
     size_bytes: float
     memory: list[MemoryUse]
     hbm_wanted_bytes: float  # more HBM it would need to sit fully in HBM on its devices (0 when it does)
-    hbm_free_bytes: float  # free HBM for tables on its devices (sum)
+    hbm_free_bytes: float  # free HBM for tables on its GPUs (sum; for a host table its host's emptiest GPU)
+    hbm_devices: list[str]  # the GPUs hbm_free_bytes counts
     main_load: dict  # {"phase", "resource", "seconds", "share"}: its largest load, share of that resource's load
     bottleneck_share: float  # its share of the step's bottleneck resource load (0 when it puts none there)
     options_priced: int
@@ -214,10 +215,12 @@ class Explainer:
             mems.append(MemoryUse(m, kind, b, self.free_bytes(m), self.usable[m]))
         gpus = sorted({self.topo.memory_of(s.device) for s in p.shards if s.device in self.topo.gpus}
                       & set(self.topo.gpus))
+        if p.sharding == "host":  # the HBM it would want: the GPU of its host with the most free
+            node_gpus = [g for g in self.topo.gpus if self.topo.host_of(g) == p.shards[0].device
+                         and self.topo.memory_of(g) == g]
+            gpus = sorted(node_gpus, key=lambda g: -self.free_bytes(g))[:1]
         hbm_free = sum(self.free_bytes(g) for g in gpus)
-        row_bytes = spec.size_bytes(p.precision) / max(spec.rows * spec.dim, 1)
-        off_hbm = sum(s.host_rows * s.num_cols for s in p.shards) * row_bytes
-        wanted = off_hbm if p.sharding != "host" else spec.size_bytes(p.precision)
+        wanted = self._hbm_wanted(p, cost, gpus)
         loads = [(v, k) for k, v in cost.loads.items()]
         main = {"phase": None, "resource": None, "seconds": 0.0, "share": 0.0}
         if loads:
@@ -229,21 +232,45 @@ class Explainer:
             table=table, placement=p.label(), sharding=p.sharding, precision=p.precision,
             devices=sorted({s.device for s in p.shards}), hot_fraction=p.hot_fraction if p.sharding != "host" else 0.0,
             size_bytes=spec.size_bytes(p.precision), memory=mems, hbm_wanted_bytes=wanted, hbm_free_bytes=hbm_free,
+            hbm_devices=gpus,
             main_load=main, bottleneck_share=bshare, options_priced=priced, options_infeasible=infeasible,
             infeasible_memories=sorted(infeasible_mems), next_best=best)
         e.sentence = self.sentence(e)
         return e
 
+    def _hbm_wanted(self, p: Placement, cost: Cost, gpus: list[str]) -> float:
+        """More HBM bytes (on ``gpus``) the table would hold with every row in HBM: the same shards all hot, or
+        for a host table table-wise on ``gpus[0]``; priced by the cost model (optimizer state, buffers)."""
+        if p.sharding == "host":
+            if not gpus:
+                return 0.0
+            spec = self.specs[p.table]
+            full = Placement.model_construct(table=p.table, sharding="table_wise", precision=p.precision, shards=[
+                p.shards[0].model_copy(update={"device": gpus[0], "hbm_rows": spec.rows, "host_rows": 0})])
+        elif all(s.host_rows == 0 for s in p.shards):
+            return 0.0
+        else:
+            full = p.model_copy(update={"shards": [s.model_copy(update={"hbm_rows": s.num_rows, "host_rows": 0})
+                                                   for s in p.shards]})
+        hot = self.model.placement_cost(full).memory
+        return sum(max(hot.get(g, 0.0) - cost.memory.get(g, 0.0), 0.0) for g in gpus)
+
     def sentence(self, e: TableExplanation) -> str:
-        where = ", ".join(f"{fmt_bytes(m.table_bytes)} in {m.kind} of {m.memory}" for m in e.memory)
+        mems = sorted(e.memory, key=lambda m: -m.table_bytes)
+        big = [m for m in mems if m.table_bytes >= 0.1 * mems[0].table_bytes] if mems else []
+        rest = mems[len(big):]
+        where = ", ".join(f"{fmt_bytes(m.table_bytes)} in {m.kind} of {m.memory}" for m in big)
+        if rest:
+            where += f", {fmt_bytes(sum(m.table_bytes for m in rest))} on {len(rest)} other memories"
         out = f"{e.table} is {e.placement} ({where})."
         if e.hbm_wanted_bytes > 0:
             gpus = ", ".join(d for d in e.devices if d in self.topo.gpus) or "its GPU"
             full = e.hbm_free_bytes < e.hbm_wanted_bytes
-            out += (f" Fully in HBM it would need {fmt_bytes(e.hbm_wanted_bytes)} more; "
-                    + (f"{gpus} has {fmt_bytes(max(e.hbm_free_bytes, 0))} free"
-                       + (" (full: memory binds it)." if full else " (room: time, not memory, keeps it out).")
-                       if e.sharding != "host" else "it is on the host by choice or by memory (see the options)."))
+            if e.sharding == "host":
+                gpus = "the emptiest GPU of its host" + (f" ({e.hbm_devices[0]})" if e.hbm_devices else "")
+            out += (f" Fully in HBM it would need {fmt_bytes(e.hbm_wanted_bytes)} more; {gpus} has "
+                    f"{fmt_bytes(max(e.hbm_free_bytes, 0))} free"
+                    + (" (full: memory binds it)." if full else " (room: time, not memory, keeps it out)."))
         else:
             free = ", ".join(f"{m.memory} {fmt_bytes(max(m.free_bytes, 0))}" for m in e.memory)
             out += f" It is all in HBM; free there: {free}."
@@ -270,8 +297,14 @@ class Explainer:
     def top(self, n: int) -> list[TableExplanation]:
         """The ``n`` tables whose placement matters most: by |step change| of their next-best option (every
         other option infeasible counts as most), priced in full among the CANDIDATES_PER_SHOWN * n tables
-        that carry the most step time (removal_gain)."""
-        names = sorted(self.index, key=lambda t: -self.removal_gain(t))
+        that carry the most step time (removal_gain, then their load on the near-busiest resources)."""
+        peak = [max((v for v, _ in lst), default=0.0) for lst in self.by_phase]
+
+        def critical(t: str) -> float:  # its load on resources within 5% of their phase's busiest (ties)
+            c = self.costs[self.index[t]]
+            return sum(v for (ph, res), v in c.loads.items() if self.full[(ph, res)] >= 0.95 * peak[ph] > 0)
+
+        names = sorted(self.index, key=lambda t: (-self.removal_gain(t), -critical(t)))
         pool = [self.explain(t) for t in names[:max(CANDIDATES_PER_SHOWN * n, n)]]
         pool.sort(key=lambda e: -(abs(e.next_best.delta_s) if e.next_best else float("inf")))
         return pool[:n]
