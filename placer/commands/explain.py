@@ -17,7 +17,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_hw_wl(p)
     p.add_argument("plan", metavar="PLAN", help="plan JSON (from placer solve, or written by hand)")
     p.add_argument("tables", metavar="TABLE", nargs="*",
-                   help=f"tables to explain (default: the --top N whose placement matters most)")
+                   help="tables to explain (default: the --top N whose placement matters most)")
     p.add_argument("--top", type=top_count, default=DEFAULT_TOP, metavar="N",
                    help=f"without TABLE: how many tables, those whose next-best option changes the step most "
                         f"(default {DEFAULT_TOP})")
