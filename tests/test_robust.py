@@ -108,3 +108,120 @@ def test_solve_writes_robustness_block_and_simulate_skew_agrees(tmp_path, capsys
         got = json.loads(capsys.readouterr().out)["predicted"]["step_time_s"]
         assert got == pytest.approx(times[s])
     assert main(["simulate", HW, TINY, str(out), "--skew", "0", "--json"]) == 2
+
+
+# ---- tie-break (planner/tiebreak.py) ----
+
+SPARE_HW = """
+schema_version: 1
+name: one-gpu-spare
+templates:
+  box:
+    gpus:
+      model: test GPU
+      count: 1
+      hbm_GiB: 2
+      hbm_bw_GBps: 1000
+      hbm_gather_efficiency: 0.5
+      hbm_reserve_GiB: 0.25
+      peak_TFLOPs: {fp32: 1}
+      compute_efficiency: 0.5
+      kernel_launch_us: 2
+      host_read_efficiency: 0.5
+    host:
+      dram_GiB: 8
+      dram_bw_GBps: 100
+      dram_reserve_GiB: 1
+      cpu_cores: 8
+      cpu_gather_GBps: 10
+    links:
+      - {kind: pcie, between: [gpu*, host], bw_GBps: 20, latency_us: 2}
+nodes:
+  - {template: box, count: 1}
+"""
+
+SPARE_WL = """
+schema_version: 1
+name: dense-bound
+batch_size: 64
+optimizer: {name: sgd, lr: 0.1}
+tables:
+  - {name: big, rows: 8000000, dim: 64, access: {kind: zipf, alpha: 1.1}}
+  - {name: small, rows: 1000, dim: 16, access: {kind: uniform}}
+dense:
+  bottom_mlp: [13, 4096, 4096, 64]
+  top_mlp: [4096, 4096, 1]
+  interaction: {kind: dot}
+"""
+
+
+def _spare_pair(tmp_path):
+    hw, wl = tmp_path / "hw.yaml", tmp_path / "wl.yaml"
+    hw.write_text(SPARE_HW)
+    wl.write_text(SPARE_WL)
+    return str(hw), str(wl)
+
+
+def _check_tie_break(plan, gap):
+    tb = plan.solver.tie_break
+    assert tb is not None
+    assert tb["after"] <= tb["before"] + 1e-9
+    step = plan.predicted["step_time_s"]
+    assert step == pytest.approx(tb["step_time_after_s"], rel=1e-6)
+    assert step <= tb["step_time_cap_s"] * (1 + 1e-9)
+    # never worse than the gap allows: within gap of the lower bound, or no slower than the first plan
+    lb = plan.solver.lower_bound_step_time_s
+    assert step <= max(lb * (1 + gap), tb["step_time_before_s"]) * (1 + 1e-9)
+    return tb
+
+
+@pytest.mark.parametrize("wl_path", [TINY, MLPERF])
+def test_tie_break_never_worsens_step_beyond_gap(wl_path):
+    from placer.planner.solve import SolveConfig, solve
+
+    topo, wl = _pair(wl_path)
+    plan = solve(topo, wl, SolveConfig(time_limit_s=20))
+    _check_tie_break(plan, 0.005)
+
+
+def test_tie_break_fills_idle_hbm(tmp_path):
+    """Dense-bound: where the big table's cold rows live hardly moves the step (UVM 26.752 ms, 50% hot
+    26.782 ms), so the step-time ILP leaves it on UVM with HBM empty; within a 5% gap the tie-break takes the
+    plan with the most of it in HBM that fits (50%: 100% does not fit)."""
+    from placer.cost import PHASES
+    from placer.options import OptionConfig, all_options
+    from placer.planner import ilp
+    from placer.planner.problem import build_problem
+    from placer.planner.tiebreak import slow_lookups, tie_break
+
+    topo, wl = _pair(*reversed(_spare_pair(tmp_path)))
+    model = CostModel(topo, wl)
+    options = all_options(topo, wl, OptionConfig(hot_levels=(1.0, 0.5, 0.1, 0.01, 0.0), fp16=False))
+    names = [t.name for t in wl.tables]
+    problem = build_problem([[model.placement_cost(p) for p in options[n]] for n in names], model.base_cost,
+                            sum(model.fixed_latency_s.values()), model.usable_memory, len(PHASES))
+    first = ilp.solve(problem, time_limit_s=20, gap=0.0)
+    assert first.status == "optimal"
+    placed = [options[n][oid - problem.groups[i][0]] for i, (n, oid) in enumerate(zip(names, first.chosen))]
+    assert placed[0].hot_fraction == 0.0  # UVM: the fastest
+    chosen, tb = tie_break(model, problem, [options[n] for n in names], first.chosen, first.lower_bound_s, 0.05)
+    after = [options[n][oid - problem.groups[i][0]] for i, (n, oid) in enumerate(zip(names, chosen))]
+    assert after[0].hot_fraction == pytest.approx(0.5)
+    assert after[1].hot_fraction == 1.0
+    assert tb["after"] < tb["before"]
+    assert tb["after"] == pytest.approx(sum(slow_lookups(model, p) for p in after))
+    assert problem.objective(chosen) <= first.lower_bound_s * 1.05 * (1 + 1e-9)
+    assert problem.fits(chosen)
+    # with the first plan's step as the ceiling nothing slower may be taken
+    same, tb2 = tie_break(model, problem, [options[n] for n in names], first.chosen, first.lower_bound_s, 0.05,
+                          ceiling_s=problem.objective(first.chosen))
+    assert problem.objective(same) <= problem.objective(first.chosen) * (1 + 1e-9)
+
+
+def test_solve_records_tie_break_on_a_dense_bound_case(tmp_path):
+    from placer.planner.solve import SolveConfig, solve
+
+    topo, wl = _pair(*reversed(_spare_pair(tmp_path)))
+    plan = solve(topo, wl, SolveConfig(time_limit_s=20, gap=0.05))
+    tb = _check_tie_break(plan, 0.05)
+    assert tb["after"] <= tb["before"]

@@ -10,7 +10,7 @@ from placer.cost import PHASES, CostModel
 from placer.errors import InfeasibleError, PlacerError, SpecError
 from placer.options import OptionConfig, all_options
 from placer.plan import Placement, Plan, SolverInfo, SpecRef
-from placer.planner import ilp, infeasible
+from placer.planner import ilp, infeasible, tiebreak
 from placer.planner.fit import with_fit_levels
 from placer.planner.baselines import BASELINES, run_baseline
 from placer.planner.problem import build_problem
@@ -122,6 +122,9 @@ def with_robustness(model: CostModel, plan: Plan) -> Plan:
 #: 27.5 ms at 18.8% vs 26.6 ms at 3.4%; 30 s each).
 FULL_ILP_MAX_GPUS = 8
 FULL_ILP_MAX_PAIRS = 2000
+#: The tie-break (planner/tiebreak.py) runs after a proven-optimal solve, or one whose gap is at most this
+#: (or twice the gap tolerance): further from the bound, step time still matters more than where lookups go.
+TIE_BREAK_MAX_GAP = 0.01
 
 
 def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
@@ -167,6 +170,15 @@ def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
                               f"(try a longer --time-limit)")
         result.chosen, result.objective_s = warm, problem.objective(warm)  # the best baseline stands
         result.status = "feasible"
+    tie = None
+    first_gap = (result.objective_s - result.lower_bound_s) / result.objective_s if result.objective_s else 0.0
+    if result.status == "optimal" or first_gap <= max(2 * config.gap, TIE_BREAK_MAX_GAP):
+        tracker.update("tie-break: fewest lookups from slow memory")
+        result.chosen, tie = tiebreak.tie_break(
+            model, problem, [options[n] for n in names], result.chosen, result.lower_bound_s, config.gap,
+            backend=config.solver, time_limit_s=tiebreak.time_limit(config.time_limit_s), threads=config.threads,
+            ceiling_s=best[0] if best else None)
+        result.objective_s = problem.objective(result.chosen)
     offset = {n: problem.groups[i][0] for i, n in enumerate(names)}
     placements = [options[n][oid - offset[n]] for n, oid in zip(names, result.chosen)]
     gap = (result.objective_s - result.lower_bound_s) / result.objective_s if result.objective_s else 0.0
@@ -175,7 +187,7 @@ def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
         backend=config.solver, status=result.status, objective_step_time_s=result.objective_s,
         lower_bound_step_time_s=result.lower_bound_s, gap=max(gap, 0.0), gap_tolerance=config.gap,
         time_limit_s=config.time_limit_s, wall_s=time.perf_counter() - t0, num_variables=result.num_variables,
-        num_constraints=result.num_constraints,
+        num_constraints=result.num_constraints, tie_break=tie,
         warm_start=f"{warm_name}, {result.warm_start}" if warm_name else "none",
         note=("optimal = proven within gap_tolerance of the solver's bound" if result.status == "optimal"
               else "time limit reached: feasible, gap to the best valid lower bound"))
