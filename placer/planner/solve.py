@@ -174,11 +174,22 @@ def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
     first_gap = (result.objective_s - result.lower_bound_s) / result.objective_s if result.objective_s else 0.0
     if result.status == "optimal" or first_gap <= max(2 * config.gap, TIE_BREAK_MAX_GAP):
         tracker.update("tie-break: fewest lookups from slow memory")
+        first = [options[n][oid - problem.groups[i][0]] for i, (n, oid) in enumerate(zip(names, result.chosen))]
+        fill = tiebreak.fill_options(model, first)
+        if fill:  # levels that fill the first plan's free HBM: appended, so every chosen option keeps its place
+            pos = [oid - problem.groups[i][0] for i, oid in enumerate(result.chosen)]
+            for i, n in enumerate(names):
+                options[n].extend(fill.get(n, []))
+                costs[i].extend(model.placement_cost(q) for q in fill.get(n, []))
+            problem = build_problem(costs, model.base_cost, sum(model.fixed_latency_s.values()),
+                                    model.usable_memory, len(PHASES))
+            result.chosen = [problem.groups[i][k] for i, k in enumerate(pos)]
         result.chosen, tie = tiebreak.tie_break(
             model, problem, [options[n] for n in names], result.chosen, result.lower_bound_s, config.gap,
             backend=config.solver, time_limit_s=tiebreak.time_limit(config.time_limit_s), threads=config.threads,
             ceiling_s=best[0] if best else None)
         result.objective_s = problem.objective(result.chosen)
+        tie["fill_levels_added"] = sum(len(v) for v in fill.values())
     offset = {n: problem.groups[i][0] for i, n in enumerate(names)}
     placements = [options[n][oid - offset[n]] for n, oid in zip(names, result.chosen)]
     gap = (result.objective_s - result.lower_bound_s) / result.objective_s if result.objective_s else 0.0

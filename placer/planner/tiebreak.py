@@ -112,3 +112,53 @@ def tie_break(model: CostModel, problem: Problem, option_lists: list[list[Placem
                   result="optimal" if proven else "time limit: improved, not proven best",
                   wall_s=time.perf_counter() - t0)
     return new, record
+
+
+def fill_options(model: CostModel, placements: list[Placement]) -> dict[str, list[Placement]]:
+    """Extra options for the tie-break: each table-wise table of the first plan with cold rows gets, on its GPU,
+    the hot fraction that fills that GPU's free HBM (usable bytes less the plan's tables) with its rows, and half
+    of that step. The default levels jump (0.5 -> 1): without these a plan can leave GiB of HBM unused. Memory
+    is linear in the fraction strictly between 0 and 1, so two priced probes give it; each level is priced and
+    dropped unless the whole plan with it fits."""
+    from placer.plan import Plan
+    from placer.simulate import memory_overflows, total_cost
+
+    topo = model.topo
+    plan = Plan.model_construct(placements=list(placements))
+    cost = total_cost(model, plan)
+    base = model.base_cost.memory
+    out: dict[str, list[Placement]] = {}
+    for i, p in enumerate(placements):
+        if p.sharding != "table_wise" or p.shards[0].host_rows == 0:
+            continue
+        s = p.shards[0]
+        mem = topo.memory_of(s.device)
+        if mem == topo.memory_of(topo.host_of(s.device)):
+            continue  # unified memory: nothing to fill
+        free = model.usable_memory[mem] - (cost.memory.get(mem, 0.0) - base.get(mem, 0.0))
+        n = s.num_rows
+
+        def at(f: float) -> Placement:
+            k = int(round(f * n))
+            return p.model_copy(update={"shards": [s.model_copy(update={"hbm_rows": k, "host_rows": n - k})]})
+
+        a = model.placement_cost(at(0.25)).memory.get(mem, 0.0)
+        b = model.placement_cost(at(0.75)).memory.get(mem, 0.0)
+        slope = (b - a) / 0.5
+        if slope <= 0:
+            continue
+        now = model.placement_cost(p).memory.get(mem, 0.0)
+        target = (now + free - (a - 0.25 * slope)) / slope * (1 - 1e-4) - 2.0 / n
+        current = s.hbm_rows / n
+        extra = []
+        for f in (target, (current + target) / 2):
+            f = round(f, 6)
+            if not current < f < 1 or any(abs(f - q.shards[0].hbm_rows / n) < 1e-4 for q in extra):
+                continue
+            q = at(f)
+            trial = Plan.model_construct(placements=placements[:i] + [q] + placements[i + 1:])
+            if not memory_overflows(model, total_cost(model, trial)):
+                extra.append(q)
+        if extra:
+            out[p.table] = extra
+    return out
