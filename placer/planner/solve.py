@@ -10,7 +10,7 @@ from placer.cost import PHASES, CostModel
 from placer.errors import InfeasibleError, PlacerError, SpecError
 from placer.options import OptionConfig, all_options
 from placer.plan import Placement, Plan, SolverInfo, SpecRef
-from placer.planner import ilp, infeasible, tiebreak
+from placer.planner import ilp, infeasible, tiebreak, tiebreak_local
 from placer.planner.fit import with_fit_levels
 from placer.planner.baselines import BASELINES, run_baseline
 from placer.planner.problem import build_problem
@@ -227,7 +227,8 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, t0: f
                            name, pl))
         tracker.update(incumbent_s=candidates[-1][0])
     remaining = config.time_limit_s - (time.perf_counter() - t0)
-    placements, bound, stage1, _ = solve_two_stage(model, sym, with_fit_levels(model, config.options),
+    cfg = with_fit_levels(model, config.options)
+    placements, bound, stage1, _ = solve_two_stage(model, sym, cfg,
                                                    time_limit_s=max(10.0, remaining - 2.5), gap=config.gap,
                                                    backend=config.solver, threads=config.threads, tracker=tracker)
     if stage1.status == "infeasible":
@@ -239,6 +240,12 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, t0: f
         raise PlacerError("the two-stage planner found no assignment and no baseline fits "
                           "(try --solver highs or a longer --time-limit)")
     step, source, best = min(candidates, key=lambda c: c[0])
+    tracker.update("tie-break: fewest lookups from slow memory (local search)")
+    ceiling = min((c[0] for c in candidates if c[1] != "two_stage"), default=None)
+    best, tie = tiebreak_local.local_tie_break(
+        model, best, tiebreak_local.step_cap(step, bound, config.gap, ceiling), cfg,
+        time_limit_s=tiebreak.time_limit(config.time_limit_s))
+    step = tie["step_time_after_s"]
     gap = max(0.0, (step - bound) / step)
     tracker.update("done", incumbent_s=step, bound_s=min(bound, step))
     status = "optimal" if gap <= config.gap else "feasible"
@@ -247,6 +254,7 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, t0: f
         lower_bound_step_time_s=min(bound, step), gap=gap, gap_tolerance=config.gap,
         time_limit_s=config.time_limit_s, wall_s=time.perf_counter() - t0,
         num_variables=stage1.num_variables, num_constraints=stage1.num_constraints, warm_start="none",
+        tie_break=tie,
         note=(f"two-stage: aggregated ILP over symmetry classes ({stage1.status}) gives the bound; "
               f"plan from {source}" + ("; optimal = within gap_tolerance of that bound" if status == "optimal"
                                        else "")))
