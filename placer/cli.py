@@ -23,14 +23,18 @@ COMMANDS = {
     "calibrate": "measure this machine with micro-benchmarks and write a hardware spec for it",
     "profile": "measure each table's access skew and pooling from a sample of real ids and write them into a workload",
     "explain": "for each table of a plan: where it is, what binds it there, and the step time of its next-best option",
+    "export": "write a plan as TorchRec's ParameterSharding plan and constraints (JSON + a ShardingPlan builder)",
+    "import": "read a TorchRec sharding plan (placer's JSON export or a pickled ShardingPlan) as a placer plan",
 }
+#: subcommands whose module name differs from the command (``import`` is a Python keyword)
+MODULES = {"import": "import_plan"}
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="placer", description="Place DLRM embedding tables, with proof.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, help_text in COMMANDS.items():
-        module = importlib.import_module(f"placer.commands.{name}")
+        module = importlib.import_module(f"placer.commands.{MODULES.get(name, name)}")
         p = sub.add_parser(name, help=help_text, description=help_text)
         module.add_arguments(p)
         p.set_defaults(_run=module.run)

@@ -1,0 +1,74 @@
+"""``placer export --torchrec HW WL PLAN -o OUT``: a placer plan as TorchRec's ParameterSharding plan and
+ParameterConstraints (JSON), plus a Python module that builds the ShardingPlan from it (docs/torchrec.md).
+
+HW and WL are the plan's hardware spec and workload: the hardware gives the global ranks (node<i>/gpu<j> ->
+i * gpus_per_node + j), the workload the tables; both price the plan and its TorchRec mapping."""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+from placer.commands._common import add_hw_wl, load_pair
+from placer.commands._output import check_output_path, write_text
+from placer.errors import SpecError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--torchrec", action="store_true", required=True,
+                   help="write TorchRec's plan (the only format for now; required so that others can come)")
+    add_hw_wl(p)
+    p.add_argument("plan", metavar="PLAN", help="plan JSON (from placer solve)")
+    p.add_argument("-o", "--output", required=True, metavar="OUT",
+                   help="the TorchRec plan JSON to write (ParameterSharding + ParameterConstraints per table)")
+    p.add_argument("--python", metavar="PY", default=None,
+                   help="the module that builds TorchRec's ShardingPlan from OUT (default: OUT's name with "
+                        "non-identifier characters as '_' and .py, next to OUT)")
+    p.add_argument("--module-path", default=None, metavar="FQN",
+                   help="where the EmbeddingBagCollection sits in the model (default "
+                        "sparse_arch.embedding_bag_collection, as in TorchRec's DLRM)")
+
+
+def default_python_path(out: str) -> Path:
+    p = Path(out)
+    stem = re.sub(r"\W", "_", p.name[:-len(p.suffix)] if p.suffix else p.name) or "plan"
+    if stem[0].isdigit():
+        stem = "_" + stem
+    return p.with_name(stem + ".py")
+
+
+def run(args) -> int:
+    from placer.plan import load_plan
+    from placer.report import make_console
+    from placer.torchrec_io import INSTALL_HINT
+    from placer.torchrec_io.exporter import DEFAULT_MODULE_PATH, builder_module, export_document
+
+    out = check_output_path(args.output, "-o")
+    py = check_output_path(args.python or default_python_path(args.output), "--python")
+    if py.resolve() == out.resolve():
+        raise SpecError(f"--python {py}: the same file as -o; give another name", field="--python")
+    topo, wl = load_pair(args)
+    plan = load_plan(args.plan)
+    doc = export_document(plan, topo, wl, file=args.plan, module_path=args.module_path or DEFAULT_MODULE_PATH)
+    write_text(out, json.dumps(doc, indent=1) + "\n", "-o")
+    write_text(py, builder_module(out.name), "--python")
+    console = make_console()
+    pred = doc["predicted"]
+    noted = {n: t["mapping_note"] for n, t in doc["tables"].items() if "mapping_note" in t}
+    console.print(f"{len(doc['tables'])} tables over {doc['world_size']} ranks written to {out}; "
+                  f"ShardingPlan builder {py}")
+    if pred["exact"]:
+        console.print(f"TorchRec expresses the plan exactly: predicted step {pred['plan_step_time_s'] * 1e3:.3f} ms")
+    else:
+        console.print(f"TorchRec runs a nearest mapping: predicted step {pred['plan_step_time_s'] * 1e3:.3f} ms "
+                      f"as planned, {pred['mapped_step_time_s'] * 1e3:.3f} ms as mapped")
+    for name, note in list(noted.items())[:10]:
+        console.print(f"  {name}: {note}", markup=False)
+    if len(noted) > 10:
+        console.print(f"  ... {len(noted) - 10} more tables with a mapping_note in {out}")
+    if importlib.util.find_spec("torchrec") is None:
+        console.print(f"{py.name} needs torchrec; on a CPU-only machine install it with: {INSTALL_HINT}",
+                      markup=False)
+    return 0

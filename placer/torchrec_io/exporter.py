@@ -1,0 +1,118 @@
+"""A placer plan -> the TorchRec export document (JSON) and the module that builds TorchRec's objects from it.
+
+The document (format ``placer-torchrec-plan`` version 1)::
+
+    {"format": "placer-torchrec-plan", "format_version": 1,
+     "source": {"method", "hardware": {name, sha256}, "workload": {name, sha256}},
+     "world_size": 16, "local_world_size": 8,              # GPUs; ranks per node
+     "ranks": {"0": "node0/gpu0", ...},                     # global rank -> placer GPU (hardware spec order)
+     "module_path": "sparse_arch.embedding_bag_collection", # where the EmbeddingBagCollection sits in the model
+     "predicted": {"plan_step_time_s", "mapped_step_time_s", "exact"},
+     "tables": {name: {"parameter_sharding": {...},      # ParameterSharding fields (mapping.parameter_sharding)
+                       "parameter_constraints": {...},   # ParameterConstraints fields
+                       "data_type": "FP16",              # only for fp16 storage: EmbeddingBagConfig.data_type
+                       "placer": "table_wise node0/gpu1 hot 10%",   # the placement as placer prints it
+                       "mapping_note": "...",            # only where TorchRec runs something else
+                       "mapped_step_time_s": ...}}}      # with the note: the plan's step time with only this
+                                                         # table mapped (seconds)
+
+Step times are placer's cost model (seconds per training step): ``plan_step_time_s`` for the plan as placer
+made it, ``mapped_step_time_s`` for what TorchRec will run (every table mapped); equal when ``exact``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from placer.plan import Plan
+from placer.plan_price import priced_plan
+from placer.specs.workload import Workload
+from placer.topology import Topology
+from placer.torchrec_io import FORMAT, FORMAT_VERSION
+from placer.torchrec_io import mapping
+
+DEFAULT_MODULE_PATH = "sparse_arch.embedding_bag_collection"
+_BUILDER = Path(__file__).with_name("plan_builder.py")
+_JSON_LINE = 'PLAN_JSON = Path(__file__).with_name("plan.torchrec.json")'
+
+
+def mapped_plan(plan: Plan, topo: Topology, wl: Workload) -> tuple[Plan, dict[str, list[str]]]:
+    """The plan TorchRec will run (every placement at its nearest TorchRec equivalent) and the notes per
+    table that changed. Host tables go table-wise UVM on their node's GPUs in turn (round robin)."""
+    tables = {t.name: t for t in wl.tables}
+    turn: dict[str, int] = {}
+    placements, notes = [], {}
+    for p in plan.placements:
+        gpu = None
+        if p.sharding == "host":
+            node = topo.node_of[p.shards[0].device]
+            gpus = topo.gpus_of_node(node) or topo.gpus
+            gpu = gpus[turn.get(node, 0) % len(gpus)]
+            turn[node] = turn.get(node, 0) + 1
+        q, why = mapping.nearest_mappable(p, tables[p.table], topo, gpu)
+        placements.append(q)
+        if why:
+            notes[p.table] = why
+    return plan.model_copy(update={"placements": placements, "predicted": None, "solver": None,
+                                   "robustness": None}), notes
+
+
+def _pooling_factors(wl: Workload) -> dict[str, list[float]]:
+    """Per table, the pooling factor (lookups per sample) of every feature that reads it."""
+    out: dict[str, list[float]] = {}
+    tables = {t.name: t for t in wl.tables}
+    for f in wl.features or ():
+        t = tables.get(f.table)
+        if t is not None:
+            out.setdefault(f.table, []).append(f.pooling_factor if f.pooling_factor is not None else t.pooling_factor)
+    return out
+
+
+def export_document(plan: Plan, topo: Topology, wl: Workload, *, file: str | None = None,
+                    module_path: str = DEFAULT_MODULE_PATH, price_each: bool = True) -> dict:
+    """The export document of ``plan`` (see the module docstring). Checks and prices the plan first
+    (SpecError naming ``file``); ``price_each``: price the plan with each noted table alone mapped."""
+    plan_step = priced_plan(plan, topo, wl, file=file, check_hashes=False)["step_time_s"]
+    mapped, notes = mapped_plan(plan, topo, wl)
+    mapped_step = priced_plan(mapped, topo, wl, file=file, check_hashes=False)["step_time_s"]
+    ranks = mapping.Ranks(topo)
+    tables = {t.name: t for t in wl.tables}
+    pooling = _pooling_factors(wl)
+    entries = {}
+    for i, (p, q) in enumerate(zip(plan.placements, mapped.placements)):
+        t = tables[p.table]
+        ps = mapping.parameter_sharding(q, ranks)
+        entry = {"parameter_sharding": ps,
+                 "parameter_constraints": mapping.parameter_constraints(q, ps, t, pooling.get(t.name, [])),
+                 "placer": p.label()}
+        if q.precision == "fp16":
+            entry["data_type"] = "FP16"
+            notes.setdefault(p.table, []).append(
+                "fp16 storage: set EmbeddingBagConfig(data_type=DataType.FP16) for this table "
+                "(ParameterConstraints has no storage type)")
+        if p.table in notes:
+            entry["mapping_note"] = "; ".join(notes[p.table])
+            if price_each and q != p:
+                alone = plan.model_copy(update={"placements": [q if j == i else o
+                                                               for j, o in enumerate(plan.placements)]})
+                entry["mapped_step_time_s"] = priced_plan(alone, topo, wl, file=file, check_hashes=False)["step_time_s"]
+        entries[p.table] = entry
+    local = sorted({len(topo.gpus_of_node(n)) for n in topo.nodes})
+    return {
+        "format": FORMAT, "format_version": FORMAT_VERSION,
+        "source": {"method": plan.method, "hardware": plan.hardware.model_dump(exclude_none=True),
+                   "workload": plan.workload.model_dump(exclude_none=True)},
+        "world_size": ranks.world_size,
+        "local_world_size": local[0] if len(local) == 1 else local,
+        "ranks": {str(r): g for r, g in enumerate(ranks.gpus)},
+        "module_path": module_path,
+        "predicted": {"plan_step_time_s": plan_step, "mapped_step_time_s": mapped_step,
+                      "exact": mapped.placements == plan.placements},
+        "tables": entries,
+    }
+
+
+def builder_module(json_name: str) -> str:
+    """Source of the generated module: plan_builder.py, reading ``json_name`` next to itself by default."""
+    text = _BUILDER.read_text(encoding="utf-8")
+    assert _JSON_LINE in text, "plan_builder.py lost its PLAN_JSON line"
+    return text.replace(_JSON_LINE, f"PLAN_JSON = Path(__file__).with_name({json_name!r})")

@@ -1,0 +1,96 @@
+"""A TorchRec sharding plan -> a placer Plan: the export document (JSON, exporter.py), or a pickled /
+torch.save'd ShardingPlan (loading a pickle runs code from the file: the caller must allow it).
+
+Kernels back (mapping.py): dense and fused -> every row in HBM; fused_uvm -> none (UVM); fused_uvm_caching
+-> each shard's round(load_factor x rows) hottest rows in HBM. Precision: the table's "data_type" in the
+document, else the workload's dtype (a pickled ShardingPlan does not carry the storage type).
+"""
+from __future__ import annotations
+
+import pickle
+import zipfile
+from pathlib import Path
+
+from placer.errors import SpecError
+from placer.plan import Plan, SpecRef
+from placer.specs.documents import parse_json
+from placer.specs.workload import Workload
+from placer.topology import Topology
+from placer.torchrec_io import FORMAT, FORMAT_VERSION, INSTALL_HINT, mapping
+
+
+def read_source(path: str, *, allow_pickle: bool = False) -> dict:
+    """The export document of ``path``: JSON as written by ``placer export --torchrec``, or (with
+    ``allow_pickle``) a pickled ShardingPlan turned into one. SpecError names the file."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise SpecError(f"cannot read ({exc.strerror or exc})", file=str(path)) from None
+    if raw[:1] in (b"{", b"[") or raw.lstrip()[:1] == b"{":
+        doc = parse_json(raw.decode("utf-8", errors="replace"), str(path))
+        if not isinstance(doc, dict):
+            raise SpecError(f"expected a JSON object, found {type(doc).__name__}", file=str(path))
+        return doc
+    if not allow_pickle:
+        raise SpecError("not JSON: a pickled or torch.save'd ShardingPlan? Loading a pickle runs code from the "
+                        "file; pass --allow-pickle only for a file you trust (or export the plan as JSON)",
+                        file=str(path))
+    try:
+        from placer.torchrec_io.torchrec_types import document_from_plan
+    except ImportError as exc:
+        raise SpecError(f"reading a pickled ShardingPlan needs torchrec ({exc}); install it with: {INSTALL_HINT}",
+                        file=str(path)) from None
+    import torch
+
+    try:
+        if zipfile.is_zipfile(path):
+            obj = torch.load(path, map_location="cpu", weights_only=False)
+        else:
+            obj = pickle.loads(raw)
+    except Exception as exc:  # noqa: BLE001 -- any unpickling failure is a bad file
+        raise SpecError(f"cannot unpickle a ShardingPlan ({type(exc).__name__}: {exc})", file=str(path)) from None
+    return document_from_plan(obj, file=str(path))
+
+
+def plan_from_document(doc: dict, topo: Topology, wl: Workload, *, file: str, method: str | None = None) -> Plan:
+    """A placer Plan (not yet checked or priced: plan_price.priced_plan does both) from an export document.
+    SpecError names ``file`` and the field for anything placer cannot read."""
+    if doc.get("format", FORMAT) != FORMAT:
+        raise SpecError(f"format {doc.get('format')!r}: expected {FORMAT!r}", file=file, field="format")
+    if doc.get("format_version", FORMAT_VERSION) != FORMAT_VERSION:
+        raise SpecError(f"format_version {doc.get('format_version')!r}: this placer reads {FORMAT_VERSION}",
+                        file=file, field="format_version")
+    ranks = mapping.Ranks(topo)
+    world = doc.get("world_size")
+    if world is not None and world != ranks.world_size:
+        raise SpecError(f"the plan is for {world} ranks, the hardware spec has {ranks.world_size} GPUs",
+                        file=file, field="world_size")
+    for r, g in (doc.get("ranks") or {}).items():
+        if not str(r).isdigit() or int(r) >= ranks.world_size or ranks.gpus[int(r)] != g:
+            have = ranks.gpus[int(r)] if str(r).isdigit() and int(r) < ranks.world_size else "no GPU"
+            raise SpecError(f"rank {r} is {g!r} in the plan but {have} in the hardware spec", file=file,
+                            field=f"ranks.{r}")
+    tables = doc.get("tables")
+    if not isinstance(tables, dict) or not tables:
+        raise SpecError("expected an object of tables (name -> parameter_sharding)", file=file, field="tables")
+    specs = {t.name: t for t in wl.tables}
+    placements = []
+    for name, entry in tables.items():
+        field = f"tables.{name}"
+        if name not in specs:
+            raise SpecError(f"table {name!r} is not in workload {wl.name!r}", file=file, field=field)
+        if not isinstance(entry, dict):
+            raise SpecError("expected an object with parameter_sharding", file=file, field=field)
+        dtype = entry.get("data_type")
+        if dtype not in (None, "FP32", "FP16"):
+            raise SpecError(f"data_type {dtype!r}: placer stores FP32 or FP16", file=file, field=f"{field}.data_type")
+        precision = {"FP16": "fp16", "FP32": "fp32"}.get(dtype, specs[name].dtype)
+        placements.append(mapping.placement_from_sharding(name, entry.get("parameter_sharding"), specs[name],
+                                                           ranks, precision, file=file,
+                                                           field=f"{field}.parameter_sharding"))
+    source = doc.get("source") or {}
+    hw, wref = source.get("hardware") or {}, source.get("workload") or {}
+    return Plan(hardware=SpecRef(name=topo.spec.name, sha256=topo.spec.sha256 or hw.get("sha256")),
+                workload=SpecRef(name=wl.name, sha256=wl.sha256 or wref.get("sha256")),
+                method=method or (f"{source['method']} via torchrec" if source.get("method") else "torchrec"),
+                placements=placements)
