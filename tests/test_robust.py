@@ -239,3 +239,100 @@ def test_mlperf_tie_break_fills_spare_hbm():
     assert tb["after"] < 0.8 * tb["before"]
     gpu = plan.predicted["devices"][topo.gpus[0]]
     assert gpu["hbm_capacity_bytes"] - gpu["hbm_used_bytes"] < 6 * 2**30
+
+
+# ---- two-stage path: local tie-break (planner/tiebreak_local.py) ----------------------------------------------
+
+WORKSTATION = str(ROOT / "hardware_specs" / "pcie-4gpu-workstation.yaml")
+
+
+def test_local_tie_break_cap_is_the_single_stage_one():
+    from placer.planner.tiebreak_local import step_cap
+
+    assert step_cap(1.0, 0.9, 0.05, None) == 1.0  # far from the bound: never slower than the first plan
+    assert step_cap(1.0, 0.99, 0.05, None) == pytest.approx(0.99 * 1.05)
+    assert step_cap(1.0, 0.99, 0.05, 1.01) == pytest.approx(1.01)  # no slower than the best baseline
+    assert step_cap(1.0, 0.99, 0.05, 0.98) == 1.0  # ... unless the first plan already is
+
+
+def _two_stage_with_host_table(monkeypatch, table: str):
+    """Force the two-stage path on tiny@pcie-4gpu-workstation, with ``table`` put on the host by stage two and
+    no baseline to choose instead: a host table whose rows idle HBM would hold."""
+    from placer.planner import solve as S
+
+    real = S.solve_two_stage
+
+    def with_host(model, *args, **kwargs):
+        placements, bound, stage1, rest = real(model, *args, **kwargs)
+        t = model.wl.tables[model.wl.table_index[table]]
+        host = Placement(table=table, sharding="host", shards=[
+            Shard(device=model.topo.hosts[0], rows=(0, t.rows), cols=(0, t.dim), hbm_rows=0, host_rows=t.rows)])
+        return [host if p.table == table else p for p in placements], bound, stage1, rest
+
+    monkeypatch.setattr(S, "FULL_ILP_MAX_PAIRS", 0)
+    monkeypatch.setattr(S, "solve_two_stage", with_host)
+    monkeypatch.setattr(S, "_feasible_baselines", lambda model, seed: {})
+    topo, wl = _pair(TINY, WORKSTATION)
+    return S.solve(topo, wl, S.SolveConfig(time_limit_s=10)), topo, wl
+
+
+def test_two_stage_tie_break_moves_a_host_table_into_idle_hbm(monkeypatch):
+    from placer.planner.tiebreak import slow_lookups
+
+    plan, topo, wl = _two_stage_with_host_table(monkeypatch, "t_users")
+    assert "two-stage" in plan.solver.backend
+    tb = plan.solver.tie_break
+    assert tb is not None and tb["method"].startswith("local search")
+    for key in ("objective", "before", "after", "result", "wall_s", "step_time_cap_s"):
+        assert key in tb
+    moved = next(p for p in plan.placements if p.table == "t_users")
+    assert moved.sharding == "table_wise" and moved.hot_fraction == 1.0  # host -> all rows in HBM
+    assert [m["table"] for m in tb["moves"]] == ["t_users"]
+    assert tb["before"] > 0 and tb["after"] < tb["before"]
+    model = CostModel(topo, wl)
+    assert tb["after"] == pytest.approx(sum(slow_lookups(model, p) for p in plan.placements))
+    # never worse than the cap; the plan's step is the re-priced one
+    step = plan.predicted["step_time_s"]
+    assert step == pytest.approx(tb["step_time_after_s"], rel=1e-9)
+    assert step <= tb["step_time_cap_s"] * (1 + 1e-9)
+    assert step <= max(tb["step_time_before_s"] * (1 + plan.solver.gap_tolerance),
+                       tb["step_time_before_s"]) * (1 + 1e-9)
+    assert plan.solver.objective_step_time_s == pytest.approx(step, rel=1e-9)
+
+
+def test_two_stage_tie_break_keeps_a_host_table_that_is_faster_there(monkeypatch):
+    """t_geo (300 uniform rows) is faster looked up on the host than table-wise on any GPU (0.540 vs 0.596 ms
+    step): at a cap of the first plan's step the local search leaves it, and says so."""
+    plan, _, _ = _two_stage_with_host_table(monkeypatch, "t_geo")
+    tb = plan.solver.tie_break
+    assert next(p for p in plan.placements if p.table == "t_geo").sharding == "host"
+    assert tb["moves"] == [] and tb["after"] == tb["before"] > 0
+    assert tb["options_priced"] > 0 and "first plan kept" in tb["result"]
+    assert plan.predicted["step_time_s"] == pytest.approx(tb["step_time_before_s"], rel=1e-9)
+
+
+def test_local_tie_break_keeps_the_cap_and_is_deterministic():
+    """Priced directly on an all-host plan: with the cap at the first plan's step no move may slow the plan, the
+    result fits memory and is the exact re-priced plan, and the same inputs give the same moves."""
+    from placer.options import OptionConfig
+    from placer.planner.tiebreak_local import local_tie_break
+    from placer.simulate import memory_overflows, total_cost
+
+    topo, wl = _pair(TINY, WORKSTATION)
+    model = CostModel(topo, wl)
+    host = topo.hosts[0]
+    placements = [Placement(table=t.name, sharding="host", shards=[
+        Shard(device=host, rows=(0, t.rows), cols=(0, t.dim), hbm_rows=0, host_rows=t.rows)]) for t in wl.tables]
+    plan = Plan(hardware=SpecRef(name=topo.spec.name), workload=SpecRef(name=wl.name), method="hand",
+                placements=placements)
+    step0 = predict(model, plan)["step_time_s"]
+    out, tb = local_tie_break(model, placements, step0, OptionConfig(), time_limit_s=10)
+    assert tb["after"] < tb["before"]
+    new = plan.model_copy(update={"placements": out})
+    cost = total_cost(model, new)
+    assert not memory_overflows(model, cost)
+    assert predict(model, new)["step_time_s"] == pytest.approx(tb["step_time_after_s"], rel=1e-9)
+    assert tb["step_time_after_s"] <= step0 * (1 + 1e-9)
+    # same inputs, same answer (deterministic order)
+    out2, tb2 = local_tie_break(model, placements, step0, OptionConfig(), time_limit_s=10)
+    assert [p.label() for p in out2] == [p.label() for p in out] and tb2["moves"] == tb["moves"]

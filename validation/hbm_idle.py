@@ -4,8 +4,9 @@ host DRAM or UVM while a GPU's HBM that would hold the whole table sits free?
 For every host or UVM table (no row in HBM) of the plan and every GPU, the table is moved table-wise onto that
 GPU with every row in HBM; where the moved plan fits every memory (priced by the cost model) that is a miss,
 split by the cost model's verdict: 'idle' when the moved plan is no slower, 'slower' when it is slower (then
-the plan is right to keep the table off HBM). Pairs that are infeasible, on machines with no GPU, or that take
-the two-stage path (no tie-break there) are skipped or marked.
+the plan is right to keep the table off HBM). Pairs that are infeasible or on machines with no GPU are skipped;
+pairs that take the two-stage path are marked (their tie-break is the local search of
+planner/tiebreak_local.py, not the second ILP).
 
     python3 validation/hbm_idle.py [--time-limit 20] [--only WL@HW ...] [-o validation/results/hbm-idle.json]
 """
@@ -89,7 +90,8 @@ def check_pair(wl_path: Path, hw_path: Path, time_limit: float) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--time-limit", type=float, default=20.0)
-    ap.add_argument("--only", nargs="*", metavar="WL@HW", help="just these pairs (file stems)")
+    ap.add_argument("--only", "--pairs", nargs="*", metavar="WL@HW", help="just these pairs (file stems); "
+                    "write them elsewhere with -o, the default output is the full run's")
     ap.add_argument("--all-hardware", action="store_true", help=f"also {', '.join(SKIP_HW)}")
     ap.add_argument("-o", "--output", default=str(ROOT / "validation" / "results" / "hbm-idle.json"))
     args = ap.parse_args(argv)
@@ -113,7 +115,8 @@ def main(argv=None) -> int:
             print(f"{key:48s} skipped: {r['skipped']}", flush=True)
             continue
         tb = r["tie_break"]
-        tbs = (f"{tb['share_before']:.4%} -> {tb.get('share_after', tb['share_before']):.4%}" if tb
+        tbs = ((f"{tb['share_before']:.4%} -> {tb.get('share_after', tb['share_before']):.4%}"
+                + (" (two-stage: local search)" if r["two_stage"] else "")) if tb
                else ("none (two-stage path)" if r["two_stage"] else "none (not run)"))
         print(f"{key:48s} {r['status']:9s} {r['step_s'] * 1e3:9.3f} {r['wall_s']:6.1f} "
               f"{r['spare_hbm_bytes'] / 2**30:9.2f} {len(r['off_hbm_tables']):7d} {len(r['idle']):4d} "
