@@ -9,8 +9,11 @@ permutation of ranks), so a shard of n rows receives n/N of the table's lookups 
 """
 from __future__ import annotations
 
+import hashlib
+import json
+import warnings
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator, with_config
 from typing_extensions import TypedDict
@@ -19,6 +22,7 @@ from placer.errors import SpecError
 from placer.specs.detect import detect_kind
 from placer.specs.documents import parse_json
 from placer.specs.loading import load_model, read_document
+from placer.specs.plausible import SpecWarning
 
 Sharding = Literal["table_wise", "row_wise", "column_wise", "data_parallel", "host"]
 SCHEMA_VERSION = 1
@@ -115,8 +119,12 @@ class Predicted(TypedDict, total=False):
 
 
 class SpecRef(_PlanModel):
+    """The spec a plan was made for: its name, the sha256 of its document and (plans from placer solve) its
+    values by field path (``spec_fields``), so a changed spec can be named field by field when re-priced."""
+
     name: str
     sha256: str | None = None
+    fields: dict[str, Any] | None = None
 
 
 class SolverInfo(_PlanModel):
@@ -183,16 +191,134 @@ def load_plan(path: str | Path) -> Plan:
     return load_model(Plan, path, data)
 
 
+#: lists of plain values longer than this are recorded by digest, strings longer than this too
+_LIST_KEEP = 8
+_STR_KEEP = 120
+#: changes a warning names before "and N more"
+_CHANGES_SHOWN = 6
+
+
+def _digest(value) -> str:
+    text = json.dumps(value, sort_keys=True, default=str)
+    n = f"{len(value)} values, " if isinstance(value, list) else ""
+    return f"<{n}sha256 {hashlib.sha256(text.encode()).hexdigest()[:12]}>"
+
+
+def _flatten(x, at: str, out: dict) -> None:
+    if isinstance(x, dict):
+        if not x:
+            out[at] = {}
+        for k, v in x.items():
+            _flatten(v, f"{at}.{k}" if at else str(k), out)
+    elif isinstance(x, list):
+        names = [v.get("name") for v in x if isinstance(v, dict)]
+        if x and len(names) == len(x) and all(isinstance(n, str) for n in names) and len(set(names)) == len(x):
+            for v in x:  # a list of named items (tables, features): keyed by name, so a reorder is no change
+                _flatten({k: w for k, w in v.items() if k != "name"} or {"name": v["name"]}, f"{at}.{v['name']}", out)
+        elif all(not isinstance(v, dict) for v in x):  # values, pairs (a cdf's points): one value
+            out[at] = list(x) if len(x) <= _LIST_KEEP else _digest(x)
+        else:
+            for i, v in enumerate(x):
+                _flatten(v, f"{at}[{i}]", out)
+    elif isinstance(x, str) and len(x) > _STR_KEEP:
+        out[at] = _digest(x)
+    else:
+        out[at] = x
+
+
+def spec_fields(spec) -> dict[str, Any]:
+    """A hardware spec's or workload's values by field path ('batch_size', 'tables.t3.rows',
+    'templates.dgx.gpus.hbm_GiB'; named list items keyed by name; long lists and strings by digest): what a plan
+    records of the specs it was made for, so ``spec_changes`` can say what changed."""
+    out: dict[str, Any] = {}
+    _flatten(spec.model_dump(mode="json"), "", out)
+    return out
+
+
+def record_specs(plan: Plan, hardware, workload) -> Plan:
+    """``plan`` with the name, sha256 and fields of the hardware spec and workload it was made for."""
+    return plan.model_copy(update={
+        "hardware": SpecRef(name=hardware.name, sha256=hardware.sha256, fields=spec_fields(hardware)),
+        "workload": SpecRef(name=workload.name, sha256=workload.sha256, fields=spec_fields(workload))})
+
+
+def _show(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return json.dumps(v) if not isinstance(v, str) else v
+
+
+def _diff(old: dict, new: dict) -> list[str]:
+    """'batch_size 65536 -> 131072', 'tables.t3 removed', 'tables.t9 added', ... in field order."""
+    out, done = [], set()
+
+    def entity(path: str) -> str:  # 'tables.t3' of 'tables.t3.rows'
+        return ".".join(path.split(".")[:2])
+
+    def under(d: dict, k: str) -> dict:  # the fields below k: {'kind': 'infiniband', ...} of 'fabric'
+        return {p[len(k) + 1:]: v for p, v in d.items() if p.startswith(k + ".")}
+
+    def brief(d: dict) -> str:
+        return ", ".join(f"{p} {_show(v)}" for p, v in list(d.items())[:4]) + (", ..." if len(d) > 4 else "")
+
+    entities = {id(old): {entity(p) for p in old}, id(new): {entity(p) for p in new}}
+
+    def one_side(a: dict, b: dict, k: str, gone: bool) -> None:
+        e = entity(k)
+        if e != k and e not in done and e not in entities[id(b)]:
+            done.add(e)
+            out.append(f"{e} {'removed' if gone else 'added'}")
+        elif e != k and e in done:
+            return
+        elif under(b, k) and k not in done:  # a value became a block (fabric: null -> {kind: ...}) or back
+            done.add(k)
+            out.append(f"{k} {_show(a[k])} -> {brief(under(b, k))}" if gone else
+                       f"{k} {brief(under(b, k))} -> {_show(a[k])}")
+        elif not any(k.startswith(d + ".") for d in done):
+            out.append(f"{k} {_show(a[k])} -> (none)" if gone else f"{k} (none) -> {_show(a[k])}")
+
+    for k, v in old.items():
+        if k not in new:
+            one_side(old, new, k, True)
+        elif new[k] != v:
+            out.append(f"{k} {_show(v)} -> {_show(new[k])}")
+    for k in new:
+        if k not in old:
+            one_side(new, old, k, False)
+    return out
+
+
+def spec_changes(plan: Plan, hardware, workload) -> list[str]:
+    """One sentence per spec (hardware, workload) that differs from the one the plan was made for: the changed
+    fields with old -> new values when the plan records them (``record_specs``), else the two sha256s. Empty
+    when the hashes agree or either side has none (a hand-written plan, a spec built in memory)."""
+    out = []
+    for ref, spec, what in ((plan.hardware, hardware, "hardware"), (plan.workload, workload, "workload")):
+        if not (ref.sha256 and spec.sha256) or ref.sha256 == spec.sha256:
+            continue
+        head = f"the {what} differs from the one the plan was made for"
+        if ref.fields is None:
+            out.append(f"{head} (sha256 {ref.sha256[:12]} -> {spec.sha256[:12]}); re-priced")
+            continue
+        changes = _diff(ref.fields, spec_fields(spec))
+        if not changes:
+            out.append(f"{head} (sha256 {ref.sha256[:12]} -> {spec.sha256[:12]}), in no field the plan records; "
+                       "re-priced")
+            continue
+        more = f"; and {len(changes) - _CHANGES_SHOWN} more" if len(changes) > _CHANGES_SHOWN else ""
+        out.append(f"{head}: {'; '.join(changes[:_CHANGES_SHOWN])}{more}; re-priced")
+    return out
+
+
 def check_plan(plan: Plan, topology, workload, *, file: str | None = None, check_hashes: bool = True) -> None:
-    """Refuse a plan that does not match its hardware or workload: hash mismatch, unknown device, missing or
-    unknown table, rows or columns not covered exactly once, devices of the wrong kind. Raises SpecError."""
+    """Refuse a plan that does not match its hardware or workload: unknown device, missing or unknown table,
+    rows or columns not covered exactly once, devices of the wrong kind. Raises SpecError. A hardware spec or
+    workload that differs from the one the plan was made for is no refusal: with ``check_hashes`` it is a
+    SpecWarning naming what changed (``spec_changes``), and the plan is checked and priced against it."""
     hw = topology.spec
     if check_hashes:
-        for ref, spec, what in ((plan.hardware, hw, "hardware"), (plan.workload, workload, "workload")):
-            if ref.sha256 and spec.sha256 and ref.sha256 != spec.sha256:
-                raise SpecError(f"plan was made for {what} {ref.name!r} with sha256 {ref.sha256[:12]}..., "
-                                f"but {spec.source_path or spec.name} has sha256 {spec.sha256[:12]}...",
-                                file=file, field=f"{what}.sha256")
+        for change in spec_changes(plan, hw, workload):
+            warnings.warn(f"{file}: {change}" if file else change, SpecWarning, stacklevel=2)
     tables = {t.name: t for t in workload.tables}
     seen = set()
     gpus, hosts = set(topology.gpus), set(topology.hosts)

@@ -21,6 +21,9 @@ def _named(exc: SpecError, file: str | None) -> SpecError:
 def priced_plan(plan: Plan, topology: Topology, workload: Workload, *, file: str | None = None,
                 check_hashes: bool = True) -> dict:
     """``check_plan`` then ``predict`` (which refuses a plan over any memory's capacity): the 'predicted' block.
+    A spec that differs from the one the plan was made for is a what-if, not a refusal: with ``check_hashes`` a
+    SpecWarning names what changed (plan.spec_changes) and the plan is priced against the spec as given; it is
+    refused only when it no longer maps (unknown devices or tables, rows not covered, a memory over capacity).
     SpecError names ``file`` for every refusal; InfeasibleError passes through."""
     check_plan(plan, topology, workload, file=file, check_hashes=check_hashes)
     try:

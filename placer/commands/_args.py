@@ -23,6 +23,7 @@ MAX_POOL_BATCHES = 4096
 MAX_PROCESSES = 256
 MAX_GPUS = 65_536
 MAX_SCALE = 1e12
+MAX_BATCH = 2**31
 
 
 def _parse_int(text: str) -> int:
@@ -79,6 +80,8 @@ nonneg_steps = int_range(0, MAX_STEPS, "a step count")
 pool = int_range(1, MAX_POOL_BATCHES, "a batch count")
 processes = int_range(1, MAX_PROCESSES, "a process count")
 gpus = int_range(1, MAX_GPUS, "a GPU count")
+#: global batch (samples per step over all devices) of the --batch what-if
+batch = int_range(1, MAX_BATCH, "a global batch size")
 #: rows divisor of ``placer run --scale``: 1 runs the tables as they are
 scale = float_range(1.0, MAX_SCALE, what="the rows divisor")
 #: samples/s

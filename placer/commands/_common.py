@@ -29,13 +29,89 @@ def add_solver_options(p: argparse.ArgumentParser, method: bool = True) -> None:
     p.add_argument("--no-fp16", action="store_true", help="never offer fp16 storage")
 
 
+def add_what_if(p: argparse.ArgumentParser) -> None:
+    """--batch and --gpus: price a plan for another global batch or GPU count without editing the specs."""
+    p.add_argument("--batch", type=_args.batch, default=None, metavar="N",
+                   help=f"what-if: the workload's global batch_size replaced by N, 1..{_args.MAX_BATCH:,} (the plan "
+                        "is re-priced for it, with a warning)")
+    p.add_argument("--gpus", type=_args.gpus, default=None, metavar="N",
+                   help="what-if: the hardware's first node template replicated to N GPUs (whole nodes, as placer "
+                        "sweep does); refused when the plan uses a device the N GPUs do not have")
+
+
+def _what_if_sha(sha256: str | None, change: str) -> str | None:
+    """A digest for a spec changed in memory: differs from its file's, so the plan check names the change."""
+    import hashlib
+
+    return hashlib.sha256(f"{sha256}+{change}".encode()).hexdigest() if sha256 else None
+
+
+def with_batch(wl, batch: int):
+    """``wl`` with its global batch_size replaced, validated again; unchanged when ``batch`` is its own."""
+    from pydantic import ValidationError
+
+    from placer.errors import SpecError
+    from placer.specs.loading import validation_to_spec_error
+    from placer.specs.workload import Workload
+
+    try:
+        _args.batch(str(batch))
+    except argparse.ArgumentTypeError as exc:
+        raise SpecError(str(exc), field="--batch") from None
+    if batch == wl.batch_size:
+        return wl
+    try:
+        new = Workload.model_validate({**wl.model_dump(), "batch_size": int(batch)})
+    except ValidationError as exc:
+        raise validation_to_spec_error(exc, wl.source_path) from None
+    return new.model_copy(update={"source_path": wl.source_path,
+                                  "sha256": _what_if_sha(wl.sha256, f"batch_size={batch}")})
+
+
+def with_gpus(spec, gpus: int):
+    """``spec`` with its first node template replicated to ``gpus`` GPUs (placer.sweep.spec_for_gpus: whole
+    nodes, SpecError naming --gpus otherwise); unchanged when it already has that many in one node group."""
+    from placer.errors import SpecError
+    from placer.sweep import spec_for_gpus
+
+    try:
+        _args.gpus(str(gpus))
+    except argparse.ArgumentTypeError as exc:
+        raise SpecError(str(exc), field="--gpus") from None
+    if gpus == spec.num_gpus and len(spec.nodes) == 1:
+        return spec
+    new = spec_for_gpus(spec, int(gpus))
+    return new.model_copy(update={"sha256": _what_if_sha(spec.sha256, f"gpus={gpus}")})
+
+
+def check_devices_exist(plan, topology, gpus: int | None, file: str | None = None) -> None:
+    """After --gpus: refuse (exit 2) a plan that uses a device the resized machine lacks, naming the first."""
+    from placer.errors import SpecError
+
+    if gpus is None:
+        return
+    have = set(topology.gpus) | set(topology.hosts)
+    for p in plan.placements:
+        for s in p.shards:
+            if s.device not in have:
+                raise SpecError(f"--gpus {gpus}: the plan places table {p.table!r} on {s.device}, which a machine "
+                                f"of {gpus} GPUs does not have (re-plan for it: placer solve, or placer sweep)",
+                                file=file, field="--gpus")
+
+
 def load_pair(args):
-    """(Topology, Workload) from the command's HW and WL arguments."""
+    """(Topology, Workload) from the command's HW and WL arguments, with the --batch / --gpus what-ifs applied
+    when the command has them."""
     from placer.specs import load_hardware, load_workload
     from placer.topology import Topology
 
     wl = load_workload(args.workload)
-    return Topology(load_hardware(args.hardware), wl.dense.dtype), wl
+    if getattr(args, "batch", None) is not None:
+        wl = with_batch(wl, args.batch)
+    hw = load_hardware(args.hardware)
+    if getattr(args, "gpus", None) is not None:
+        hw = with_gpus(hw, args.gpus)
+    return Topology(hw, wl.dense.dtype), wl
 
 
 def solve_config(args, method: str | None = None) -> SolveConfig:

@@ -7,7 +7,7 @@ import json
 import sys
 
 from placer.commands import _args
-from placer.commands._common import add_hw_wl, load_pair
+from placer.commands._common import add_hw_wl, add_what_if, check_devices_exist, load_pair
 from placer.explain import DEFAULT_TOP
 
 top_count = _args.int_range(1, 1_000_000, "a table count")
@@ -24,6 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--all", action="store_true", help="explain every table of the plan")
     p.add_argument("--no-fp16", action="store_true", help="do not offer fp16 storage as an alternative")
     p.add_argument("--json", action="store_true", help="print the explanation as JSON")
+    add_what_if(p)
 
 
 def run(args) -> int:
@@ -36,6 +37,7 @@ def run(args) -> int:
 
     topo, wl = load_pair(args)
     plan = load_plan(args.plan)
+    check_devices_exist(plan, topo, getattr(args, "gpus", None), file=args.plan)
     priced_plan(plan, topo, wl, file=args.plan)  # checks structure, devices, coverage, memory: exit 2 naming the file
     tables = resolve_tables(plan, args.tables, file=args.plan)
     if args.all:

@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from placer.commands import _args
+from placer.commands._common import add_what_if, check_devices_exist, with_batch, with_gpus
 from placer.cost import PHASES
 from placer.units import fmt_bytes, fmt_seconds
 
@@ -47,6 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ids-format", default=None, choices=("criteo-tsv", "dlrm-torch", "npy"),
                    help="format of the --ids files (default: from the file name; see placer profile --help)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_what_if(p)
 
 
 def run(args) -> int:
@@ -60,6 +62,17 @@ def run(args) -> int:
     hw = load_hardware(args.hardware)
     wl = load_workload(args.workload)
     plan = load_plan(args.plan)
+    batch, gpus = getattr(args, "batch", None), getattr(args, "gpus", None)
+    if (batch is not None or gpus is not None) and getattr(args, "nproc", None) is not None:
+        raise SpecError("--batch / --gpus with --nproc: the ranks read the spec files as they are; edit the "
+                        "workload or hardware spec instead, or drop --nproc", field="--batch" if batch else "--gpus")
+    if batch is not None:
+        wl = with_batch(wl, batch)
+    if gpus is not None:
+        from placer.topology import Topology
+
+        hw = with_gpus(hw, gpus)
+        check_devices_exist(plan, Topology(hw, wl.dense.dtype), gpus, file=args.plan)
     config = RunConfig(device=args.device, steps=args.steps, warmup=args.warmup, scale=args.scale, seed=args.seed,
                        host_read=args.host_read, phase_steps=args.phase_steps, pool_batches=args.pool,
                        threads=args.threads)

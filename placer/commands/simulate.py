@@ -7,7 +7,7 @@ import sys
 
 from placer.report import add_listing_arguments, make_console
 
-from placer.commands._common import add_hw_wl, load_pair
+from placer.commands._common import add_hw_wl, add_what_if, check_devices_exist, load_pair
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -18,6 +18,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--skew", type=float, metavar="SCALE", default=None,
                    help="price the plan with every table's skew scaled: zipf alpha x SCALE, cdf/histogram curves "
                         "flatter (<1) or steeper (>1), uniform unchanged (placer/skew.py), e.g. 0.8 or 1.2")
+    add_what_if(p)
 
 
 def run(args) -> int:
@@ -31,6 +32,7 @@ def run(args) -> int:
 
         wl = workload_with_skew(wl, args.skew)
     plan = load_plan(args.plan)
+    check_devices_exist(plan, topo, getattr(args, "gpus", None), file=args.plan)
     predicted = priced_plan(plan, topo, wl, file=args.plan)
     if args.json:
         sys.stdout.write(json.dumps({"method": plan.method, "predicted": predicted}, indent=1) + "\n")

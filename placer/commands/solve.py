@@ -45,6 +45,7 @@ def progress_reporter(quiet: bool):
 
 
 def run(args) -> int:
+    from placer.plan import record_specs
     from placer.planner.solve import solve
     from placer.report import plan_summary
 
@@ -54,6 +55,7 @@ def run(args) -> int:
     topo, wl = load_pair(args)
     with progress_reporter(args.quiet) as reporter:
         plan = solve(topo, wl, dataclasses.replace(config, progress=reporter))
+    plan = record_specs(plan, topo.spec, wl)  # what-ifs later name the fields that changed (plan.spec_changes)
     if args.output is not None:
         write_text(args.output, plan.to_json() + "\n", "-o/--output")
     if args.json:
