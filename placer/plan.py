@@ -265,6 +265,9 @@ def _diff(old: dict, new: dict) -> list[str]:
 
     def one_side(a: dict, b: dict, k: str, gone: bool) -> None:
         e = entity(k)
+        parts = k.split(".")
+        if any(".".join(parts[:i]) in b for i in range(1, len(parts))):
+            return  # a block that became a value ({kind: ...} -> null): named once, from that value's side
         if e != k and e not in done and e not in entities[id(b)]:
             done.add(e)
             out.append(f"{e} {'removed' if gone else 'added'}")

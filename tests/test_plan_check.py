@@ -33,11 +33,12 @@ def test_good_plan_simulates(tmp_path, good_plan, capsys):
     assert _simulate(tmp_path, good_plan, capsys)[0] == 0
 
 
-def test_hash_mismatch(tmp_path, good_plan, capsys):
+def test_hash_mismatch_is_a_what_if(tmp_path, good_plan, capsys):
+    """A workload other than the plan's is re-priced with a warning, not refused (tests/test_whatif.py)."""
     plan = json.loads(json.dumps(good_plan))
     plan["workload"]["sha256"] = "0" * 64
     code, err = _simulate(tmp_path, plan, capsys)
-    assert code == 2 and "sha256" in err and "workload" in err
+    assert code == 0 and "warning:" in err and "workload differs" in err and "re-priced" in err
 
 
 def test_unknown_device(tmp_path, good_plan, capsys):
