@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 
@@ -37,7 +38,9 @@ def test_hash_mismatch_is_a_what_if(tmp_path, good_plan, capsys):
     """A workload other than the plan's is re-priced with a warning, not refused (tests/test_whatif.py)."""
     plan = json.loads(json.dumps(good_plan))
     plan["workload"]["sha256"] = "0" * 64
-    code, err = _simulate(tmp_path, plan, capsys)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")  # pyproject's filterwarnings ignores SpecWarning in the suite
+        code, err = _simulate(tmp_path, plan, capsys)
     assert code == 0 and "warning:" in err and "workload differs" in err and "re-priced" in err
 
 
