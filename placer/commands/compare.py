@@ -39,18 +39,35 @@ def parse_methods(text: str) -> list[str]:
 
 def compare_rows(topo, wl, args) -> list[dict]:
     """One row per method: step time, throughput, speedup over host_cpu, HBM used, solve time, status."""
-    from placer.errors import InfeasibleError
+    from placer.errors import InfeasibleError, SolverError
     from placer.planner.solve import METHODS, solve
 
     methods = parse_methods(args.methods) if args.methods is not None else list(METHODS)
     rows = []
     for m in methods:
         t0 = time.perf_counter()
+        if m == "torchrec":  # TorchRec's planner: skipped with a note when torchrec is not installed
+            from placer.torchrec_io.planner import available
+
+            ok, why = available()
+            if not ok:
+                from placer.torchrec_io import INSTALL_HINT
+
+                rows.append({"method": m, "step_time_s": None, "throughput_samples_per_s": None,
+                             "status": "skipped", "solve_wall_s": time.perf_counter() - t0,
+                             "note": f"torchrec not installed ({why}); install: {INSTALL_HINT}"})
+                continue
         try:
             plan = solve(topo, wl, solve_config(args, method=m))
         except InfeasibleError as exc:
             rows.append({"method": m, "step_time_s": None, "throughput_samples_per_s": None,
                          "status": "infeasible", "solve_wall_s": time.perf_counter() - t0, "note": str(exc)})
+            continue
+        except SolverError as exc:
+            if m != "torchrec":
+                raise
+            rows.append({"method": m, "step_time_s": None, "throughput_samples_per_s": None,
+                         "status": "failed", "solve_wall_s": time.perf_counter() - t0, "note": str(exc)})
             continue
         pred = plan.predicted
         hbm = sum(v.get("hbm_used_bytes", 0.0) for v in pred["devices"].values())

@@ -2,12 +2,15 @@
 
 - host_cpu:    every table in host DRAM, CPU lookups (DLRM's hybrid default), balanced over hosts
 - uvm:         every table in host DRAM read by the GPUs across PCIe, balanced over GPUs by lookups
-- greedy_size: largest table first onto the GPU where the predicted step time grows least and it fits
-               in HBM (TorchRec-style), else host_cpu
+- greedy_size: largest table first (by bytes), whole, into HBM on the GPU where the predicted step time
+               grows least and it fits, else host_cpu (a size-ordered greedy; not TorchRec's planner, which
+               is the separate ``torchrec`` method)
 - round_robin: table i onto GPU i mod W in HBM where it fits, else host_cpu
 - random:      a seeded random GPU among those where the table fits in HBM, else host_cpu
 - fae:         tables spread over GPUs by lookups, then each GPU's free HBM filled with the hottest rows
                across its tables (FAE-style static hot-row cache); cold rows stay in host DRAM
+- torchrec:    (EXTERNAL, when torchrec is installed) TorchRec's own EmbeddingShardingPlanner on the same
+               machine and workload, its plan imported (placer/torchrec_io/planner.py)
 """
 from __future__ import annotations
 
@@ -25,6 +28,9 @@ from placer.specs.workload import TableSpec
 from placer.units import GiB
 
 BASELINES = ("host_cpu", "uvm", "greedy_size", "round_robin", "random", "fae")
+#: Planners outside placer, run when installed (placer/torchrec_io/planner.py): not in BASELINES, so the ILP
+#: does not run them for its warm start (importing TorchRec alone takes ~2 s)
+EXTERNAL = ("torchrec",)
 
 
 class LoadIndex:
@@ -343,6 +349,10 @@ def fae(model: CostModel, seed: int = 0, levels=(1.0, 0.5, 0.25, 0.1, 0.05, 0.02
 
 def run_baseline(name: str, model: CostModel, seed: int = 0) -> list[Placement]:
     """Placements (one per table, workload order) of baseline ``name``; InfeasibleError if it cannot fit."""
+    if name == "torchrec":  # TorchRec's EmbeddingShardingPlanner (TorchRecUnavailable / TorchRecPlannerError)
+        from placer.torchrec_io.planner import torchrec_plan
+
+        return torchrec_plan(model).placements
     fn = {"host_cpu": host_cpu, "uvm": uvm, "greedy_size": greedy_size, "round_robin": round_robin,
           "random": random, "fae": fae}.get(name)
     if fn is None:

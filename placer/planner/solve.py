@@ -12,7 +12,7 @@ from placer.options import OptionConfig, all_options
 from placer.plan import Placement, Plan, SolverInfo, SpecRef
 from placer.planner import ilp, infeasible, tiebreak, tiebreak_local
 from placer.planner.fit import with_fit_levels
-from placer.planner.baselines import BASELINES, run_baseline
+from placer.planner.baselines import BASELINES, EXTERNAL, run_baseline
 from placer.planner.problem import build_problem
 from placer.planner.progress import Reporter, Tracker
 from placer.planner.scale import solve_two_stage
@@ -22,7 +22,7 @@ from placer.skew import robustness
 from placer.specs.workload import Workload
 from placer.topology import Topology
 
-METHODS = ("ilp",) + BASELINES
+METHODS = ("ilp",) + BASELINES + EXTERNAL  # EXTERNAL: torchrec, when installed (torchrec_io/planner.py)
 
 
 @dataclass(frozen=True)
@@ -94,12 +94,20 @@ def solve(topology: Topology, workload: Workload, config: SolveConfig = SolveCon
     """Plan ``workload`` on ``topology`` with ``config.method``. Raises InfeasibleError when nothing fits."""
     model = CostModel(topology, workload)
     if config.method != "ilp":
-        if config.method not in BASELINES:
+        if config.method not in BASELINES + EXTERNAL:
             raise PlacerError(f"unknown method {config.method!r}; choose one of {', '.join(METHODS)}")
         t0 = time.perf_counter()
         infeasible.check_dense(model)
-        placements = run_baseline(config.method, model, seed=config.seed)
-        info = SolverInfo(backend="heuristic", status="heuristic", wall_s=time.perf_counter() - t0)
+        if config.method == "torchrec":  # TorchRec's own planner, bounded by the time limit
+            from placer.torchrec_io.planner import describe, torchrec_plan
+
+            trec = torchrec_plan(model, time_limit_s=config.time_limit_s)
+            placements = trec.placements
+            info = SolverInfo(backend="torchrec", status="heuristic", wall_s=time.perf_counter() - t0,
+                              time_limit_s=config.time_limit_s, note=describe(trec))
+        else:
+            placements = run_baseline(config.method, model, seed=config.seed)
+            info = SolverInfo(backend="heuristic", status="heuristic", wall_s=time.perf_counter() - t0)
         plan = make_plan(model, config.method, placements, info)
         plan = plan.model_copy(update={"solver": info.model_copy(
             update={"objective_step_time_s": plan.predicted["step_time_s"]})})
