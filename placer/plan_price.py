@@ -62,7 +62,7 @@ def check_plan_file(path: str, hardware_path: str | None, workload_path: str | N
     wl = load_workload(workload_path)
     topo = Topology(load_hardware(hardware_path), wl.dense.dtype)
     step = priced_plan(plan, topo, wl, file=path)["step_time_s"]
-    out = f"{head}, matches hardware and workload and fits their memories; re-priced step {_ms(step)}"
+    out = f"{head}, maps onto the hardware and workload and fits their memories; re-priced step {_ms(step)}"
     if recorded is not None and abs(recorded - step) > 1e-6 * max(step, 1e-12):
         out += f" (the file records {_ms(recorded)})"
     if claims:

@@ -87,7 +87,7 @@ def test_check_validates_plans_against_specs(tmp_path, good_plan, capsys):
     p = tmp_path / "plan.json"
     p.write_text(json.dumps(good_plan))
     assert main(["check", str(p), "--hardware", HW, "--workload", WL]) == 0
-    assert "matches hardware and workload" in capsys.readouterr().out
+    assert "maps onto the hardware and workload" in capsys.readouterr().out
     bad = json.loads(json.dumps(good_plan))
     bad["placements"][0]["sharding"] = "diagonal"
     p.write_text(json.dumps(bad))
