@@ -273,6 +273,11 @@ def torchrec_plan(model: CostModel, time_limit_s: float = 60.0) -> TorchRecResul
     file = "<TorchRec planner>"
     try:
         doc = document_from_plan(sharding_plan, file=file, data_types={t: "FP16" for t in inputs.fp16_tables})
+        defaulted = _default_load_factors(doc)
+        if defaulted:
+            inputs.notes.append(f"fused_uvm_caching without a load factor ({', '.join(defaulted[:5])}"
+                                f"{', ...' if len(defaulted) > 5 else ''}): TorchRec's default "
+                                f"{_default_cache_ratio():g} (its planner's estimate and fbgemm's cache_load_factor)")
         plan = plan_from_document(doc, topo, wl, file=file, method="torchrec")
     except SpecError as exc:
         raise TorchRecPlannerError(f"placer cannot read its plan ({exc})") from None
@@ -288,6 +293,24 @@ def torchrec_plan(model: CostModel, time_limit_s: float = 60.0) -> TorchRecResul
         raise TorchRecPlannerError(f"its plan does not fit placer's model of this machine ({exc})") from None
     return TorchRecResult(placements=placements, wall_s=wall, num_proposals=proposals, version=version,
                           inputs=inputs)
+
+
+def _default_cache_ratio() -> float:
+    from torchrec.distributed.planner.constants import UVM_CACHING_RATIO
+
+    return float(UVM_CACHING_RATIO)
+
+
+def _default_load_factors(doc: dict) -> list[str]:
+    """Give fused_uvm_caching shards without cache_params.load_factor TorchRec's default (what its planner
+    estimated them with, and fbgemm's default cache_load_factor); the tables changed."""
+    out = []
+    for name, entry in doc["tables"].items():
+        ps = entry["parameter_sharding"]
+        if ps["compute_kernel"] == "fused_uvm_caching" and not (ps.get("cache_params") or {}).get("load_factor"):
+            ps["cache_params"] = {"load_factor": _default_cache_ratio()}
+            out.append(name)
+    return out
 
 
 def describe(result: TorchRecResult) -> str:

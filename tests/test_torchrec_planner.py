@@ -1,0 +1,187 @@
+"""The torchrec method (issue 18 part 3): TorchRec's own EmbeddingShardingPlanner on the same machine and
+workload, its plan imported and priced by placer's model; `compare` lists it; without torchrec `--method
+torchrec` exits 2 with the install line and `compare` skips it with a note. The tests that run TorchRec skip
+without it locally and fail instead under CI (CI installs torchrec, README's test command)."""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import time
+
+import pytest
+
+from placer.cli import main
+from placer.cost import CostModel
+from placer.plan_price import priced_plan
+from placer.planner.solve import METHODS, SolveConfig, solve
+from placer.specs import load_hardware, load_workload
+from placer.topology import Topology
+from placer.torchrec_io import INSTALL_HINT
+from placer.torchrec_io import planner as trec_planner
+from placer.units import GiB
+from tests.conftest import ROOT
+
+
+def _torchrec():
+    """torchrec, or a skip (a failure under CI: CI installs torchrec and must run these tests)."""
+    if os.environ.get("CI"):
+        import torchrec  # noqa: F401 -- CI must have it: fail, never skip
+        return
+    pytest.importorskip("torchrec")
+
+
+@functools.lru_cache(maxsize=None)
+def _pair(hw: str, wl: str):
+    w = load_workload(ROOT / f"workloads/{wl}.yaml")
+    return Topology(load_hardware(ROOT / f"hardware_specs/{hw}.yaml"), w.dense.dtype), w
+
+
+def _paths(hw: str, wl: str) -> tuple[str, str]:
+    return str(ROOT / f"hardware_specs/{hw}.yaml"), str(ROOT / f"workloads/{wl}.yaml")
+
+
+def _no_torchrec(monkeypatch):
+    """Make `import torchrec` fail, as on a machine without it."""
+    monkeypatch.setitem(sys.modules, "torchrec", None)
+
+
+@pytest.mark.parametrize("hw", ["h100-pcie-host", "dgx-h100"])
+@pytest.mark.parametrize("wl", ["tiny", "mlperf-dlrm-v1"])
+def test_torchrec_plan_fits_and_prices(hw, wl):
+    _torchrec()
+    topo, w = _pair(hw, wl)
+    t0 = time.perf_counter()
+    plan = solve(topo, w, SolveConfig(method="torchrec", time_limit_s=60))
+    assert time.perf_counter() - t0 < 60
+    assert plan.method == "torchrec" and plan.solver.backend == "torchrec"
+    assert "EmbeddingShardingPlanner" in plan.solver.note
+    assert [p.table for p in plan.placements] == [t.name for t in w.tables]
+    priced = priced_plan(plan, topo, w)  # check_plan + every memory's capacity, then placer's price
+    assert priced["step_time_s"] == pytest.approx(plan.predicted["step_time_s"], rel=1e-9)
+    assert plan.solver.objective_step_time_s == pytest.approx(plan.predicted["step_time_s"], rel=1e-9)
+    # the ILP is priced by the same model; TorchRec's plan is a real plan, never better than a proven optimum
+    # by more than the gap
+    if wl == "tiny":
+        best = solve(topo, w, SolveConfig(method="ilp", time_limit_s=30))
+        if best.solver.status == "optimal":
+            assert best.predicted["step_time_s"] <= plan.predicted["step_time_s"] * (1 + best.solver.gap_tolerance) + 1e-12
+
+
+def test_planner_inputs_from_the_specs():
+    """What TorchRec is told: world and local sizes, per-rank capacities, bandwidths (bytes/ms), batch."""
+    topo, w = _pair("dgx-h100", "mlperf-dlrm-v1")
+    inp = trec_planner.planner_inputs(CostModel(topo, w))
+    t = inp.topology
+    assert t["world_size"] == 8 and t["local_world_size"] == 8 and t["compute_device"] == "cuda"
+    assert t["hbm_cap"] == int((79.6 - 4) * GiB)
+    assert t["ddr_cap"] == int((2048 - 64) * GiB / 8)
+    assert t["hbm_mem_bw"] == pytest.approx(3350e9 * 0.35 / 1e3)
+    assert "inter_host_bw" not in t and t["intra_host_bw"] > 0
+    assert inp.batch_size == 16384 // 8
+    assert inp.pooling_factors["C1"] == [1.0] and inp.optimizer == "sgd"
+    topo2, _ = _pair("dgx-h100-2node", "mlperf-dlrm-v1")
+    t2 = trec_planner.planner_inputs(CostModel(topo2, w)).topology
+    assert t2["world_size"] == 16 and t2["local_world_size"] == 8
+    assert t2["inter_host_bw"] == pytest.approx(8 * 50e9 / 8 / 1e3)
+    topo3, tiny = _pair("h100-pcie-host", "tiny")
+    inp3 = trec_planner.planner_inputs(CostModel(topo3, tiny))
+    assert inp3.pooling_factors["t_shared"] == [1.0, 1.0] and inp3.feature_names["t_shared"] == ["f_cat_a", "f_cat_b"]
+    assert inp3.pooling_factors["t_hist"] == [2.0]
+
+
+def test_compare_lists_torchrec(capsys):
+    _torchrec()
+    hw, wl = _paths("h100-pcie-host", "tiny")
+    assert "torchrec" in METHODS
+    assert main(["compare", hw, wl, "--json", "--methods", "ilp,greedy_size,torchrec", "--time-limit", "10"]) == 0
+    rows = {r["method"]: r for r in json.loads(capsys.readouterr().out)}
+    assert set(rows) == {"ilp", "greedy_size", "torchrec"}
+    assert rows["torchrec"]["status"] == "heuristic" and rows["torchrec"]["step_time_s"] > 0
+    assert rows["ilp"]["step_time_s"] <= rows["torchrec"]["step_time_s"] * 1.005
+
+
+def test_compare_dgx_h100_mlperf_with_torchrec(capsys):
+    """issue 18's target: compare with the torchrec method on mlperf-dlrm-v1 @ dgx-h100 in < 60 s."""
+    _torchrec()
+    hw, wl = _paths("dgx-h100", "mlperf-dlrm-v1")
+    t0 = time.perf_counter()
+    assert main(["compare", hw, wl, "--json", "--time-limit", "20"]) == 0
+    assert time.perf_counter() - t0 < 60
+    rows = {r["method"]: r for r in json.loads(capsys.readouterr().out)}
+    assert set(rows) == set(METHODS)
+    assert rows["torchrec"]["step_time_s"] > 0
+
+
+def test_solve_torchrec_writes_a_plan_that_simulates(tmp_path, capsys):
+    _torchrec()
+    hw, wl = _paths("h100-pcie-host", "tiny")
+    out = tmp_path / "trec.json"
+    assert main(["solve", hw, wl, "--method", "torchrec", "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["simulate", hw, wl, str(out), "--json"]) == 0
+    plan = json.loads(out.read_text())
+    assert plan["method"] == "torchrec"
+    sim = json.loads(capsys.readouterr().out)
+    assert sim["predicted"]["step_time_s"] == pytest.approx(plan["predicted"]["step_time_s"], rel=1e-6)
+
+
+def test_without_torchrec_solve_exits_2_with_the_install_line(monkeypatch, tmp_path, capsys):
+    _no_torchrec(monkeypatch)
+    assert trec_planner.available()[0] is False
+    hw, wl = _paths("h100-pcie-host", "tiny")
+    assert main(["solve", hw, wl, "--method", "torchrec", "-o", str(tmp_path / "p.json")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "torchrec==1.8.0" in err and "--no-deps" in err and "docs/torchrec.md" in err
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_without_torchrec_compare_skips_it_with_a_note(monkeypatch, capsys):
+    _no_torchrec(monkeypatch)
+    hw, wl = _paths("h100-pcie-host", "tiny")
+    assert main(["compare", hw, wl, "--json", "--methods", "greedy_size,torchrec"]) == 0
+    rows = {r["method"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["greedy_size"]["step_time_s"] > 0
+    assert rows["torchrec"]["status"] == "skipped" and rows["torchrec"]["step_time_s"] is None
+    assert INSTALL_HINT in rows["torchrec"]["note"]
+    assert main(["compare", hw, wl, "--methods", "greedy_size,torchrec"]) == 0  # the table prints the row
+    assert "skipped" in capsys.readouterr().out
+
+
+def test_planner_failure_is_a_row_not_a_crash(monkeypatch, capsys):
+    _torchrec()
+
+    def boom(inputs, time_limit_s):
+        raise RuntimeError("no sharding fits")
+
+    monkeypatch.setattr(trec_planner, "_run_torchrec", boom)
+    hw, wl = _paths("h100-pcie-host", "tiny")
+    assert main(["compare", hw, wl, "--json", "--methods", "greedy_size,torchrec"]) == 0
+    rows = {r["method"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["torchrec"]["status"] == "failed"
+    assert rows["torchrec"]["note"] == "torchrec planner failed: RuntimeError: no sharding fits"
+    assert main(["solve", hw, wl, "--method", "torchrec"]) == 1
+    assert "torchrec planner failed" in capsys.readouterr().err
+
+
+def test_planner_time_limit(monkeypatch):
+    _torchrec()
+    monkeypatch.setattr(trec_planner, "WATCHDOG_GRACE_S", 0.0)
+    monkeypatch.setattr(trec_planner, "_run_torchrec", lambda inputs, limit: time.sleep(3))
+    topo, w = _pair("h100-pcie-host", "tiny")
+    t0 = time.perf_counter()
+    with pytest.raises(trec_planner.TorchRecPlannerError, match="no plan within 1 s"):
+        trec_planner.torchrec_plan(CostModel(topo, w), time_limit_s=1.0)
+    assert time.perf_counter() - t0 < 2.5
+
+
+def test_machines_torchrec_cannot_describe():
+    topo, w = _pair("dgx-h100", "tiny")
+    model = CostModel(topo, w)
+    model_copy = trec_planner.planner_inputs(model)
+    assert model_copy.topology["world_size"] == 8
+    local = Topology(load_hardware(ROOT / "hardware_specs/local-cpu-procs.yaml"), w.dense.dtype)
+    if any(local.is_unified(g) for g in local.gpus):
+        with pytest.raises(trec_planner.TorchRecPlannerError, match="unified-memory"):
+            trec_planner.planner_inputs(CostModel(local, w))
