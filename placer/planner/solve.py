@@ -224,7 +224,9 @@ def _feasible_baselines(model: CostModel, seed: int) -> dict[str, list[Placement
 
 
 def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, t0: float, tracker: Tracker) -> Plan:
-    """Aggregated ILP + assignment; the plan is the better of it and every baseline, priced exactly."""
+    """Aggregated ILP + assignment; the plan is the better of it and every baseline, priced exactly, then the
+    local tie-break (planner/tiebreak_local.py: host/UVM tables into free HBM, step at most the single-stage
+    tie-break's cap), recorded as solver.tie_break."""
     hw, wl = _refs(model.topo, model.wl)
     candidates: list[tuple[float, str, list[Placement]]] = []
     tracker.update("baselines")
