@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 import threading
 import time
 import warnings
@@ -218,8 +219,12 @@ def _quietly(fn, *args):
 
 
 def _with_watchdog(fn, limit_s: float):
-    """``fn()`` in a daemon thread, joined with a deadline (a planner stuck in enumeration cannot hold placer
-    past it; the thread is left to finish in the background)."""
+    """``fn()`` bounded by ``limit_s``: in a forked child process (killed at the deadline, so a planner stuck in
+    enumeration leaves nothing running; ``fn``'s result must pickle), or where fork is not the safe default
+    (not Linux) in a daemon thread joined with the deadline. Exceptions come back as TorchRecPlannerError
+    ('Type: message')."""
+    if sys.platform.startswith("linux"):
+        return _in_child(fn, limit_s)
     box: dict = {}
 
     def target():
@@ -234,8 +239,48 @@ def _with_watchdog(fn, limit_s: float):
     if th.is_alive():
         raise TorchRecPlannerError(f"no plan within {limit_s:.0f} s (time limit)")
     if "error" in box:
-        raise box["error"]
+        raise TorchRecPlannerError(_reason(box["error"]))
     return box["value"]
+
+
+def _reason(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:400]}{'...' if len(text) > 400 else ''}"
+
+
+def _child(fn, conn) -> None:
+    try:
+        conn.send(("ok", fn()))
+    except BaseException as exc:  # noqa: BLE001 -- reported to the parent
+        conn.send(("error", _reason(exc)))
+    finally:
+        conn.close()
+
+
+def _in_child(fn, limit_s: float):
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child, args=(fn, send), name="torchrec-planner", daemon=True)
+    proc.start()
+    send.close()
+    try:
+        if not recv.poll(limit_s):
+            raise TorchRecPlannerError(f"no plan within {limit_s:.0f} s (time limit)")
+        try:
+            kind, value = recv.recv()
+        except EOFError:
+            proc.join(5)
+            raise TorchRecPlannerError(f"the planner process died (exit code {proc.exitcode})") from None
+    finally:
+        recv.close()
+        if proc.is_alive():
+            proc.kill()
+        proc.join(5)
+    if kind == "error":
+        raise TorchRecPlannerError(value)
+    return value
 
 
 @dataclass
@@ -260,19 +305,18 @@ def torchrec_plan(model: CostModel, time_limit_s: float = 60.0) -> TorchRecResul
 
     topo, wl = model.topo, model.wl
     inputs = planner_inputs(model)
-    t0 = time.perf_counter()
-    try:
-        sharding_plan, proposals = _with_watchdog(lambda: _quietly(_run_torchrec, inputs, time_limit_s),
-                                                  time_limit_s + WATCHDOG_GRACE_S)
-    except TorchRecPlannerError:
-        raise
-    except Exception as exc:  # noqa: BLE001 -- PlannerError (nothing fits its estimate) or any TorchRec failure
-        text = " ".join(str(exc).split())
-        raise TorchRecPlannerError(f"{type(exc).__name__}: {text[:400]}{'...' if len(text) > 400 else ''}") from None
-    wall = time.perf_counter() - t0
     file = "<TorchRec planner>"
+
+    def run():  # in the child: TorchRec's plan as placer's export document (plain data, pickles)
+        sharding_plan, proposals = _quietly(_run_torchrec, inputs, time_limit_s)
+        return document_from_plan(sharding_plan, file=file,
+                                  data_types={t: "FP16" for t in inputs.fp16_tables}), proposals
+
+    t0 = time.perf_counter()
+    # PlannerError (nothing fits its estimate), any TorchRec failure or the deadline: TorchRecPlannerError
+    doc, proposals = _with_watchdog(run, time_limit_s + WATCHDOG_GRACE_S)
+    wall = time.perf_counter() - t0
     try:
-        doc = document_from_plan(sharding_plan, file=file, data_types={t: "FP16" for t in inputs.fp16_tables})
         defaulted = _default_load_factors(doc)
         if defaulted:
             inputs.notes.append(f"fused_uvm_caching without a load factor ({', '.join(defaulted[:5])}"
