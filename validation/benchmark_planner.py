@@ -5,8 +5,11 @@ For every case (workload, hardware) it runs the baselines in one subprocess and 
 under a wall-clock limit (a hang is killed, and the row says ``timeout``), and records per method: step time,
 lower bound, gap, status, solve wall time and the peak resident memory of the subprocess (``wait4``'s
 ru_maxrss: the max over the solve process and the solver process it starts). Every outcome is a row:
-``optimal``, ``feasible``, ``heuristic`` (a baseline), ``infeasible`` (does not fit), ``no_solution``,
-``timeout``, ``error``, ``skipped``. Nothing crashes the whole run.
+``optimal``, ``feasible``, ``heuristic`` (a baseline, or TorchRec's planner), ``infeasible`` (does not fit),
+``no_solution``, ``failed`` (TorchRec's planner found no plan placer can use), ``timeout``, ``error``,
+``skipped``. Nothing crashes the whole run. Where torchrec is installed, the ``torchrec`` method (TorchRec's
+EmbeddingShardingPlanner on the same machine and workload, its plan priced by placer's model) runs in a child of
+its own, and the report's headline is ILP vs TorchRec per case with both planning times.
 
 Results are merged into validation/results/planner-benchmark.json (rows of cases not run this time are
 kept) and written after every case, so an interrupted run can go on with ``--resume``; the markdown report
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import fnmatch
+import importlib.util
 import json
 import math
 import os
@@ -50,9 +54,14 @@ HARDWARE = ["h100-pcie-host", "pcie-4gpu-workstation", "dgx-a100", "dgx-h100", "
 QUICK_CASES = [("tiny", "h100-pcie-host"), ("tiny", "dgx-h100"), ("criteo-kaggle-dlrm", "h100-pcie-host"),
                ("mlperf-dlrm-v1", "h100-pcie-host")]
 BASELINE_METHODS = ["host_cpu", "uvm", "greedy_size", "round_robin", "random", "fae"]
+#: TorchRec's own EmbeddingShardingPlanner (placer/torchrec_io/planner.py), where torchrec is installed; its
+#: plan is not on the ILP's menu, so the headline compares the ILP with it case by case
+TORCHREC = importlib.util.find_spec("torchrec") is not None
 #: the order the baselines run in: the ones that are O(tables x GPUs) first, O(tables x GPUs^2) last
 BASELINE_ORDER = ["host_cpu", "fae", "round_robin", "random", "uvm", "greedy_size"]
-METHODS = ["ilp"] + BASELINE_METHODS
+METHODS = ["ilp"] + BASELINE_METHODS + (["torchrec"] if TORCHREC else [])
+#: methods that run in a child of their own (the others share one)
+OWN_CHILD = ("ilp", "torchrec")
 #: statuses that mean "we have a plan"
 SOLVED = ("optimal", "feasible", "heuristic")
 #: statuses a --resume run tries again
@@ -105,6 +114,12 @@ def child_main(args) -> int:
         except InfeasibleError as exc:
             row = {"status": "infeasible", "note": str(exc)}
         except PlacerError as exc:
+            if method == "torchrec" and str(exc).startswith("torchrec planner failed"):
+                row = {"status": "failed", "note": str(exc)}
+                row.setdefault("solve_wall_s", time.perf_counter() - t0)
+                row.update(method=method, peak_rss_bytes=_rss_self())
+                _emit(row)
+                continue
             status = "no_solution" if "found no solution" in str(exc) else "error"
             row = {"status": status, "note": f"{type(exc).__name__}: {exc}"}
         except MemoryError:
@@ -247,7 +262,7 @@ def run_case(wl_name: str, hw_name: str, methods: list[str], args, run_id: str, 
     rows = []
     # baselines first (fastest first), one child for all; a child killed at the limit is started again
     # for the methods after the one that ran out of time. Then the ILP in its own child.
-    queue = [m for m in BASELINE_ORDER if m in methods] + (["ilp"] if "ilp" in methods else [])
+    queue = [m for m in BASELINE_ORDER if m in methods] + [m for m in ("torchrec", "ilp") if m in methods]
     while queue:
         m = queue[0]
         limit = _skip_limit(history, m, wl_name, facts["gpus"], args)
@@ -258,9 +273,9 @@ def run_case(wl_name: str, hw_name: str, methods: list[str], args, run_id: str, 
                              note=f"timed out at {limit} GPUs for this workload (--no-skip-larger to try)"))
             queue.pop(0)
             continue
-        group = [m] if m == "ilp" else [x for x in queue if x != "ilp"
-                                        and _skip_limit(history, x, wl_name, facts["gpus"], args) is None]
-        timeout = args.case_timeout if m == "ilp" else args.baseline_timeout
+        group = [m] if m in OWN_CHILD else [x for x in queue if x not in OWN_CHILD
+                                            and _skip_limit(history, x, wl_name, facts["gpus"], args) is None]
+        timeout = args.case_timeout if m in OWN_CHILD else args.baseline_timeout
         t0 = time.perf_counter()
         got, info = run_child(hw, wl, group, args, timeout, log)
         by_method = {r["method"]: r for r in got}
@@ -404,16 +419,38 @@ def speedups(rows: list[dict], baseline: str) -> list[tuple[str, str, float]]:
 
 
 def best_baseline_speedups(rows: list[dict]) -> list[tuple[str, str, float, str]]:
-    """(workload, hardware, best baseline step / ILP step, best baseline) where the ILP and a baseline have plans."""
+    """(workload, hardware, best baseline step / ILP step, best baseline) where the ILP and a baseline have plans
+    (placer's baselines, which are on the ILP's menu; not torchrec)."""
     out = []
     for w, h in {(r["workload"], r["hardware"]) for r in rows}:
         case = {r["method"]: r for r in rows if r["workload"] == w and r["hardware"] == h}
         ilp = case.get("ilp", {})
-        base = [r for m, r in case.items() if m != "ilp" and r.get("step_time_s")]
+        base = [r for m, r in case.items() if m in BASELINE_METHODS and r.get("step_time_s")]
         if ilp.get("step_time_s") and base:
             b = min(base, key=lambda r: r["step_time_s"])
             out.append((w, h, b["step_time_s"] / ilp["step_time_s"], b["method"]))
     return out
+
+
+def torchrec_rows(rows: list[dict]) -> list[dict]:
+    """Per case where torchrec ran: ILP and TorchRec step times, the ILP's speedup, both planning times."""
+    by = {(r["workload"], r["hardware"], r["method"]): r for r in rows}
+    out = []
+    for w, h in _order(rows):
+        t = by.get((w, h, "torchrec"))
+        if not t:
+            continue
+        i = by.get((w, h, "ilp"), {})
+        ts, ist = t.get("step_time_s"), i.get("step_time_s")
+        out.append({"workload": w, "hardware": h, "gpus": t.get("gpus", "-"), "tables": t.get("tables", "-"),
+                    "ilp_step": ist, "torchrec_step": ts, "speedup": ts / ist if ts and ist else None,
+                    "ilp_status": i.get("status", "-"), "torchrec_status": t.get("status", "-"),
+                    "ilp_wall": i.get("solve_wall_s"), "torchrec_wall": t.get("solve_wall_s")})
+    return out
+
+
+def _secs(x) -> str:
+    return "-" if x is None else f"{x:.1f}"
 
 
 def _ms(x) -> str:
@@ -434,10 +471,13 @@ def _order(rows: list[dict]) -> list[tuple[str, str]]:
 def render_markdown(data: dict) -> str:
     rows = data.get("rows", [])
     runs = data.get("runs", [])
-    lines = ["# Planner benchmark: ILP vs baselines, solve time vs size", "",
+    lines = ["# Planner benchmark: ILP vs TorchRec's planner and the baselines, solve time vs size", "",
              "Generated by `validation/benchmark_planner.py` (see docs/benchmark.md). Every method is priced by the "
-             "same cost model (placer/cost.py); the ILP's menu contains every baseline's plan, so ILP <= each "
-             "baseline when it returns a plan. speedup = baseline step time / ILP step time.", ""]
+             "same cost model (placer/cost.py); the ILP's menu contains every placer baseline's plan, so ILP <= each "
+             "baseline when it returns a plan. `torchrec` is TorchRec's own EmbeddingShardingPlanner (its plan is "
+             "not on the ILP's menu). greedy_size is a size-ordered greedy (largest table first, whole, into "
+             "the HBM of the GPU where placer's predicted step grows least), not TorchRec's planner. "
+             "speedup = other step time / ILP step time.", ""]
     used = {r.get("run") for r in rows}
     lines.append("## Runs")
     lines.append("")
@@ -458,6 +498,22 @@ def render_markdown(data: dict) -> str:
     lines.append("")
 
     lines += ["## Headline", ""]
+    tr = torchrec_rows(rows)
+    if tr:
+        g = geomean([x["speedup"] for x in tr if x["speedup"]])
+        paired = [x for x in tr if x["speedup"]]
+        if g:
+            lo = min(paired, key=lambda x: x["speedup"])
+            hi = max(paired, key=lambda x: x["speedup"])
+            lines.append(f"- ILP over **TorchRec's planner** (EmbeddingShardingPlanner, priced by placer's model): "
+                         f"geometric-mean speedup **{g:.3f}x** over {len(paired)} cases (min {lo['speedup']:.3f}x "
+                         f"{lo['workload']} @ {lo['hardware']}, max {hi['speedup']:.3f}x {hi['workload']} @ "
+                         f"{hi['hardware']}); planning time per case below")
+        failed = [x for x in tr if not x["speedup"]]
+        if failed:
+            lines.append("- TorchRec or the ILP without a plan: " + ", ".join(
+                f"{x['workload']} @ {x['hardware']} (torchrec {x['torchrec_status']}, ilp {x['ilp_status']})"
+                for x in failed))
     for b in ("greedy_size", "host_cpu", "fae", "uvm"):
         sp = speedups(rows, b)
         g = geomean([s for *_, s in sp])
@@ -498,6 +554,20 @@ def render_markdown(data: dict) -> str:
         lines.append(f"- ILP without a plan (not counting 'does not fit'): "
                      + ", ".join(f"{r['workload']} @ {r['hardware']} ({r['status']})" for r in unsolved))
     lines.append("")
+
+    if tr:
+        lines += ["## ILP vs TorchRec's planner, per case", "",
+                  "Both priced by placer's cost model. Planning time: the method's wall time in the same run on the "
+                  "same machine (ILP: options, baselines, solver, tie-break; TorchRec: its planner on a meta-device "
+                  "EmbeddingBagCollection, the import and placer's check).", "",
+                  "| workload | hardware | GPUs | tables | ILP step | TorchRec step | ILP speedup | ILP status | "
+                  "ILP plan s | TorchRec plan s |", "|---|---|--:|--:|--:|--:|--:|---|--:|--:|"]
+        for x in tr:
+            sp = f"{x['speedup']:.3f}x" if x["speedup"] else "-"
+            lines.append(f"| {x['workload']} | {x['hardware']} | {x['gpus']} | {x['tables']} | "
+                         f"{_ms(x['ilp_step'])} | {_ms(x['torchrec_step']) if x['torchrec_step'] else x['torchrec_status']} | "
+                         f"{sp} | {x['ilp_status']} | {_secs(x['ilp_wall'])} | {_secs(x['torchrec_wall'])} |")
+        lines.append("")
 
     by = {(r["workload"], r["hardware"], r["method"]): r for r in rows}
     base_methods = [m for m in BASELINE_METHODS if any(r["method"] == m for r in rows)]
