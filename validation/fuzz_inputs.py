@@ -179,7 +179,7 @@ def main() -> int:
     torch.set_num_threads(1)
     import placer.cli  # noqa: F401 - warm: every child forks with placer, torch and the commands imported
     for name in placer.cli.COMMANDS:
-        __import__(f"placer.commands.{name}")
+        __import__(f"placer.commands.{placer.cli.MODULES.get(name, name)}")
     bases = load_bases()
     scratch = Path(tempfile.mkdtemp(prefix="placer-fuzz-"))
     memory = int(args.memory_GiB * 2 ** 30)
