@@ -1,5 +1,5 @@
-"""Hostile inputs for placer: mutated copies of the shipped specs, workloads and plans, hostile files and
-hostile command-line arguments. Shared by the fuzz campaign (validation/fuzz_inputs.py) and the suite's fuzz
+"""Hostile inputs for placer: mutated copies of the shipped specs, workloads, plans and a TorchRec export,
+hostile files, hostile id samples for ``profile`` and hostile command-line arguments. Shared by the fuzz campaign (validation/fuzz_inputs.py) and the suite's fuzz
 test (tests/test_fuzz.py). Every mutation is drawn from a ``random.Random``, so a case is reproduced by its seed.
 
 A *case* is a command line for ``placer`` plus the files it needs, written into a scratch folder:
@@ -47,6 +47,7 @@ class Bases:
     hardware: dict[str, dict]
     workloads: dict[str, dict]
     plans: dict[tuple[str, str], dict] = field(default_factory=dict)
+    torchrec: dict = field(default_factory=dict)  # tiny's plan on h100-pcie-host as placer export --torchrec wrote it
 
 
 def load_bases(plan_pairs: list[tuple[str, str]] = (("h100-pcie-host", "tiny"), ("dgx-h100", "tiny"),
@@ -64,7 +65,25 @@ def load_bases(plan_pairs: list[tuple[str, str]] = (("h100-pcie-host", "tiny"), 
         topo = Topology(load_hardware(ROOT / "hardware_specs" / f"{h}.yaml"), workload.dense.dtype)
         plan = solve(topo, workload, SolveConfig(time_limit_s=20))
         bases.plans[(h, w)] = json.loads(plan.model_dump_json())
+    bases.torchrec = _exported(bases.plans[("h100-pcie-host", "tiny")])
     return bases
+
+
+def _exported(plan: dict) -> dict:
+    """The TorchRec JSON ``placer export --torchrec`` writes for tiny's plan on h100-pcie-host."""
+    import contextlib
+    import io
+    import tempfile
+
+    from placer.cli import main
+
+    with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(io.StringIO()):
+        (Path(tmp) / "plan.json").write_text(json.dumps(plan))
+        code = main(["export", "--torchrec", str(ROOT / "hardware_specs" / "h100-pcie-host.yaml"),
+                     str(ROOT / "workloads" / "tiny.yaml"), str(Path(tmp) / "plan.json"), "-o",
+                     str(Path(tmp) / "plan.torchrec.json")])
+        assert code == 0, "placer export --torchrec failed on a shipped plan"
+        return json.loads((Path(tmp) / "plan.torchrec.json").read_text())
 
 
 # ---- document mutations -------------------------------------------------------------------------------------
@@ -254,6 +273,36 @@ def hostile_array(path: Path, rng: random.Random) -> str:
     return f"access file holds {kind}"
 
 
+#: tiny's features and their tables' rows (profile's ids must index them)
+TINY_FEATURES = {"f_user": 20000, "f_item": 5000, "f_geo": 300, "f_ad": 8000, "f_hist": 2000, "f_cat_a": 1000,
+                 "f_cat_b": 1000}
+
+
+def hostile_ids(path: Path, rng: random.Random) -> tuple[Path, str]:
+    """An .npz of ids per tiny feature for ``placer profile``: sound, or with one feature's ids out of range,
+    negative, float, NaN, 3-D, empty, an unknown key; or not an .npz at all."""
+    import numpy as np
+
+    kind = rng.choice(["sound", "sound", "out_of_range", "negative", "float", "nan", "3d", "empty", "unknown_key",
+                       "huge", "file"])
+    if kind == "file":
+        made, what = hostile_file(path.parent, rng, path.name)
+        return made, f"ids file is {what}"
+    gen = np.random.default_rng(rng.randrange(2 ** 32))
+    arrays = {f: gen.integers(0, rows, size=rng.choice([1, 100, 5000])) for f, rows in TINY_FEATURES.items()}
+    f = rng.choice(list(arrays))
+    bad = {"out_of_range": lambda a: a + 10 ** 6, "negative": lambda a: -a - 1, "float": lambda a: a + 0.5,
+           "nan": lambda a: np.full(a.shape, np.nan), "3d": lambda a: np.zeros((2, 2, 2), dtype=np.int64),
+           "empty": lambda a: a[:0], "huge": lambda a: np.full(a.shape, 2 ** 62, dtype=np.int64)}
+    if kind in bad:
+        arrays[f] = bad[kind](arrays[f])
+    elif kind == "unknown_key":
+        arrays["not_a_feature"] = arrays.pop(f)
+    with open(path, "wb") as fh:
+        np.savez(fh, **arrays)
+    return path, f"ids {kind} ({f})"
+
+
 # ---- cases -------------------------------------------------------------------------------------------------
 
 @dataclass
@@ -277,7 +326,7 @@ def _document(rng: random.Random, folder: Path, name: str, doc: dict, mutate: bo
     suffix = rng.choice([".yaml", ".yaml", ".json"]) if not name.startswith("plan") else ".json"
     if not mutate:
         return _write(folder, name + suffix, dump(doc, suffix)), ""
-    how = rng.choices(["doc", "text", "file", "access_file"], weights=[8, 2, 1, 1 if "tables" in doc else 0])[0]
+    how = rng.choices(["doc", "text", "file", "access_file"], weights=[8, 2, 1, 1 if isinstance(doc.get("tables"), list) else 0])[0]
     if how == "access_file":  # a table's access read from a .npy beside the workload: hostile file or array
         doc = copy.deepcopy(doc)
         i = rng.randrange(len(doc["tables"]))
@@ -296,7 +345,8 @@ def _document(rng: random.Random, folder: Path, name: str, doc: dict, mutate: bo
 
 #: how often the campaign draws each kind of case
 CAMPAIGN_WEIGHTS = {"check": 30, "check_plan": 10, "show": 5, "solve": 15, "simulate": 15, "baseline": 8,
-                    "args": 8, "run": 4, "compare": 3, "sweep": 2}
+                    "args": 8, "run": 4, "compare": 3, "sweep": 2, "explain": 5, "export": 3, "import": 3,
+                    "profile": 4}
 
 
 def make_case(rng: random.Random, folder: Path, bases: Bases, weights: dict[str, float] | None = None) -> Case:
@@ -335,6 +385,23 @@ def make_case(rng: random.Random, folder: Path, bases: Bases, weights: dict[str,
         return Case(command, ["compare", str(hw), str(wl), "--methods", "ilp,greedy_size,fae"] + fast, note, 120)
     if command == "sweep":
         return Case(command, ["sweep", str(hw), str(wl), "--json"] + fast, note, 120)
+    if command == "explain":
+        return Case(command, ["explain", str(hw), str(wl), str(plan), "--json"], note, 90)
+    if command == "export":
+        return Case(command, ["export", "--torchrec", str(hw), str(wl), str(plan), "-o",
+                              str(folder / "plan.torchrec.json")], note, 90)
+    if command == "import":
+        h, w = (folder / "hwi.yaml"), (folder / "wli.yaml")
+        h.write_text(dump(bases.hardware["h100-pcie-host"], ".yaml"))
+        w.write_text(dump(bases.workloads["tiny"], ".yaml"))
+        tr, tnote = _document(rng, folder, "plantr", bases.torchrec, rng.random() < 0.9)
+        return Case(command, ["import", "--torchrec", str(tr), str(h), str(w), "-o", out], f"import: {tnote}", 60)
+    if command == "profile":
+        w = folder / "wlp.yaml"
+        w.write_text(dump(bases.workloads["tiny"], ".yaml"))
+        data, dnote = hostile_ids(folder / "ids.npz", rng)
+        return Case(command, ["profile", str(w), str(data), "--format", "npy", "-o", str(folder / "prof.yaml")],
+                    f"profile: {dnote}", 60)
     if command == "run":
         hw_cpu, _ = _document(rng, folder, "hwcpu", bases.hardware["local-cpu-procs"], target == "hw")
         plan_cpu, pnote = _document(rng, folder, "plancpu", bases.plans[("local-cpu-procs", "tiny")],
