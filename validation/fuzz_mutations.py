@@ -1,6 +1,6 @@
 """Hostile inputs for placer: mutated copies of the shipped specs, workloads, plans and a TorchRec export,
-hostile files, hostile id samples for ``profile`` and hostile command-line arguments. Shared by the fuzz campaign (validation/fuzz_inputs.py) and the suite's fuzz
-test (tests/test_fuzz.py). Every mutation is drawn from a ``random.Random``, so a case is reproduced by its seed.
+hostile files, hostile id samples for ``profile`` and hostile command-line arguments. Shared by the fuzz
+campaign (validation/fuzz_inputs.py) and the suite's fuzz test (tests/test_fuzz.py). Every mutation is drawn from a ``random.Random``, so a case is reproduced by its seed.
 
 A *case* is a command line for ``placer`` plus the files it needs, written into a scratch folder:
 ``Case(command, argv, files, note)``. ``make_case(rng, folder, bases)`` draws one.

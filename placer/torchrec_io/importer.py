@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pickle
 import zipfile
-from pathlib import Path
 
 from placer.errors import SpecError
 from placer.plan import Plan, SpecRef
 from placer.specs.documents import parse_json
+from placer.specs.files import read_bytes_guarded
 from placer.specs.workload import Workload
 from placer.topology import Topology
 from placer.torchrec_io import FORMAT, FORMAT_VERSION, INSTALL_HINT, mapping
@@ -22,10 +22,7 @@ from placer.torchrec_io import FORMAT, FORMAT_VERSION, INSTALL_HINT, mapping
 def read_source(path: str, *, allow_pickle: bool = False) -> dict:
     """The export document of ``path``: JSON as written by ``placer export --torchrec``, or (with
     ``allow_pickle``) a pickled ShardingPlan turned into one. SpecError names the file."""
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise SpecError(f"cannot read ({exc.strerror or exc})", file=str(path)) from None
+    raw = read_bytes_guarded(path, what="TorchRec plan")  # regular files only, size-capped: never /dev/zero
     if raw[:1] in (b"{", b"[") or raw.lstrip()[:1] == b"{":
         doc = parse_json(raw.decode("utf-8", errors="replace"), str(path))
         if not isinstance(doc, dict):
