@@ -317,7 +317,7 @@ def test_cluster_size_is_bounded(tmp_path, capsys):
     doc = _edit(HW, nodes=[{"template": T, "count": 60000}], fabric={"latency_us": 1})
     f = tmp_path / "hw.yaml"
     f.write_text(yaml.safe_dump(doc))
-    assert "more than the 131,072 placer models" in _in_thread(lambda: _check(f, capsys))
+    assert "more than the 1,024 placer models" in _in_thread(lambda: _check(f, capsys))
 
 
 def test_empty_peak_mapping(tmp_path, capsys):
