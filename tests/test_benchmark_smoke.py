@@ -27,7 +27,8 @@ def test_quick_benchmark_writes_json_and_markdown(tmp_path):
     assert {"cpu_cores", "ram_bytes"} <= set(run["machine"])
     rows = data["rows"]
     methods = {r["method"] for r in rows}
-    assert methods == {"ilp", "host_cpu", "uvm", "greedy_size", "round_robin", "random", "fae"}
+    placer_methods = {"ilp", "host_cpu", "uvm", "greedy_size", "round_robin", "random", "fae"}
+    assert methods - {"torchrec"} == placer_methods  # TorchRec's planner joins where torchrec is installed (CI)
     for row in rows:
         assert ROW_KEYS <= set(row), (row["method"], ROW_KEYS - set(row))
         assert row["status"] in ("optimal", "feasible", "heuristic"), row

@@ -111,6 +111,10 @@ def forced(topo, wl, hot: float | None, precision: str | None):
     return out
 
 
+#: the smoke run's methods: the first two with different placements are run (greedy_size may equal the ILP)
+SMOKE_METHODS = ("ilp", "greedy_size", "host_cpu", "round_robin")
+
+
 def make_plans(spec: Path, wl_path: Path, folder: Path, time_limit: float, smoke: bool) -> list[tuple[str, Path]]:
     """Every method's plan and the forced ones, deduplicated by placements, written as JSON: (name, path)."""
     from placer.cost import CostModel
@@ -124,7 +128,7 @@ def make_plans(spec: Path, wl_path: Path, folder: Path, time_limit: float, smoke
     topo = Topology(hw, wl.dense.dtype)
     model = CostModel(topo, wl)
     plans: list[tuple[str, Plan]] = []
-    for method in (["ilp", "greedy_size"] if smoke else METHODS):
+    for method in (SMOKE_METHODS if smoke else METHODS):
         try:
             plans.append((method, solve(topo, wl, SolveConfig(method=method, time_limit_s=time_limit))))
         except PlacerError as exc:
@@ -152,6 +156,8 @@ def make_plans(spec: Path, wl_path: Path, folder: Path, time_limit: float, smoke
         path = folder / f"{name.replace(':', '-').replace('%', 'pct')}.json"
         plan.write(path)
         out.append((name, path))
+        if smoke and len(out) == 2:
+            break
     return out
 
 
