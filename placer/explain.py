@@ -112,20 +112,44 @@ class Explainer:
                 for k, v in self.group_charges[g].items():
                     full[k] += v
         self.full = full
-        self.by_phase: list[list[tuple[float, str]]] = [[] for _ in PHASES]
-        for (ph, res), v in full.items():
-            self.by_phase[ph].append((v, res))
-        for lst in self.by_phase:  # stable: ties keep predict()'s order, so the same bottleneck is named
-            lst.sort(key=lambda x: -x[0])
         self.latency = model.fixed_latency_s
-        self.times, self.resources = self._phases({})
-        self.step = sum(self.times)
+        self._index_phases()
         self.worst = max(range(len(PHASES)), key=lambda p: self.times[p])
         self.bottleneck = self._bottleneck(self.times, self.resources)
         self.base_memory = base.memory
         self.usable = model.usable_memory
 
     # ---- incremental pricing ----------------------------------------------------------------------------
+
+    def _index_phases(self) -> None:
+        """Each phase's resources busiest first, from ``self.full``, and the plan's phase times and step."""
+        self.by_phase: list[list[tuple[float, str]]] = [[] for _ in PHASES]
+        for (ph, res), v in self.full.items():
+            self.by_phase[ph].append((v, res))
+        for lst in self.by_phase:  # stable: ties keep predict()'s order, so the same bottleneck is named
+            lst.sort(key=lambda x: -x[0])
+        self.times, self.resources = self._phases({})
+        self.step = sum(self.times)
+
+    def _load_delta(self, old: Cost, new: Cost) -> tuple[dict, dict]:
+        """({(phase, resource): seconds added}, {group: placements using it after}) when a table's cost
+        ``old`` is replaced by ``new``: its own loads, and each fused group's once-per-group charge where the
+        group starts or stops being used."""
+        delta: dict = defaultdict(float)
+        for k, v in old.loads.items():
+            delta[k] -= v
+        for k, v in new.loads.items():
+            delta[k] += v
+        counts = {}
+        for g in set(old.once) | set(new.once):
+            n0 = self.group_count.get(g, 0)
+            n1 = counts[g] = n0 - (g in old.once) + (g in new.once)
+            if (n0 > 0) != (n1 > 0):
+                charges = self.group_charges.get(g) or new.once[g]
+                sign = 1.0 if n1 > 0 else -1.0
+                for k, v in charges.items():
+                    delta[k] += sign * v
+        return delta, counts
 
     def _phases(self, changed: dict) -> tuple[list[float], list[str | None]]:
         """Phase times and busiest resources with ``changed`` {(phase, resource): new seconds} applied."""
@@ -158,19 +182,7 @@ class Explainer:
         (None: the table removed). Overflows as simulate.memory_overflows: (memory, placed, usable)."""
         old = self.costs[self.index[table]]
         new = new or Cost()
-        delta: dict = defaultdict(float)
-        for k, v in old.loads.items():
-            delta[k] -= v
-        for k, v in new.loads.items():
-            delta[k] += v
-        for g in set(old.once) | set(new.once):
-            n0 = self.group_count.get(g, 0)
-            n1 = n0 - (g in old.once) + (g in new.once)
-            if (n0 > 0) != (n1 > 0):
-                charges = self.group_charges.get(g) or new.once[g]
-                sign = 1.0 if n1 > 0 else -1.0
-                for k, v in charges.items():
-                    delta[k] += sign * v
+        delta, _ = self._load_delta(old, new)
         changed = {k: self.full.get(k, 0.0) + d for k, d in delta.items()}
         times, names = self._phases(changed)
         over = []

@@ -27,9 +27,8 @@ single-stage one (``objective``, ``before``, ``after``, ``result``, ``wall_s``, 
 from __future__ import annotations
 
 import time
-from collections import defaultdict
 
-from placer.cost import PHASES, Cost, CostModel
+from placer.cost import Cost, CostModel
 from placer.explain import Explainer
 from placer.options import OptionConfig, table_options
 from placer.plan import Placement, Plan
@@ -49,19 +48,9 @@ class _Pricer(Explainer):
     def keep(self, table: str, new: Cost) -> None:
         i = self.index[table]
         old = self.costs[i]
-        delta: dict = defaultdict(float)
-        for k, v in old.loads.items():
-            delta[k] -= v
-        for k, v in new.loads.items():
-            delta[k] += v
-        for g in set(old.once) | set(new.once):
-            n0 = self.group_count.get(g, 0)
-            n1 = n0 - (g in old.once) + (g in new.once)
-            if (n0 > 0) != (n1 > 0):
-                charges = self.group_charges.get(g) or new.once[g]
-                for k, v in charges.items():
-                    delta[k] += v if n1 > 0 else -v
-            self.group_count[g] = n1
+        delta, counts = self._load_delta(old, new)
+        for g, n in counts.items():
+            self.group_count[g] = n
             if g in new.once:
                 self.group_charges.setdefault(g, new.once[g])
         for k, d in delta.items():
@@ -71,13 +60,7 @@ class _Pricer(Explainer):
         for k, v in new.memory.items():
             self.memory[k] += v
         self.costs[i] = new
-        self.by_phase = [[] for _ in PHASES]
-        for (ph, res), v in self.full.items():
-            self.by_phase[ph].append((v, res))
-        for lst in self.by_phase:
-            lst.sort(key=lambda x: -x[0])
-        self.times, self.resources = self._phases({})
-        self.step = sum(self.times)
+        self._index_phases()
 
 
 def step_cap(first_step_s: float, lower_bound_s: float, gap: float, ceiling_s: float | None) -> float:
