@@ -1,11 +1,32 @@
 """Shared fixtures: small hand-made specs written to tmp files."""
 from __future__ import annotations
 
+import functools
+import os
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def require_torchrec() -> None:
+    """Skip the calling test when torchrec is missing, except under CI, which installs torchrec (README's test
+    command) and must run these tests: there the import fails the test."""
+    if os.environ.get("CI"):
+        import torchrec  # noqa: F401 -- CI must have it: fail, never skip
+        return
+    pytest.importorskip("torchrec")
+
+
+@functools.lru_cache(maxsize=None)
+def shipped_pair(hw: str, wl: str):
+    """(Topology, Workload) of a shipped hardware spec and workload, by file stem; cached."""
+    from placer.specs import load_hardware, load_workload
+    from placer.topology import Topology
+
+    w = load_workload(ROOT / f"workloads/{wl}.yaml")
+    return Topology(load_hardware(ROOT / f"hardware_specs/{hw}.yaml"), w.dense.dtype), w
 
 
 @pytest.fixture

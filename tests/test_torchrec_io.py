@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
-import os
 
 import pytest
 
@@ -15,39 +14,23 @@ from placer.cli import main
 from placer.plan import Placement, Plan, load_plan
 from placer.plan_price import priced_plan
 from placer.planner.solve import METHODS, SolveConfig, solve
-from placer.specs import load_hardware, load_workload
-from placer.topology import Topology
 from placer.torchrec_io.exporter import builder_module, export_document, mapped_plan
 from placer.torchrec_io.importer import plan_from_document
-from tests.conftest import ROOT
+from tests.conftest import ROOT, require_torchrec, shipped_pair
 
 PAIRS = [("h100-pcie-host", "tiny"), ("h100-pcie-host", "mlperf-dlrm-v1"), ("dgx-h100", "tiny"),
          ("dgx-h100", "mlperf-dlrm-v1"), ("dgx-h100-2node", "tiny"), ("dgx-h100-2node", "mlperf-dlrm-v1")]
 CASES = [(hw, wl, m) for hw, wl in PAIRS for m in METHODS]
 
 
-def _torchrec():
-    """torchrec, or a skip (a failure under CI=true: CI installs torchrec and must run these tests)."""
-    if os.environ.get("CI") == "true":
-        import torchrec  # noqa: F401 -- CI must have it: fail, never skip
-        return
-    pytest.importorskip("torchrec")
-
-
-@functools.lru_cache(maxsize=None)
-def _pair(hw: str, wl: str):
-    w = load_workload(ROOT / f"workloads/{wl}.yaml")
-    return Topology(load_hardware(ROOT / f"hardware_specs/{hw}.yaml"), w.dense.dtype), w
-
-
 @functools.lru_cache(maxsize=None)
 def _plan(hw: str, wl: str, method: str) -> Plan:
-    topo, w = _pair(hw, wl)
+    topo, w = shipped_pair(hw, wl)
     return solve(topo, w, SolveConfig(method=method, time_limit_s=10))
 
 
 def _step(plan: Plan, hw: str, wl: str) -> float:
-    topo, w = _pair(hw, wl)
+    topo, w = shipped_pair(hw, wl)
     return priced_plan(plan, topo, w, check_hashes=False)["step_time_s"]
 
 
@@ -58,7 +41,7 @@ def _dump(placements) -> list[dict]:
 @pytest.mark.parametrize("hw,wl,method", CASES)
 def test_json_round_trip(hw, wl, method):
     """export -> import: TorchRec's mapping of the plan, exactly; the plan itself where TorchRec expresses it."""
-    topo, w = _pair(hw, wl)
+    topo, w = shipped_pair(hw, wl)
     plan = _plan(hw, wl, method)
     doc = json.loads(json.dumps(export_document(plan, topo, w, price_each=False)))
     back = plan_from_document(doc, topo, w, file="<export>")
@@ -78,7 +61,7 @@ def test_only_host_tables_are_inexact():
     """Every method's plan on the shipped pairs maps exactly but for host CPU lookups: hot/cold splits come
     back exactly through the cache load factor."""
     for hw, wl, method in CASES:
-        topo, w = _pair(hw, wl)
+        topo, w = shipped_pair(hw, wl)
         plan = _plan(hw, wl, method)
         mapped, _ = mapped_plan(plan, topo, w)
         changed = {p.table for p, q in zip(plan.placements, mapped.placements) if p.model_dump() != q.model_dump()}
@@ -88,7 +71,7 @@ def test_only_host_tables_are_inexact():
 def test_cache_load_factor_round_trip():
     """A row-wise table with a hot/cold split per shard -> fused_uvm_caching whose load factor gives every
     shard's split back; the ILP's plans have such tables too (checked by the JSON round trip)."""
-    topo, w = _pair("dgx-h100", "tiny")
+    topo, w = shipped_pair("dgx-h100", "tiny")
     base = _plan("dgx-h100", "tiny", "greedy_size")
     t = next(t for t in w.tables if t.rows >= 1000)
     gpus = topo.gpus_of_node("node0")
@@ -106,7 +89,7 @@ def test_cache_load_factor_round_trip():
 
 
 def test_two_node_row_wise_is_table_row_wise():
-    topo, w = _pair("dgx-h100-2node", "tiny")
+    topo, w = shipped_pair("dgx-h100-2node", "tiny")
     t = w.tables[0]
     from placer.options import row_wise_placement
 
@@ -139,13 +122,13 @@ def _builder(tmp_path, doc: dict):
 def test_torchrec_types_round_trip(tmp_path, hw, wl, method):
     """export -> TorchRec ShardingPlan / ParameterSharding / ParameterConstraints (the generated module)
     -> back to the document -> import: same placements, same step time."""
-    _torchrec()
+    require_torchrec()
     from torchrec.distributed.planner.types import ParameterConstraints
     from torchrec.distributed.types import EnumerableShardingSpec, ParameterSharding, ShardingPlan
 
     from placer.torchrec_io.torchrec_types import document_from_plan
 
-    topo, w = _pair(hw, wl)
+    topo, w = shipped_pair(hw, wl)
     plan = _plan(hw, wl, method)
     doc = export_document(plan, topo, w, price_each=False)
     module = _builder(tmp_path, doc)
@@ -173,7 +156,7 @@ def test_torchrec_types_round_trip(tmp_path, hw, wl, method):
 
 def test_cli_export_import_pickle(tmp_path, capsys):
     """The commands end to end, and a torch.save'd ShardingPlan read only with --allow-pickle."""
-    _torchrec()
+    require_torchrec()
     import torch
 
     hw, wl = str(ROOT / "hardware_specs/dgx-h100.yaml"), str(ROOT / "workloads/mlperf-dlrm-v1.yaml")

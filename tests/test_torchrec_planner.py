@@ -4,9 +4,7 @@ torchrec` exits 2 with the install line and `compare` skips it with a note. The 
 without it locally and fail instead under CI (CI installs torchrec, README's test command)."""
 from __future__ import annotations
 
-import functools
 import json
-import os
 import sys
 import time
 
@@ -16,26 +14,12 @@ from placer.cli import main
 from placer.cost import CostModel
 from placer.plan_price import priced_plan
 from placer.planner.solve import METHODS, SolveConfig, solve
-from placer.specs import load_hardware, load_workload
+from placer.specs import load_hardware
 from placer.topology import Topology
 from placer.torchrec_io import INSTALL_HINT
 from placer.torchrec_io import planner as trec_planner
 from placer.units import GiB
-from tests.conftest import ROOT
-
-
-def _torchrec():
-    """torchrec, or a skip (a failure under CI: CI installs torchrec and must run these tests)."""
-    if os.environ.get("CI"):
-        import torchrec  # noqa: F401 -- CI must have it: fail, never skip
-        return
-    pytest.importorskip("torchrec")
-
-
-@functools.lru_cache(maxsize=None)
-def _pair(hw: str, wl: str):
-    w = load_workload(ROOT / f"workloads/{wl}.yaml")
-    return Topology(load_hardware(ROOT / f"hardware_specs/{hw}.yaml"), w.dense.dtype), w
+from tests.conftest import ROOT, require_torchrec, shipped_pair
 
 
 def _paths(hw: str, wl: str) -> tuple[str, str]:
@@ -50,8 +34,8 @@ def _no_torchrec(monkeypatch):
 @pytest.mark.parametrize("hw", ["h100-pcie-host", "dgx-h100"])
 @pytest.mark.parametrize("wl", ["tiny", "mlperf-dlrm-v1"])
 def test_torchrec_plan_fits_and_prices(hw, wl):
-    _torchrec()
-    topo, w = _pair(hw, wl)
+    require_torchrec()
+    topo, w = shipped_pair(hw, wl)
     t0 = time.perf_counter()
     plan = solve(topo, w, SolveConfig(method="torchrec", time_limit_s=60))
     assert time.perf_counter() - t0 < 60
@@ -71,7 +55,7 @@ def test_torchrec_plan_fits_and_prices(hw, wl):
 
 def test_planner_inputs_from_the_specs():
     """What TorchRec is told: world and local sizes, per-rank capacities, bandwidths (bytes/ms), batch."""
-    topo, w = _pair("dgx-h100", "mlperf-dlrm-v1")
+    topo, w = shipped_pair("dgx-h100", "mlperf-dlrm-v1")
     inp = trec_planner.planner_inputs(CostModel(topo, w))
     t = inp.topology
     assert t["world_size"] == 8 and t["local_world_size"] == 8 and t["compute_device"] == "cuda"
@@ -81,18 +65,18 @@ def test_planner_inputs_from_the_specs():
     assert "inter_host_bw" not in t and t["intra_host_bw"] > 0
     assert inp.batch_size == 16384 // 8
     assert inp.pooling_factors["C1"] == [1.0] and inp.optimizer == "sgd"
-    topo2, _ = _pair("dgx-h100-2node", "mlperf-dlrm-v1")
+    topo2, _ = shipped_pair("dgx-h100-2node", "mlperf-dlrm-v1")
     t2 = trec_planner.planner_inputs(CostModel(topo2, w)).topology
     assert t2["world_size"] == 16 and t2["local_world_size"] == 8
     assert t2["inter_host_bw"] == pytest.approx(8 * 50e9 / 8 / 1e3)
-    topo3, tiny = _pair("h100-pcie-host", "tiny")
+    topo3, tiny = shipped_pair("h100-pcie-host", "tiny")
     inp3 = trec_planner.planner_inputs(CostModel(topo3, tiny))
     assert inp3.pooling_factors["t_shared"] == [1.0, 1.0] and inp3.feature_names["t_shared"] == ["f_cat_a", "f_cat_b"]
     assert inp3.pooling_factors["t_hist"] == [2.0]
 
 
 def test_compare_lists_torchrec(capsys):
-    _torchrec()
+    require_torchrec()
     hw, wl = _paths("h100-pcie-host", "tiny")
     assert "torchrec" in METHODS
     assert main(["compare", hw, wl, "--json", "--methods", "ilp,greedy_size,torchrec", "--time-limit", "10"]) == 0
@@ -104,7 +88,7 @@ def test_compare_lists_torchrec(capsys):
 
 def test_compare_dgx_h100_mlperf_with_torchrec(capsys):
     """issue 18's target: compare with the torchrec method on mlperf-dlrm-v1 @ dgx-h100 in < 60 s."""
-    _torchrec()
+    require_torchrec()
     hw, wl = _paths("dgx-h100", "mlperf-dlrm-v1")
     t0 = time.perf_counter()
     assert main(["compare", hw, wl, "--json", "--time-limit", "20"]) == 0
@@ -115,7 +99,7 @@ def test_compare_dgx_h100_mlperf_with_torchrec(capsys):
 
 
 def test_solve_torchrec_writes_a_plan_that_simulates(tmp_path, capsys):
-    _torchrec()
+    require_torchrec()
     hw, wl = _paths("h100-pcie-host", "tiny")
     out = tmp_path / "trec.json"
     assert main(["solve", hw, wl, "--method", "torchrec", "-o", str(out)]) == 0
@@ -150,7 +134,7 @@ def test_without_torchrec_compare_skips_it_with_a_note(monkeypatch, capsys):
 
 
 def test_planner_failure_is_a_row_not_a_crash(monkeypatch, capsys):
-    _torchrec()
+    require_torchrec()
 
     def boom(inputs, time_limit_s):
         raise RuntimeError("no sharding fits")
@@ -166,10 +150,10 @@ def test_planner_failure_is_a_row_not_a_crash(monkeypatch, capsys):
 
 
 def test_planner_time_limit(monkeypatch):
-    _torchrec()
+    require_torchrec()
     monkeypatch.setattr(trec_planner, "WATCHDOG_GRACE_S", 0.0)
     monkeypatch.setattr(trec_planner, "_run_torchrec", lambda inputs, limit: time.sleep(3))
-    topo, w = _pair("h100-pcie-host", "tiny")
+    topo, w = shipped_pair("h100-pcie-host", "tiny")
     t0 = time.perf_counter()
     with pytest.raises(trec_planner.TorchRecPlannerError, match="no plan within 1 s"):
         trec_planner.torchrec_plan(CostModel(topo, w), time_limit_s=1.0)
@@ -177,7 +161,7 @@ def test_planner_time_limit(monkeypatch):
 
 
 def test_machines_torchrec_cannot_describe():
-    topo, w = _pair("dgx-h100", "tiny")
+    topo, w = shipped_pair("dgx-h100", "tiny")
     model = CostModel(topo, w)
     model_copy = trec_planner.planner_inputs(model)
     assert model_copy.topology["world_size"] == 8
