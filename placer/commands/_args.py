@@ -69,6 +69,17 @@ def float_range(lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = 
     return parse
 
 
+def check(parse, value, flag: str):
+    """``parse(str(value))`` for a value that did not come through argparse (the Python API, a namespace built
+    by hand): the same range, a SpecError naming ``flag`` instead of argparse's usage message."""
+    from placer.errors import SpecError
+
+    try:
+        return parse(str(value))
+    except argparse.ArgumentTypeError as exc:
+        raise SpecError(str(exc), field=flag) from None
+
+
 #: solver time limit, seconds
 time_limit = float_range(0.0, MAX_TIME_LIMIT_S, lo_open=True, what="the time limit in seconds")
 #: relative MIP gap, a fraction

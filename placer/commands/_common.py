@@ -50,14 +50,10 @@ def with_batch(wl, batch: int):
     """``wl`` with its global batch_size replaced, validated again; unchanged when ``batch`` is its own."""
     from pydantic import ValidationError
 
-    from placer.errors import SpecError
     from placer.specs.loading import validation_to_spec_error
     from placer.specs.workload import Workload
 
-    try:
-        _args.batch(str(batch))
-    except argparse.ArgumentTypeError as exc:
-        raise SpecError(str(exc), field="--batch") from None
+    _args.check(_args.batch, batch, "--batch")
     if batch == wl.batch_size:
         return wl
     try:
@@ -71,13 +67,9 @@ def with_batch(wl, batch: int):
 def with_gpus(spec, gpus: int):
     """``spec`` with its first node template replicated to ``gpus`` GPUs (placer.sweep.spec_for_gpus: whole
     nodes, SpecError naming --gpus otherwise); unchanged when it already has that many in one node group."""
-    from placer.errors import SpecError
     from placer.sweep import spec_for_gpus
 
-    try:
-        _args.gpus(str(gpus))
-    except argparse.ArgumentTypeError as exc:
-        raise SpecError(str(exc), field="--gpus") from None
+    _args.check(_args.gpus, gpus, "--gpus")
     if gpus == spec.num_gpus and len(spec.nodes) == 1:
         return spec
     new = spec_for_gpus(spec, int(gpus))
@@ -117,17 +109,11 @@ def load_pair(args):
 def solve_config(args, method: str | None = None) -> SolveConfig:
     """The SolveConfig of the parsed arguments (argparse's types have checked their ranges: _args.py; checked
     again here for callers that build the namespace themselves)."""
-    from placer.errors import SpecError
-
     checks = (("--time-limit", args.time_limit, _args.time_limit), ("--gap", args.gap, _args.gap),
               ("--seed", args.seed, _args.seed), ("--threads", args.threads, _args.threads))
     for flag, value, parse in checks:
-        if value is None and flag == "--threads":
-            continue
-        try:
-            parse(str(value))
-        except argparse.ArgumentTypeError as exc:
-            raise SpecError(str(exc), field=flag) from None
+        if value is not None or flag != "--threads":
+            _args.check(parse, value, flag)
     return SolveConfig(method=method or getattr(args, "method", "ilp"), solver=args.solver,
                        time_limit_s=args.time_limit, gap=args.gap, threads=args.threads, seed=args.seed,
                        options=OptionConfig(fp16=not args.no_fp16))
