@@ -246,13 +246,15 @@ class ProgramBuilder:
             g = self.gpus[0]
             ops.append(Op("pack_grad", BX, self.stream(g), self.topo.op_costs(g).stream_s(2 * per_gpu), key, m.table,
                           sizes={"bytes": per_gpu}))
-        for g in self.gpus:
+        # The links' load of all the copies, summed over the GPUs from the cached one-byte scatter (and gather):
+        # carried by the first GPU's copy ops (only the sums matter: cost_of adds traffic per phase and link).
+        there = tuple(self.traffic.exchange(host, per_gpu, True)) if self.include_exchange else ()
+        back = tuple(self.traffic.exchange(host, per_gpu, False)) if self.include_exchange else ()
+        for i, g in enumerate(self.gpus):
             seconds = per_gpu / self.traffic.path_Bps(host, g)
-            there = tuple(self.traffic.send(host, g, per_gpu)) if self.include_exchange else ()
-            back = tuple(self.traffic.send(g, host, per_gpu)) if self.include_exchange else ()
-            ops.append(Op("copy_h2d", FX, self.stream(g), seconds, key, m.table, traffic=there,
+            ops.append(Op("copy_h2d", FX, self.stream(g), seconds, key, m.table, traffic=there if i == 0 else (),
                           sizes={"bytes": per_gpu}))
-            ops.append(Op("copy_d2h", BX, self.stream(g), seconds, key, m.table, traffic=back,
+            ops.append(Op("copy_d2h", BX, self.stream(g), seconds, key, m.table, traffic=back if i == 0 else (),
                           sizes={"bytes": per_gpu}))
         return ops
 
