@@ -145,6 +145,9 @@ class SolverInfo(_PlanModel):
     note: str | None = None
     #: the second objective (planner/tiebreak.py): {objective, before, after, step_time_s, ...}
     tie_break: dict | None = None
+    #: wall seconds per stage of the solve (planner/budget.py), e.g. {"baselines": s, "stage 1": s, ...}; None in
+    #: plans written before it was recorded, and for the baselines
+    stage_times_s: dict[str, _Amount] | None = None
 
 
 class Plan(_PlanModel):

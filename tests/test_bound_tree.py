@@ -14,7 +14,7 @@ from placer.planner import ilp
 from placer.planner.bound_tree import BoundTree
 from placer.planner.lp import Relaxation
 from placer.planner.problem import CountRow, Problem
-from placer.planner.scale import peak_levels
+from placer.planner.stage1 import peak_levels
 
 
 def _random_problem(seed: int, tables: int = 5) -> Problem:

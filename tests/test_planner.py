@@ -213,15 +213,16 @@ def test_two_stage_on_16_gpus(wl):
 
 def test_two_stage_bound_is_below_the_full_ilp_optimum():
     """On a case small enough for the full ILP to prove optimality, the aggregated bound lies below it."""
-    from placer.planner.scale import solve_two_stage
+    from placer.planner.budget import Budget
     from placer.planner.symmetry import Symmetry
+    from placer.planner.two_stage import solve_two_stage
 
     workload = load_workload(ROOT / "workloads" / "tiny.yaml")
     topo = Topology(load_hardware(ROOT / "hardware_specs" / "dgx-h100.yaml"), workload.dense.dtype)
     model = CostModel(topo, workload)
     full = solve(topo, workload, SolveConfig(gap=0.0, time_limit_s=60))
     assert full.solver.status == "optimal"
-    placements, bound, _, _ = solve_two_stage(model, Symmetry.of(topo), OptionConfig(), time_limit_s=20, gap=0.0,
+    placements, bound, _, _ = solve_two_stage(model, Symmetry.of(topo), OptionConfig(), budget=Budget(20), gap=0.0,
                                               backend="cbc", threads=None)
     assert bound <= full.predicted["step_time_s"] * (1 + 1e-9)
     assert placements is not None
@@ -234,7 +235,7 @@ def test_peak_levels_keep_the_optimum_and_tighten_the_relaxation(seed):
     import numpy as np
 
     from placer.planner.problem import Problem
-    from placer.planner.scale import peak_levels
+    from placer.planner.stage1 import peak_levels
 
     rng = np.random.default_rng(seed)
     groups, oid = [], 0
@@ -313,25 +314,31 @@ def test_fae_budgets_what_its_hot_cold_splits_add_to_the_gpu():
 @pytest.mark.parametrize("move, hardware, order, gain", [("swap", "dgx-h100-2node", "weight", 0.003),
                                                        ("repack", "dgx-h100-16node", "size", 0.0)])
 def test_stage2_moves_lower_the_step_and_keep_the_books_exact(move, hardware, order, gain):
-    """Swaps (scale.TwoStagePlanner.swap) and pairwise repacking (repack.repack), each from a plain greedy
+    """Swaps (assign.Assigner.swap) and pairwise repacking (repack.repack), each from a plain greedy
     assignment of production-856, lower the step, the incremental loads stay those of the placements priced
     afresh, and memory still fits. Measured on the step-program model (2026-11-23): swaps on 16 GPUs 56.1 ->
     55.8 ms; on 128 GPUs the greedy assignment leaves repacking nothing to gain (2 repacks, 19.694 -> 19.687
     ms), so there the busiest forward GPU is first given another GPU's table, which repacking must take back."""
     from placer.cost import FWD
-    from placer.planner.baselines import Accumulator
+    from placer.planner.accumulator import Accumulator
+    from placer.planner.assign import Assigner
+    from placer.planner.budget import Budget
+    from placer.planner.context import Context
+    from placer.planner.kinds import KindFolder
     from placer.planner.repack import repack
-    from placer.planner.scale import TwoStagePlanner
+    from placer.planner.stage1 import solve_stage1
     from placer.planner.symmetry import Symmetry
 
     workload = load_workload(ROOT / "workloads" / "production-856.yaml")
     topo = Topology(load_hardware(ROOT / "hardware_specs" / f"{hardware}.yaml"), workload.dense.dtype)
     model = CostModel(topo, workload)
-    planner = TwoStagePlanner(model, Symmetry.of(topo), OptionConfig())
-    kinds = planner.kinds()
-    result = planner.stage1(kinds, time_limit_s=5, gap=0.005, backend="cbc", threads=None)
+    ctx = Context.of(model, Symmetry.of(topo), OptionConfig())
+    kinds = KindFolder(ctx).kinds()
+    stage1 = solve_stage1(ctx, kinds, Budget(5), gap=0.005, backend="cbc", threads=None)
+    result = stage1.result
     flat = [k for ks in kinds for k in ks]
-    planner.set_scale(planner.stage1_problem.phase_times(result.chosen))
+    planner = Assigner(ctx)
+    planner.set_scale(stage1.problem.phase_times(result.chosen))
     placements, acc = planner.assign([flat[i] for i in result.chosen], kinds, order)
     if move == "repack":  # unbalance: the busiest forward GPU takes a table from another GPU
         (_, busiest), _ = acc.busiest(FWD)
@@ -346,9 +353,9 @@ def test_stage2_moves_lower_the_step_and_keep_the_books_exact(move, hardware, or
         acc.add(model.placement_cost(placements[ti]))
     before = acc.step
     if move == "swap":
-        assert planner.swap(placements, acc, deadline=float("inf")) > 0
+        assert planner.swap(placements, acc, Budget.unlimited()) > 0
     else:
-        assert repack(planner, placements, acc, deadline=float("inf")) > 0
+        assert repack(planner, placements, acc, Budget.unlimited()) > 0
     fresh = Accumulator(model)
     for p in placements:
         fresh.add(model.placement_cost(p))

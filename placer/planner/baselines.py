@@ -14,16 +14,18 @@
 """
 from __future__ import annotations
 
-import weakref
 from collections import defaultdict
-from collections.abc import Mapping
 
 import numpy as np
 
-from placer.cost import PHASES, Cost, CostModel
+from placer.cost import CostModel
 from placer.errors import InfeasibleError
-from placer.options import hot_rows_levels
+from placer.options import OptionConfig, hot_rows_levels
 from placer.plan import Placement, Shard
+from placer.planner.accumulator import Accumulator
+from placer.planner.assign import Assigner
+from placer.planner.context import Context
+from placer.planner.symmetry import Symmetry
 from placer.specs.workload import TableSpec
 from placer.units import GiB
 
@@ -31,136 +33,6 @@ BASELINES = ("host_cpu", "uvm", "greedy_size", "round_robin", "random", "fae")
 #: Planners outside placer, run when installed (placer/torchrec_io/planner.py): not in BASELINES, so the ILP
 #: does not run them for its warm start (importing TorchRec alone takes ~2 s)
 EXTERNAL = ("torchrec",)
-
-
-class LoadIndex:
-    """Every (phase, resource) load of a model numbered densely, phase by phase (phase p holds
-    ``p * width ... (p + 1) * width - 1``), and every memory; with the memories' usable bytes."""
-
-    def __init__(self, model: CostModel):
-        names = list(model.topo.resources)
-        self.width = len(names)
-        self.keys = [(p, r) for p in range(len(PHASES)) for r in names]
-        self.of = {key: i for i, key in enumerate(self.keys)}
-        self.mem_names = list(model.usable_memory)
-        self.mem_of = {m: i for i, m in enumerate(self.mem_names)}
-        self.usable = np.array([model.usable_memory[m] for m in self.mem_names], dtype=np.float64)
-
-    def phase(self, p: int) -> slice:
-        return slice(p * self.width, (p + 1) * self.width)
-
-
-_INDEXES: "weakref.WeakKeyDictionary[CostModel, LoadIndex]" = weakref.WeakKeyDictionary()
-
-
-def load_index(model: CostModel) -> LoadIndex:
-    """The model's LoadIndex (built once per model)."""
-    if model not in _INDEXES:
-        _INDEXES[model] = LoadIndex(model)
-    return _INDEXES[model]
-
-
-class _ArrayView(Mapping):
-    """Read-only dict view of an Accumulator array: name -> value (0 for a name never loaded)."""
-
-    def __init__(self, values: np.ndarray, of: dict, names: list):
-        self._values, self._of, self._names = values, of, names
-
-    def __getitem__(self, key) -> float:
-        return float(self._values[self._of[key]])
-
-    def __iter__(self):
-        return iter(self._names)
-
-    def __len__(self) -> int:
-        return len(self._names)
-
-
-class Accumulator:
-    """Loads (s) and memory (bytes) placed so far, with the step time and fit of one more placement,
-    incrementally. Kept as arrays numbered by ``index`` (``load_array``, ``memory_array``: callers may score
-    many devices at once); ``loads`` and ``memory`` read them by name. A fused group's fixed costs
-    (``Cost.once``) are in the loads while at least one placement added uses the group."""
-
-    def __init__(self, model: CostModel):
-        self.model = model
-        self.index = index = load_index(model)
-        self.load_array = np.zeros(len(index.keys))
-        self.memory_array = np.zeros(len(index.mem_names))
-        self.loads = _ArrayView(self.load_array, index.of, index.keys)
-        self.memory = _ArrayView(self.memory_array, index.mem_of, index.mem_names)
-        self.group_users: dict = {}  # fused group -> placements added that use it
-        for key, v in model.base_cost.total_loads().items():
-            self.load_array[index.of[key]] += v
-        self.phase_max = [float(self.load_array[index.phase(p)].max()) for p in range(len(PHASES))]
-
-    def fits(self, cost: Cost) -> bool:
-        at, mem, usable = self.index.mem_of, self.memory_array, self.index.usable
-        return all(mem[at[m]] + b <= usable[at[m]] for m, b in cost.memory.items())
-
-    def _effective(self, cost: Cost, adding: bool) -> Cost:
-        """``cost`` with the fixed costs of the groups it opens (adding) or closes (removing) as loads."""
-        flips = [g for g in cost.once if self.group_users.get(g, 0) == (0 if adding else 1)]
-        if not flips:
-            return cost
-        loads = dict(cost.loads)
-        for g in flips:
-            for key, v in cost.once[g].items():
-                loads[key] = loads.get(key, 0.0) + v
-        return Cost(loads=loads, memory=cost.memory)
-
-    def step_with(self, cost: Cost) -> float:
-        """The step time with ``cost`` added (a negative correction is not let lower a phase's maximum here:
-        an upper estimate for such options, exact for all others)."""
-        new_max = list(self.phase_max)
-        for key, v in self._effective(cost, True).loads.items():
-            new_max[key[0]] = max(new_max[key[0]], self.loads[key] + v)
-        return sum(new_max)
-
-    def add(self, cost: Cost) -> None:
-        at, values, phases = self._shift(self._effective(cost, True), 1.0)
-        for g in cost.once:
-            self.group_users[g] = self.group_users.get(g, 0) + 1
-        for p, cols in phases.items():
-            if (values[cols] < 0).any():  # a correction (a replica is not exchanged) may lower the maximum
-                self.phase_max[p] = float(self.load_array[self.index.phase(p)].max())
-            else:
-                self.phase_max[p] = max(self.phase_max[p], float(self.load_array[at[cols]].max()))
-
-    def remove(self, cost: Cost) -> None:
-        """Take a placement's cost back out (phase maxima recomputed for the phases it touched)."""
-        at, values, phases = self._shift(self._effective(cost, False), -1.0)
-        for g in cost.once:
-            self.group_users[g] -= 1
-        for p, cols in phases.items():  # a load at the maximum left (or a correction was taken back): recompute
-            if (values[cols] < 0).any() or \
-                    (self.load_array[at[cols]] + values[cols] >= self.phase_max[p] * (1 - 1e-12)).any():
-                self.phase_max[p] = float(self.load_array[self.index.phase(p)].max())
-
-    def busiest(self, phase: int) -> tuple[tuple[int, str], float]:
-        """The (phase, resource) key with the largest load in ``phase``, and that load (s)."""
-        sl = self.index.phase(phase)
-        i = int(np.argmax(self.load_array[sl]))
-        return self.index.keys[sl.start + i], float(self.load_array[sl.start + i])
-
-    def _shift(self, cost: Cost, sign: float):
-        """Add ``sign`` x the cost's loads and memory; returns (load indices, loads, {phase: positions})."""
-        of, n = self.index.of, len(cost.loads)
-        at = np.fromiter((of[k] for k in cost.loads), np.int64, n)
-        values = np.fromiter(cost.loads.values(), np.float64, n)
-        self.load_array[at] += sign * values  # a cost's keys are distinct
-        if cost.memory:
-            mem_of = self.index.mem_of
-            self.memory_array[[mem_of[m] for m in cost.memory]] += sign * np.fromiter(
-                cost.memory.values(), np.float64, len(cost.memory))
-        phase_of = at // self.index.width
-        phases = {int(p): np.flatnonzero(phase_of == p) for p in np.unique(phase_of)}
-        return at, values, phases
-
-    @property
-    def step(self) -> float:
-        """Step time so far without fixed latencies, seconds."""
-        return sum(self.phase_max)
 
 
 def _table_wise(t: TableSpec, gpu: str, hbm_rows: int, precision: str = "fp32") -> Placement:
@@ -216,20 +88,16 @@ def host_cpu(model: CostModel, seed: int = 0) -> list[Placement]:
 
 
 #: With more GPUs than this, the "GPU where the step time grows least" is found through the cluster's
-#: symmetry (comparing the loads on each GPU's own resources; see planner/scale.py) instead of pricing
-#: the table on every GPU.
+#: symmetry (comparing the loads on each GPU's own resources, as stage 2 of the two-stage planner does:
+#: planner/assign.py) instead of pricing the table on every GPU.
 SYMMETRIC_PICK_MIN_GPUS = 9
 
 
-def _symmetric_picker(model: CostModel):
+def _symmetric_picker(model: CostModel) -> Assigner | None:
     if len(model.topo.gpus) < SYMMETRIC_PICK_MIN_GPUS:
         return None
-    from placer.options import OptionConfig
-    from placer.planner.scale import TwoStagePlanner
-    from placer.planner.symmetry import Symmetry
-
     sym = Symmetry.of(model.topo)
-    return TwoStagePlanner(model, sym, OptionConfig()) if sym else None
+    return Assigner(Context.of(model, sym, OptionConfig())) if sym else None
 
 
 def _least_step_gpu(model: CostModel, acc: Accumulator, t: TableSpec, hbm_rows: int, picker) -> Placement | None:

@@ -1,6 +1,6 @@
 """Branch and bound for the lower bound alone: raise the relaxation's bound by splitting where it mixes.
 
-The relaxation of stage 1 (scale.py) is a mixture: e.g. 61% of a plan where one table's column-wise block
+The relaxation of stage 1 (stage1.py) is a mixture: e.g. 61% of a plan where one table's column-wise block
 sets a 2.2 ms forward phase, 39% of one where that table is row-wise over all GPUs and the exchange is
 heavier. Every integer plan lies on one side of a split, so the least bound over the leaves of a tree of
 splits is a valid lower bound, and it rises where the mixture was hiding a real choice. Splits tried:

@@ -16,24 +16,21 @@ pays when the tables that send most per byte of HBM read go to those GPUs. Re-in
   each full phase at the most of its maximum now and the starved GPUs' loads (at most MAX_GROWTH higher);
   every other phase within its maximum; memory within capacity;
 * the pins: those tables, and the multi-GPU options on those GPUs, stay there while stage 2 assigns the rest
-  anew (scale._stage2), which keeps the new plan only if its exact step time is less.
+  anew (two_stage._stage2), which keeps the new plan only if its exact step time is less.
 
 Measured on production-856 on 128 GPUs (one stage-1 choice): 8.862 -> 8.761 ms; the MIP's estimate of each
 phase was within 0.01 ms of the plan's. Loads are on each GPU's own resources as repack.py frames them.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import highspy
 import numpy as np
 import scipy.sparse as sp
 
-from placer.planner.baselines import Accumulator
+from placer.planner.accumulator import Accumulator
+from placer.planner.assign import Assigner
+from placer.planner.kinds import Kind
 from placer.planner.repack import GpuFrame
-
-if TYPE_CHECKING:
-    from placer.planner.scale import Kind, TwoStagePlanner
 
 #: A starved GPU's load in a starved phase is under this fraction of the phase's maximum ...
 STARVED = 0.5
@@ -57,16 +54,16 @@ MIP_TIME_S = 10.0
 MIN_MIP_TIME_S = 1.0
 
 
-def fill_starved(planner: "TwoStagePlanner", acc: Accumulator, time_limit_s: float
-                 ) -> dict[int, tuple["Kind", tuple]] | None:
-    """Pins (table -> (kind, symmetry key)) for assigning the plan in ``acc`` / ``planner.where`` anew with its
+def fill_starved(stage2: Assigner, acc: Accumulator, time_limit_s: float
+                 ) -> dict[int, tuple[Kind, tuple]] | None:
+    """Pins (table -> (kind, symmetry key)) for assigning the plan in ``acc`` / ``stage2.where`` anew with its
     starved GPUs filled (module docstring); None if it has none, or the MIP finds nothing in ``time_limit_s``
     that it estimates MIN_GAIN better."""
-    where = planner.where
-    tables = planner.single_gpu_tables()
+    where = stage2.where
+    tables = stage2.single_gpu_tables()
     if not tables:
         return None
-    frame = GpuFrame(planner, acc, tables)
+    frame = GpuFrame(stage2, acc, tables)
     keys = frame.keys
     at = np.array([frame.load_at[k] for k in keys])  # (GPUs, own dims) indices into acc.load_array
     loads = acc.load_array[at]  # s
@@ -78,7 +75,7 @@ def fill_starved(planner: "TwoStagePlanner", acc: Accumulator, time_limit_s: flo
     for kind, key in where.values():
         if kind.family in ("block", "node"):
             for ph, r, v in kind.own:
-                i = acc.index.of.get((ph, planner.sym.relabel(key, r)))
+                i = acc.index.of.get((ph, stage2.sym.relabel(key, r)))
                 if i is not None:
                     multi[i] += v
     by_multi = multi[at]
@@ -87,8 +84,8 @@ def fill_starved(planner: "TwoStagePlanner", acc: Accumulator, time_limit_s: flo
     starved = {p: peak[p] <= STARVED * top[p] for p in phases}
     # the phase furthest above stage 1's time that some GPU, full in another phase, is starved in
     worst = None
-    for p in sorted(phases, key=lambda p: -top[p] / planner.scale[p]):
-        if top[p] <= planner.scale[p] * EXCESS:
+    for p in sorted(phases, key=lambda p: -top[p] / stage2.scale[p]):
+        if top[p] <= stage2.scale[p] * EXCESS:
             break
         if (starved[p] & np.any([full[q] for q in phases if q != p], axis=0)).any():
             worst = p
@@ -99,7 +96,7 @@ def fill_starved(planner: "TwoStagePlanner", acc: Accumulator, time_limit_s: flo
     gpus = np.sort(picked[np.argsort(peak[worst][picked], kind="stable")[:MAX_STARVED]])  # the most starved
     if len(gpus) == len(keys):
         return None
-    starved_phases = [p for p in phases if top[p] > planner.scale[p] * EXCESS and starved[p][gpus].all()]
+    starved_phases = [p for p in phases if top[p] > stage2.scale[p] * EXCESS and starved[p][gpus].all()]
     full_phases = [q for q in phases if q not in starved_phases and full[q][gpus].any()]
     on = {k: [] for k in keys}
     for t in tables:
@@ -121,14 +118,14 @@ def fill_starved(planner: "TwoStagePlanner", acc: Accumulator, time_limit_s: flo
     if got is None or got[1] < MIN_GAIN * acc.step:
         return None
     held = got[0]
-    pins: dict[int, tuple["Kind", tuple]] = {}
+    pins: dict[int, tuple[Kind, tuple]] = {}
     for j, g in enumerate(gpus):
         for i in np.flatnonzero(held[:, j] > 0.5):
             pins[tables[i]] = (where[tables[i]][0], keys[g])
-    gpu_names = list(planner.topo.gpus)  # in the order of frame.keys
+    gpu_names = list(stage2.topo.gpus)  # in the order of frame.keys
     names = {gpu_names[g] for g in gpus}
     for t, (kind, key) in where.items():  # multi-GPU options on the starved GPUs stay with them
-        if kind.family not in ("gpu", "all") and names & {s.device for s in planner.relabeled(kind, key).shards}:
+        if kind.family not in ("gpu", "all") and names & {s.device for s in stage2.relabeled(kind, key).shards}:
             pins[t] = (kind, key)
     return pins
 

@@ -10,7 +10,7 @@ A fused group's fixed costs (FixedGroup: the fixed part of its ops, e.g. one loo
 it serves) are paid once when any chosen option uses it: u_f is that indicator (at integer points, exactly 1 if
 some chosen option uses f, else free to be 0).
 
-The two-stage planner (scale.py) adds rows that hold for every plan but that the relaxation or a rounding
+The two-stage planner (stage1.py) adds rows that hold for every plan but that the relaxation or a rounding
 would miss: peak levels (PeakLevels) and pigeonhole counts (CountRow).
 """
 from __future__ import annotations

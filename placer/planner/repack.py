@@ -13,18 +13,15 @@ circles); it is then priced exactly and kept only if no phase's exact maximum ro
 """
 from __future__ import annotations
 
-import time
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from placer.cost import PHASES
 from placer.plan import Placement
-from placer.planner.baselines import Accumulator
-
-if TYPE_CHECKING:
-    from placer.planner.scale import TwoStagePlanner
+from placer.planner.accumulator import Accumulator
+from placer.planner.assign import Assigner
+from placer.planner.budget import Budget
 
 #: Most tables two GPUs split (2**MAX_POOLED splits are scored per pair); pairs holding more are left out (a
 #: sub-pool of the tables loading the phase most did worse: production-856 on 16 GPUs 31.8 -> 32.3 ms).
@@ -41,8 +38,8 @@ class GpuFrame:
     name) that belongs to the GPU alone is a dimension; each table is a vector of its loads (s) there, each
     GPU a row of indices into Accumulator.load_array; GPU memory likewise."""
 
-    def __init__(self, planner: "TwoStagePlanner", acc: Accumulator, tables: list[int]):
-        where, rl, index = planner.where, planner.sym.relabel, acc.index
+    def __init__(self, stage2: Assigner, acc: Accumulator, tables: list[int]):
+        where, rl, index = stage2.where, stage2.sym.relabel, acc.index
         dims = sorted({(ph, r) for ti in tables for ph, r, _ in where[ti][0].own if _local(r)})
         mems = sorted({m for ti in tables for m, _ in where[ti][0].own_mem if _local(m)})
         self.dims, self.phase = dims, np.array([ph for ph, _ in dims], dtype=np.int64)
@@ -60,36 +57,36 @@ class GpuFrame:
                 if m in mat:
                     b[mat[m]] += n_bytes
             self.load[ti], self.mem[ti] = v, b
-        self.keys = [planner.sym.gpu_key(g) for g in planner.topo.gpus]
+        self.keys = [stage2.sym.gpu_key(g) for g in stage2.topo.gpus]
         self.load_at = {k: np.array([index.of[(ph, rl(k, r))] for ph, r in dims], dtype=np.int64) for k in self.keys}
         self.mem_at = {k: np.array([index.mem_of[rl(k, m)] for m in mems], dtype=np.int64) for k in self.keys}
         self.owner = {int(i): k for k in self.keys for i in self.load_at[k]}  # load index -> GPU key
 
 
-def repack(planner: "TwoStagePlanner", placements: list[Placement], acc: Accumulator, deadline: float) -> int:
-    """Repack pairs of GPUs (module docstring) while the busiest resource of some phase comes down and time is
-    left. Returns the number of pairs repacked; ``placements``, ``acc`` and ``planner.where`` change in place."""
-    tables = planner.single_gpu_tables()
+def repack(stage2: Assigner, placements: list[Placement], acc: Accumulator, budget: Budget) -> int:
+    """Repack pairs of GPUs (module docstring) while the busiest resource of some phase comes down and ``budget``
+    lasts. Returns the number of pairs repacked; ``placements``, ``acc`` and ``stage2.where`` change in place."""
+    tables = stage2.single_gpu_tables()
     if not tables:
         return 0
-    frame = GpuFrame(planner, acc, tables)
-    scale = np.asarray(planner.scale)[frame.phase]
+    frame = GpuFrame(stage2, acc, tables)
+    scale = np.asarray(stage2.scale)[frame.phase]
     done = 0
     progress = True
-    while progress and time.perf_counter() < deadline:
+    while progress and not budget.expired():
         progress = False
         on: dict[tuple, list[int]] = {k: [] for k in frame.keys}
         for ti in tables:
-            on[planner.where[ti][1]].append(ti)
-        for ph in sorted(range(len(PHASES)), key=lambda p: -acc.phase_max[p] / planner.scale[p]):
-            if time.perf_counter() >= deadline:
+            on[stage2.where[ti][1]].append(ti)
+        for ph in sorted(range(len(PHASES)), key=lambda p: -acc.phase_max[p] / stage2.scale[p]):
+            if budget.expired():
                 break
             top, level = acc.busiest(ph)
             g = frame.owner.get(acc.index.of[top])
             if g is None or level <= 0 or not on[g]:
                 continue
             best = _best_split(frame, acc, on, g, ph, level, scale)
-            if best is not None and _apply(planner, placements, acc, on, g, best, top, level):
+            if best is not None and _apply(stage2, placements, acc, on, g, best, top, level):
                 done += 1
                 progress = True
                 break
@@ -163,14 +160,14 @@ def _splits(n: int) -> np.ndarray:
     return ((np.arange(2**n)[:, None] >> np.arange(n)) & 1).astype(np.float64)
 
 
-def _apply(planner: "TwoStagePlanner", placements: list[Placement], acc: Accumulator, on: dict[tuple, list[int]],
+def _apply(stage2: Assigner, placements: list[Placement], acc: Accumulator, on: dict[tuple, list[int]],
            g: tuple, split, top: tuple[int, str], level: float) -> bool:
     """Move the tables of ``split`` (partner, to g, to partner) exactly; undo unless the busiest resource came
     down and no phase's maximum rose."""
     h, to_g, to_h = split
-    moving = [(t, g) for t in to_g if planner.where[t][1] != g] + [(t, h) for t in to_h if planner.where[t][1] != h]
+    moving = [(t, g) for t in to_g if stage2.where[t][1] != g] + [(t, h) for t in to_h if stage2.where[t][1] != h]
     before = list(acc.phase_max)
-    if not moving or not planner.move_exactly(
+    if not moving or not stage2.move_exactly(
             placements, acc, moving, keep=lambda: acc.loads[top] < level * (1 - 1e-12)
             and all(a <= b * (1 + 1e-12) for a, b in zip(acc.phase_max, before))):
         return False

@@ -13,10 +13,11 @@ from placer.plan import Placement, Plan, SolverInfo, SpecRef
 from placer.planner import ilp, infeasible, tiebreak, tiebreak_local
 from placer.planner.fit import with_fit_levels
 from placer.planner.baselines import BASELINES, EXTERNAL, run_baseline
-from placer.planner.problem import build_problem
+from placer.planner.budget import Budget
+from placer.planner.problem import Problem, build_problem
 from placer.planner.progress import Reporter, Tracker
-from placer.planner.scale import solve_two_stage
 from placer.planner.symmetry import Symmetry
+from placer.planner.two_stage import solve_two_stage
 from placer.simulate import predict
 from placer.skew import robustness
 from placer.specs.workload import Workload
@@ -124,7 +125,7 @@ def with_robustness(model: CostModel, plan: Plan) -> Plan:
         return plan.model_copy(update={"robustness": {"error": str(exc)}})
 
 
-#: A homogeneous machine is planned in two stages (planner/scale.py) above this many GPUs, or above this many
+#: A homogeneous machine is planned in two stages (planner/two_stage.py) above this many GPUs, or above this many
 #: (table, GPU) pairs: there the full ILP does not get near its optimum in a minute (measured on dgx-h100 with
 #: production-856, 6,848 pairs: full ILP 55.4 ms at a 15.7% gap, two stages 53.4 ms at 11.7%; synthetic-1000:
 #: 27.5 ms at 18.8% vs 26.6 ms at 3.4%; 30 s each).
@@ -136,40 +137,42 @@ TIE_BREAK_MAX_GAP = 0.01
 
 
 def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
-    t0 = time.perf_counter()
+    budget = Budget(config.time_limit_s)  # its stages' wall seconds go to the plan: solver.stage_times_s
     tracker = Tracker(config.progress)
     gpus = len(model.topo.gpus)
     if gpus > FULL_ILP_MAX_GPUS or (gpus > 1 and gpus * len(model.wl.tables) > FULL_ILP_MAX_PAIRS):
         sym = Symmetry.of(model.topo)
         if sym is not None:
-            return _solve_two_stage(model, sym, config, t0, tracker)
+            return _solve_two_stage(model, sym, config, budget, tracker)
     tracker.update("options and baselines")
-    infeasible.check_dense(model)
-    cfg = with_fit_levels(model, config.options)
-    options = all_options(model.topo, model.wl, cfg)
-    baselines = _feasible_baselines(model, config.seed)
-    for _, placements in baselines.items():  # every baseline's choice is on the menu: ILP <= each baseline
-        for p in placements:
-            if p not in options[p.table]:
-                options[p.table].append(p)
-    names = [t.name for t in model.wl.tables]
-    costs = [[model.placement_cost(p) for p in options[n]] for n in names]
-    problem = build_problem(costs, model.base_cost, sum(model.fixed_latency_s.values()), model.usable_memory,
-                            len(PHASES))
-    infeasible.explain_infeasible(model, problem, names, cfg)
-    warm, warm_name = None, None
-    best = None
-    for name, placements in baselines.items():
-        chosen = [problem.groups[ti][options[names[ti]].index(p)] for ti, p in enumerate(placements)]
-        obj = problem.objective(chosen)
-        if problem.fits(chosen) and (best is None or obj < best[0]):
-            best = (obj, chosen, name)
-    if best:
-        _, warm, warm_name = best
+    with budget.stage("options and baselines"):
+        infeasible.check_dense(model)
+        cfg = with_fit_levels(model, config.options)
+        options = all_options(model.topo, model.wl, cfg)
+        baselines = _feasible_baselines(model, config.seed)
+        for _, placements in baselines.items():  # every baseline's choice is on the menu: ILP <= each baseline
+            for p in placements:
+                if p not in options[p.table]:
+                    options[p.table].append(p)
+        names = [t.name for t in model.wl.tables]
+        costs = [[model.placement_cost(p) for p in options[n]] for n in names]
+        problem = build_problem(costs, model.base_cost, sum(model.fixed_latency_s.values()), model.usable_memory,
+                                len(PHASES))
+        infeasible.explain_infeasible(model, problem, names, cfg)
+        warm, warm_name = None, None
+        best = None
+        for name, placements in baselines.items():
+            chosen = [problem.groups[ti][options[names[ti]].index(p)] for ti, p in enumerate(placements)]
+            obj = problem.objective(chosen)
+            if problem.fits(chosen) and (best is None or obj < best[0]):
+                best = (obj, chosen, name)
+        if best:
+            _, warm, warm_name = best
     tracker.update(f"{config.solver}: branch and bound", incumbent_s=best[0] if best else None,
                    bound_s=problem.simple_lower_bound())
-    result = ilp.solve(problem, backend=config.solver, time_limit_s=config.time_limit_s, gap=config.gap,
-                       threads=config.threads, warm_start=warm, msg=config.msg, tracker=tracker)
+    with budget.stage("branch and bound"):
+        result = ilp.solve(problem, backend=config.solver, time_limit_s=config.time_limit_s, gap=config.gap,
+                           threads=config.threads, warm_start=warm, msg=config.msg, tracker=tracker)
     if result.chosen is None:
         if result.status == "infeasible":
             raise infeasible.after_solver(model, problem, cfg)
@@ -182,22 +185,8 @@ def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
     first_gap = (result.objective_s - result.lower_bound_s) / result.objective_s if result.objective_s else 0.0
     if result.status == "optimal" or first_gap <= max(2 * config.gap, TIE_BREAK_MAX_GAP):
         tracker.update("tie-break: fewest lookups from slow memory")
-        first = [options[n][oid - problem.groups[i][0]] for i, (n, oid) in enumerate(zip(names, result.chosen))]
-        fill = tiebreak.fill_options(model, first)
-        if fill:  # levels that fill the first plan's free HBM: appended, so every chosen option keeps its place
-            pos = [oid - problem.groups[i][0] for i, oid in enumerate(result.chosen)]
-            for i, n in enumerate(names):
-                options[n].extend(fill.get(n, []))
-                costs[i].extend(model.placement_cost(q) for q in fill.get(n, []))
-            problem = build_problem(costs, model.base_cost, sum(model.fixed_latency_s.values()),
-                                    model.usable_memory, len(PHASES))
-            result.chosen = [problem.groups[i][k] for i, k in enumerate(pos)]
-        result.chosen, tie = tiebreak.tie_break(
-            model, problem, [options[n] for n in names], result.chosen, result.lower_bound_s, config.gap,
-            backend=config.solver, time_limit_s=tiebreak.time_limit(config.time_limit_s), threads=config.threads,
-            ceiling_s=best[0] if best else None)
-        result.objective_s = problem.objective(result.chosen)
-        tie["fill_levels_added"] = sum(len(v) for v in fill.values())
+        with budget.stage("tie-break"):
+            problem, tie = _tie_break(model, config, problem, options, costs, result, best[0] if best else None)
     offset = {n: problem.groups[i][0] for i, n in enumerate(names)}
     placements = [options[n][oid - offset[n]] for n, oid in zip(names, result.chosen)]
     gap = (result.objective_s - result.lower_bound_s) / result.objective_s if result.objective_s else 0.0
@@ -205,12 +194,38 @@ def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
     info = SolverInfo(
         backend=config.solver, status=result.status, objective_step_time_s=result.objective_s,
         lower_bound_step_time_s=result.lower_bound_s, gap=max(gap, 0.0), gap_tolerance=config.gap,
-        time_limit_s=config.time_limit_s, wall_s=time.perf_counter() - t0, num_variables=result.num_variables,
+        time_limit_s=config.time_limit_s, wall_s=budget.elapsed(), num_variables=result.num_variables,
         num_constraints=result.num_constraints, tie_break=tie,
         warm_start=f"{warm_name}, {result.warm_start}" if warm_name else "none",
         note=("optimal = proven within gap_tolerance of the solver's bound" if result.status == "optimal"
-              else "time limit reached: feasible, gap to the best valid lower bound"))
+              else "time limit reached: feasible, gap to the best valid lower bound"),
+        stage_times_s=dict(budget.stages))
     return make_plan(model, "ilp", placements, info)
+
+
+def _tie_break(model: CostModel, config: SolveConfig, problem: Problem, options: dict[str, list[Placement]],
+               costs: list[list], result: ilp.IlpResult, ceiling_s: float | None) -> tuple[Problem, dict]:
+    """The single-stage tie-break (planner/tiebreak.py) of ``result`` (its ``chosen`` and ``objective_s``
+    updated in place): (the problem, with the levels that fill the first plan's free HBM; the tie-break's
+    record). ``options`` and ``costs`` gain those levels."""
+    names = [t.name for t in model.wl.tables]
+    first = [options[n][oid - problem.groups[i][0]] for i, (n, oid) in enumerate(zip(names, result.chosen))]
+    fill = tiebreak.fill_options(model, first)
+    if fill:  # levels that fill the first plan's free HBM: appended, so every chosen option keeps its place
+        pos = [oid - problem.groups[i][0] for i, oid in enumerate(result.chosen)]
+        for i, n in enumerate(names):
+            options[n].extend(fill.get(n, []))
+            costs[i].extend(model.placement_cost(q) for q in fill.get(n, []))
+        problem = build_problem(costs, model.base_cost, sum(model.fixed_latency_s.values()),
+                                model.usable_memory, len(PHASES))
+        result.chosen = [problem.groups[i][k] for i, k in enumerate(pos)]
+    result.chosen, tie = tiebreak.tie_break(
+        model, problem, [options[n] for n in names], result.chosen, result.lower_bound_s, config.gap,
+        backend=config.solver, time_limit_s=tiebreak.time_limit(config.time_limit_s), threads=config.threads,
+        ceiling_s=ceiling_s)
+    result.objective_s = problem.objective(result.chosen)
+    tie["fill_levels_added"] = sum(len(v) for v in fill.values())
+    return problem, tie
 
 
 def _feasible_baselines(model: CostModel, seed: int) -> dict[str, list[Placement]]:
@@ -223,23 +238,24 @@ def _feasible_baselines(model: CostModel, seed: int) -> dict[str, list[Placement
     return out
 
 
-def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, t0: float, tracker: Tracker) -> Plan:
+def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, budget: Budget, tracker: Tracker) -> Plan:
     """Aggregated ILP + assignment; the plan is the better of it and every baseline, priced exactly, then the
     local tie-break (planner/tiebreak_local.py: host/UVM tables into free HBM, step at most the single-stage
-    tie-break's cap), recorded as solver.tie_break."""
+    tie-break's cap), recorded as solver.tie_break; the stages' wall seconds as solver.stage_times_s."""
     hw, wl = _refs(model.topo, model.wl)
     candidates: list[tuple[float, str, list[Placement]]] = []
     tracker.update("baselines")
-    infeasible.check_dense(model)
-    infeasible.check_tables(model, config.options)
-    for name, pl in _feasible_baselines(model, config.seed).items():  # first: their time counts in the limit
-        candidates.append((predict(model, Plan(hardware=hw, workload=wl, method=name, placements=pl))["step_time_s"],
-                           name, pl))
-        tracker.update(incumbent_s=candidates[-1][0])
-    remaining = config.time_limit_s - (time.perf_counter() - t0)
-    cfg = with_fit_levels(model, config.options)
-    placements, bound, stage1, _ = solve_two_stage(model, sym, cfg,
-                                                   time_limit_s=max(10.0, remaining - 2.5), gap=config.gap,
+    with budget.stage("baselines"):
+        infeasible.check_dense(model)
+        infeasible.check_tables(model, config.options)
+        for name, pl in _feasible_baselines(model, config.seed).items():  # first: their time counts in the limit
+            plan = Plan(hardware=hw, workload=wl, method=name, placements=pl)
+            candidates.append((predict(model, plan)["step_time_s"], name, pl))
+            tracker.update(incumbent_s=candidates[-1][0])
+    seconds = max(10.0, budget.left() - 2.5)  # the fit levels below are not counted against it
+    with budget.stage("option kinds"):
+        cfg = with_fit_levels(model, config.options)
+    placements, bound, stage1, _ = solve_two_stage(model, sym, cfg, budget=budget.child(seconds), gap=config.gap,
                                                    backend=config.solver, threads=config.threads, tracker=tracker)
     if stage1.status == "infeasible":
         raise infeasible.after_solver(model, None, config.options)
@@ -252,9 +268,10 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, t0: f
     step, source, best = min(candidates, key=lambda c: c[0])
     tracker.update("tie-break: fewest lookups from slow memory (local search)")
     ceiling = min((c[0] for c in candidates if c[1] != "two_stage"), default=None)
-    best, tie = tiebreak_local.local_tie_break(
-        model, best, tiebreak_local.step_cap(step, bound, config.gap, ceiling), cfg,
-        time_limit_s=tiebreak.time_limit(config.time_limit_s))
+    with budget.stage("tie-break"):
+        best, tie = tiebreak_local.local_tie_break(
+            model, best, tiebreak_local.step_cap(step, bound, config.gap, ceiling), cfg,
+            time_limit_s=tiebreak.time_limit(config.time_limit_s))
     step = tie["step_time_after_s"]
     gap = max(0.0, (step - bound) / step)
     tracker.update("done", incumbent_s=step, bound_s=min(bound, step))
@@ -262,10 +279,11 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, t0: f
     info = SolverInfo(
         backend=f"{config.solver} (two-stage)", status=status, objective_step_time_s=step,
         lower_bound_step_time_s=min(bound, step), gap=gap, gap_tolerance=config.gap,
-        time_limit_s=config.time_limit_s, wall_s=time.perf_counter() - t0,
+        time_limit_s=config.time_limit_s, wall_s=budget.elapsed(),
         num_variables=stage1.num_variables, num_constraints=stage1.num_constraints, warm_start="none",
         tie_break=tie,
         note=(f"two-stage: aggregated ILP over symmetry classes ({stage1.status}) gives the bound; "
               f"plan from {source}" + ("; optimal = within gap_tolerance of that bound" if status == "optimal"
-                                       else "")))
+                                       else "")),
+        stage_times_s=dict(budget.stages))
     return make_plan(model, "ilp", best, info)

@@ -1,7 +1,7 @@
 """Tie-break for the two-stage path: a local search that moves lookups off host DRAM / UVM into free HBM.
 
 The single-stage planner runs a second ILP after its solve (planner/tiebreak.py); the two-stage path
-(planner/scale.py, big cases) has no ILP over exact per-GPU options to re-run, so its plan (two-stage or a
+(planner/two_stage.py, big cases) has no ILP over exact per-GPU options to re-run, so its plan (two-stage or a
 baseline, whichever prices faster) can leave a host or UVM table whose rows a GPU's free HBM would hold at no
 step-time cost. After that plan is chosen this module improves it one table at a time, priced exactly:
 

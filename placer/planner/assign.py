@@ -1,0 +1,377 @@
+"""Stage 2 of the two-stage planner (two_stage.py): devices for the kinds stage 1 chose (stage1.py, kinds.py).
+
+Kinds are assigned largest first, each onto the device where the predicted step time grows least among those
+where it fits (the loads on the device's own resources are compared exactly; the spread part of its exchange
+is the same wherever it goes), ties going to the emptier device (sum of squared loads relative to stage 1's
+phase times). Then ``improve`` re-inserts tables the same way in sweeps while that helps and ``swap``
+exchanges pairs of tables where a phase's busiest resource can only come down that way; repack.py and fill.py
+move tables through ``move_exactly`` and read ``where``, the kind and symmetry key of every table placed.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Callable
+
+import numpy as np
+
+from placer.cost import PHASES, Cost, CostModel
+from placer.plan import Placement
+from placer.planner.accumulator import Accumulator, load_index
+from placer.planner.budget import Budget
+from placer.planner.context import Context
+from placer.planner.kinds import Kind, KindFolder
+from placer.planner.symmetry import Symmetry
+from placer.topology import Topology
+
+
+#: Orders in which stage 2 places kinds, largest first: by the largest relative load on one of their own
+#: resources (vector bin packing), or by the sum of their peaks.
+ORDERS: dict[str, Callable[[Assigner, Kind], float]] = {
+    "size": lambda stage2, kind: stage2.size(kind),
+    "weight": lambda stage2, kind: kind.weight,
+}
+
+
+class Assigner:
+    """Stage 2's state for one Context: the balance measure (``scale``, per-phase seconds; ``excess_weight``,
+    see _scores) and ``where``: table -> (kind, symmetry key) of the assignment made last (``assign``)."""
+
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+        # per-phase load scale for stage 2's balance measure (stage 1's phase times once known), seconds
+        self.scale = [1e-3] * len(PHASES)
+        self.excess_weight = 0.0
+        self.where: dict[int, tuple[Kind, tuple]] = {}
+        self._load_index = load_index(ctx.model)
+        self._index_cache: dict[tuple, tuple[list[tuple], np.ndarray, np.ndarray]] = {}
+        self._folder: KindFolder | None = None  # for ``place``, folding one placement at a time
+
+    @property
+    def model(self) -> CostModel:
+        return self.ctx.model
+
+    @property
+    def sym(self) -> Symmetry:
+        return self.ctx.sym
+
+    @property
+    def topo(self) -> Topology:
+        return self.ctx.topo
+
+    def set_scale(self, phase_times) -> None:
+        """Per-phase load scale (s) for the balance measure: stage 1's phase times where positive."""
+        self.scale = [float(v) if v > 0 else old for v, old in zip(phase_times, self.scale)]
+
+    def size(self, kind: Kind) -> float:
+        """How hard a kind is to fit: its largest load on one of its own resources relative to that phase's
+        scale (vector bin packing goes largest dimension first)."""
+        return max((v / self.scale[ph] for ph, _, v in kind.own), default=0.0)
+
+    def candidates(self, kind: Kind) -> list[tuple]:
+        sym, topo = self.sym, self.topo
+        if kind.family == "gpu":
+            return [sym.gpu_key(g) for g in topo.gpus]
+        if kind.family == "node":
+            return [sym.node_key(n) for n in topo.nodes]
+        if kind.family == "block":
+            pieces = len(kind.placement.shards)
+            blocks = sym.gpus_per_node // pieces
+            return [sym.block_key(n, b, pieces) for n in topo.nodes for b in range(blocks)]
+        return [(0, ())]
+
+    def relabeled(self, kind: Kind, key: tuple) -> Placement:
+        if key == (0, ()):
+            return kind.placement
+        rl = self.sym.relabel
+        return kind.placement.model_copy(update={"shards": [
+            s.model_copy(update={"device": rl(key, s.device)}) for s in kind.placement.shards]})
+
+    def assign_best(self, chosen: list[Kind], fallbacks: list[list[Kind]],
+                    pinned: dict[int, tuple[Kind, tuple]] | None = None) -> tuple[list[Placement], Accumulator]:
+        """``assign`` in each order of ORDERS; the one with the least step time (its choices kept in
+        ``self.where``)."""
+        best = None
+        for order_by in ORDERS:
+            placements, acc = self.assign(chosen, fallbacks, order_by, pinned)
+            if placements and (best is None or acc.step < best[1].step):
+                best = (placements, acc, self.where)
+        if best is None:
+            return [], acc
+        self.where = best[2]
+        return best[0], best[1]
+
+    def assign(self, chosen: list[Kind], fallbacks: list[list[Kind]], order_by: str = "size",
+               pinned: dict[int, tuple[Kind, tuple]] | None = None) -> tuple[list[Placement], Accumulator]:
+        """Devices for the chosen kinds, largest first (by ``order_by``, one of ORDERS); a kind that fits
+        nowhere falls back to the same table's kinds with less HBM, then host. ``pinned`` (table -> (kind,
+        symmetry key)) go first, where they say (fill.py). Returns ([], acc) if some table fits nowhere."""
+        model = self.model
+        measure = ORDERS[order_by]
+        acc = Accumulator(model)
+        placed: dict[int, Placement] = {}
+        self.where = {}
+        for k in [k for k in chosen if k.family == "all"]:
+            full = k.full_placement()
+            c = model.placement_cost(full)
+            if acc.fits(c):
+                acc.add(c)
+                placed[k.table] = full
+        for ti, (k, key) in (pinned or {}).items():
+            p = self.relabeled(k, key)
+            c = model.placement_cost(p)
+            if acc.fits(c):
+                acc.add(c)
+                placed[ti] = p
+                self.where[ti] = (k, key)
+        order = sorted((k for k in chosen if k.family != "all" and k.table not in placed),
+                       key=lambda k: -measure(self, k))
+        order += [k for k in chosen if k.family == "all" and k.table not in placed]
+        for k in order:
+            tries = [k] if k.family != "all" else []
+            tries += [f for f in fallbacks[k.table] if f.family != "all" and f.hbm_bytes < k.hbm_bytes]
+            tries += [f for f in fallbacks[k.table] if f.placement.sharding == "host"]
+            for cand_kind in tries:
+                got = self._best_device(acc, cand_kind)
+                if got is not None:
+                    placed[k.table] = got[0]
+                    self.where[k.table] = (cand_kind, got[1])
+                    break
+            else:
+                return [], acc
+        return [placed[i] for i in range(len(model.wl.tables))], acc
+
+    def improve(self, placements: list[Placement], acc: Accumulator, budget: Budget) -> int:
+        """Re-insert tables, hardest to fit first, each onto its best device (step time first, then balance), in
+        sweeps until a sweep moves nothing or ``budget`` is spent. A move never makes the exact step time worse.
+        Returns the number of moves; ``placements`` and ``acc`` are updated in place."""
+        model, moves = self.model, 0
+        order = sorted(self.where, key=lambda ti: -self.size(self.where[ti][0]))
+        costs: dict[int, Cost] = {}  # of the placements now, priced once
+        moved = True
+        while moved and not budget.expired():
+            moved = False
+            for ti in order:
+                if budget.expired():
+                    break
+                kind, key = self.where[ti]
+                step = acc.step
+                if ti not in costs:
+                    costs[ti] = model.placement_cost(placements[ti])
+                old_cost = costs[ti]
+                acc.remove(old_cost)
+                best = self._best_key(acc, kind, stay=key)
+                if best is not None:
+                    p = self.relabeled(kind, best[0])
+                    c = model.placement_cost(p)
+                    if acc.fits(c):
+                        acc.add(c)
+                        if acc.step <= step * (1 + 1e-12):
+                            placements[ti], costs[ti] = p, c
+                            self.where[ti] = (kind, best[0])
+                            moves += 1
+                            moved = True
+                            continue
+                        acc.remove(c)
+                acc.add(old_cost)
+        return moves
+
+    def swap(self, placements: list[Placement], acc: Accumulator, budget: Budget) -> int:
+        """Swap two single-GPU tables between their GPUs where that lowers a phase's busiest resource: single
+        moves cannot, once another phase is packed to its maximum everywhere (synthetic-1000 on 256 GPUs: the
+        exchange within 0.2%, so no table can leave the GPUs that a column-wise block fills in the forward).
+        For each phase's busiest resource, the tables loading it are tried against every single-GPU table
+        elsewhere: first on both GPUs' own resources (no load may reach the one being lowered, nor pass another
+        phase's maximum), then exactly. Returns the number of swaps; ``placements`` and ``acc`` change in place."""
+        model, rl = self.model, self.sym.relabel
+        swaps = 0
+        own_at: dict[tuple[int, tuple], dict[tuple[int, str], float]] = {}
+
+        def own(ti: int, key: tuple) -> dict[tuple[int, str], float]:
+            kind = self.where[ti][0]
+            if (ti, key) not in own_at:
+                at: dict[tuple[int, str], float] = defaultdict(float)
+                for ph, r, v in kind.own:
+                    at[(ph, rl(key, r))] += v
+                own_at[(ti, key)] = at
+            return own_at[(ti, key)]
+
+        def fits(ti: int, key: tuple, leaving: int) -> bool:
+            for m, b in self.where[ti][0].own_mem:
+                name = rl(key, m)
+                freed = sum(b2 for m2, b2 in self.where[leaving][0].own_mem if rl(self.where[leaving][1], m2) == name)
+                if acc.memory[name] - freed + b > model.usable_memory[name]:
+                    return False
+            return True
+
+        single = self.single_gpu_tables()
+        progress = True
+        while progress and not budget.expired():
+            progress = False
+            for ph in sorted(range(len(PHASES)), key=lambda p: -acc.phase_max[p] / self.scale[p]):
+                if budget.expired():
+                    break
+                top, level = acc.busiest(ph)
+                if level <= 0:
+                    continue
+                holders = sorted((ti for ti in single if own(ti, self.where[ti][1]).get(top, 0.0) > 0),
+                                 key=lambda ti: -own(ti, self.where[ti][1])[top])
+                done = False
+                for t in holders:
+                    kt = self.where[t][1]
+                    load_t = own(t, kt)
+                    best = None
+                    for u in single:
+                        ku = self.where[u][1]
+                        if ku == kt:
+                            continue
+                        load_u = own(u, ku)
+                        t_there, u_here = own(t, ku), own(u, kt)
+                        gain = load_t[top] - u_here.get(top, 0.0)
+                        if gain <= 0 or (best is not None and gain <= best[0]):
+                            continue
+                        ok = True
+                        for moved_in, moved_out in ((u_here, load_t), (t_there, load_u)):
+                            for key, v in moved_in.items():
+                                new = acc.loads[key] + v - moved_out.get(key, 0.0)
+                                limit = level if key[0] == ph else acc.phase_max[key[0]]
+                                if new > limit * (1 - 1e-12) and new > acc.loads[key] + 1e-18:
+                                    ok = False
+                                    break
+                            if not ok:
+                                break
+                        if ok and fits(u, kt, t) and fits(t, ku, u):
+                            best = (gain, u)
+                    if best is None:
+                        continue
+                    u = best[1]
+                    step = acc.step
+                    if self.move_exactly(placements, acc, [(t, self.where[u][1]), (u, kt)],
+                                         keep=lambda: acc.step <= step * (1 + 1e-12)
+                                         and acc.loads[top] < level * (1 - 1e-12)):
+                        swaps += 1
+                        progress = done = True
+                        break
+                if done:
+                    break
+        return swaps
+
+    def single_gpu_tables(self) -> list[int]:
+        """The tables placed (``where``) with a single-GPU kind: those swaps, repacking and fill.py move."""
+        return [ti for ti, (kind, _) in self.where.items() if kind.family == "gpu"]
+
+    def move_exactly(self, placements: list[Placement], acc: Accumulator, moves: list[tuple[int, tuple]],
+                     keep: Callable[[], bool]) -> bool:
+        """Move every table of ``moves`` ((table, symmetry key) pairs) onto its key, priced exactly in ``acc``;
+        kept (``placements`` and ``where`` updated) if every new placement fits and ``keep()`` then holds, else
+        undone. Returns whether it was kept."""
+        model = self.model
+        old = [model.placement_cost(placements[t]) for t, _ in moves]
+        new = [self.relabeled(self.where[t][0], key) for t, key in moves]
+        for cost in old:
+            acc.remove(cost)
+        added: list[Cost] = []
+        for p in new:
+            cost = model.placement_cost(p)
+            if not acc.fits(cost):
+                break
+            acc.add(cost)
+            added.append(cost)
+        else:
+            if keep():
+                for (t, key), p in zip(moves, new):
+                    placements[t] = p
+                    self.where[t] = (self.where[t][0], key)
+                return True
+        for cost in reversed(added):
+            acc.remove(cost)
+        for cost in old:
+            acc.add(cost)
+        return False
+
+    def place(self, acc: Accumulator, canonical: Placement) -> Placement | None:
+        """Put a canonical placement on its best device (as stage 2 does); None if it fits nowhere."""
+        if self._folder is None:
+            self._folder = KindFolder(self.ctx)
+        kind = self._folder.fold(0, canonical)
+        got = None if kind is None else self._best_device(acc, kind)
+        return None if got is None else got[0]
+
+    def _scores(self, acc: Accumulator, kind: Kind) -> tuple[list[tuple], np.ndarray, np.ndarray]:
+        """For every candidate device of ``kind`` (its symmetry keys): the step time (s) with ``kind`` added
+        there (inf where it does not fit), and the imbalance. The step counts the loads on the device's own
+        resources (the spread part of its exchange is the same wherever it goes); imbalance is the growth of
+        the sum of squared loads, each relative to its phase's scale (and of memory relative to capacity):
+        among equal steps, the emptier device wins. With ``excess_weight``, imbalance also counts, that many
+        times over, the growth of the squared load above the phase's scale (stage 1's phase time): a device
+        that one table already fills to stage 1's time is avoided even while the step does not show it."""
+        keys, load_at, mem_at = self._own_indices(kind)
+        load = np.array([v for _, _, v in kind.own])
+        phase = np.array([ph for ph, _, _ in kind.own], dtype=np.int64)
+        scale = np.asarray(self.scale)[phase]
+        now = acc.load_array[load_at]  # (candidates, own resources)
+        after = now + load
+        step = np.full(len(keys), sum(acc.phase_max))
+        for ph in np.unique(phase):
+            rise = after[:, phase == ph].max(axis=1) - acc.phase_max[ph]
+            step += np.maximum(rise, 0.0)
+        imbalance = (load * (2 * now + load) / scale**2).sum(axis=1)
+        if self.excess_weight:
+            excess = np.maximum(after - scale, 0.0)**2 - np.maximum(now - scale, 0.0)**2
+            imbalance += self.excess_weight * (excess / scale**2).sum(axis=1)
+        if kind.own_mem:
+            used = acc.memory_array[mem_at]
+            cap = acc.index.usable[mem_at]
+            size = np.array([b for _, b in kind.own_mem])
+            step[np.any(used + size > cap, axis=1)] = np.inf
+            imbalance += (size * (2 * used + size) / cap**2).sum(axis=1)
+        return keys, step, imbalance
+
+    def _own_indices(self, kind: Kind) -> tuple[list[tuple], np.ndarray, np.ndarray]:
+        """(candidate keys, (candidates, own loads) indices into Accumulator.load_array, (candidates, own
+        memories) indices into memory_array), cached by the names of the kind's own resources."""
+        cache_key = (kind.family, len(kind.placement.shards), tuple((ph, r) for ph, r, _ in kind.own),
+                     tuple(m for m, _ in kind.own_mem))
+        if cache_key not in self._index_cache:
+            index, rl = self._load_index, self.sym.relabel
+            keys = self.candidates(kind)
+            load_at = np.array([[index.of[(ph, rl(key, r))] for ph, r, _ in kind.own] for key in keys],
+                               dtype=np.int64).reshape(len(keys), len(kind.own))
+            mem_at = np.array([[index.mem_of[rl(key, m)] for m, _ in kind.own_mem] for key in keys],
+                              dtype=np.int64).reshape(len(keys), len(kind.own_mem))
+            self._index_cache[cache_key] = (keys, load_at, mem_at)
+        return self._index_cache[cache_key]
+
+    def _best_key(self, acc: Accumulator, kind: Kind, stay: tuple | None = None) -> tuple[tuple, float] | None:
+        """(symmetry key, step s) of the candidate device with the least step time, ties (within 1e-12
+        relative) to the least imbalance; None if ``kind`` fits nowhere. With ``stay`` (a key): None also
+        unless the best beats staying there (the tables already sit at their own positions)."""
+        keys, step, imbalance = self._scores(acc, kind)
+        least = step.min()
+        if not np.isfinite(least):
+            return None
+        tied = np.flatnonzero(step <= least + 1e-12 * least)
+        best = int(tied[np.argmin(imbalance[tied])])
+        if stay is not None:
+            here = keys.index(stay)
+            if best == here or not _better((step[best], imbalance[best]), (step[here], imbalance[here])):
+                return None
+        return keys[best], float(step[best])
+
+    def _best_device(self, acc: Accumulator, kind: Kind):
+        """(placement, symmetry key) of ``kind`` on its best device (see _scores), added to ``acc``; None if it
+        fits nowhere."""
+        best = self._best_key(acc, kind)
+        if best is None:
+            return None
+        p = self.relabeled(kind, best[0])
+        c = self.model.placement_cost(p)
+        if not acc.fits(c):
+            return None
+        acc.add(c)
+        return p, best[0]
+
+
+def _better(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """Lexicographic (step, imbalance) with a relative tolerance on the step."""
+    tol = 1e-12 * max(abs(a[0]), abs(b[0]))
+    return a[0] < b[0] - tol or (a[0] <= b[0] + tol and a[1] < b[1])

@@ -1,0 +1,207 @@
+"""Option kinds: every table's options on the canonical devices (node0/gpu0, node0, ...), their costs folded into
+symmetry classes (two_stage.py's stage 1 chooses among them; assign.py's stage 2 relabels them onto devices).
+
+A kind's loads are summed per (phase, resource class) and its peak on one member kept; the loads on the
+resources that move with its devices under the symmetry (its GPU, host and rail NIC; a host's node) are kept
+by name, for stage 2 to compare devices exactly. The embedding exchange is added from cached per-device
+vectors (CostModel.exchange_bytes_per_gpu); options over all GPUs are folded from one shard or replica.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from placer.cost import AR, BX, FX, PHASES
+from placer.options import (OptionConfig, data_parallel_allowed, data_parallel_placement, precisions,
+                             row_wise_placement, table_options)
+from placer.plan import Placement
+from placer.planner.context import Context
+from placer.planner.symmetry import resource_class
+
+#: Which devices a kind's placement can move to: one GPU, one node, a block of GPUs, or none (over all GPUs).
+FAMILY = {"table_wise": "gpu", "host": "node", "row_wise": "node", "column_wise": "block", "data_parallel": "all"}
+
+
+@dataclass
+class Kind:
+    """One canonical option of one table, with what stage 1 and stage 2 need to know of it."""
+
+    table: int
+    placement: Placement
+    family: str  # gpu | node | block | all (no choice of devices)
+    totals: dict[tuple[int, str], float]  # (phase, class) -> seconds summed over the class
+    peak: list[float]  # per phase: max over classes of base_min + the kind's load on one member
+    mem_totals: dict[str, float]  # memory class -> bytes
+    own: list[tuple[int, str, float]] = field(default_factory=list)  # canonical (phase, resource, s)
+    own_mem: list[tuple[str, float]] = field(default_factory=list)  # canonical (memory, bytes)
+    # (phase, class) -> load on each member it touches, s ("all" kinds: the load every member carries)
+    members: dict[tuple[int, str], list[float]] = field(default_factory=dict)
+    hbm_bytes: float = 0.0
+    build: Callable[[], Placement] | None = None  # for "all" kinds: the full placement, built when chosen
+
+    def full_placement(self) -> Placement:
+        return self.build() if self.build is not None else self.placement
+
+    @property
+    def weight(self) -> float:
+        return sum(self.peak)
+
+
+def prune_dominated(kinds: list[Kind]) -> list[Kind]:
+    """Drop kinds that another kind of the same table beats or ties in every load, peak and memory
+    (an optimal plan never needs them; ties keep the first)."""
+    if len(kinds) < 2:
+        return kinds
+    load_keys = sorted({k for kind in kinds for k in kind.totals})
+    mem_keys = sorted({k for kind in kinds for k in kind.mem_totals})
+    m = np.array([[kind.totals.get(k, 0.0) for k in load_keys] + list(kind.peak)
+                  + [kind.mem_totals.get(k, 0.0) for k in mem_keys] for kind in kinds])
+    keep = []
+    for i in range(len(kinds)):
+        le = np.all(m <= m[i] * (1 + 1e-12) + 1e-18, axis=1)  # rows no worse than i anywhere
+        lt = np.any(m < m[i] * (1 - 1e-12) - 1e-18, axis=1)  # ... and strictly better somewhere
+        dominated = np.any(le & lt) or np.any(le[:i] & ~lt[:i])  # beaten, or tied by an earlier kind
+        if not dominated:
+            keep.append(kinds[i])
+    return keep
+
+
+def _endpoints(name: str) -> list[str]:
+    return name.split(":")[0].split("->")
+
+
+class KindFolder:
+    """Folds canonical options into Kinds for one Context, caching the folded exchange and all-reduce."""
+
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+        self._exchange_cache: dict = {}
+        self._allreduce_folded: dict | None = None
+
+    def kinds(self) -> list[list[Kind]]:
+        """Every table's canonical options, folded. Options over all GPUs are priced from one shard or
+        replica (the others are its relabelings) and built in full only if chosen."""
+        topo, wl, own_cfg = self.ctx.topo, self.ctx.model.wl, self.ctx.cfg
+        cfg = OptionConfig(**{**own_cfg.__dict__, "canonical": True, "all_gpu_kinds": False})
+        gpus = list(topo.gpus)
+        out = []
+        for ti, t in enumerate(wl.tables):
+            ks = [self.fold(ti, p) for p in table_options(t, topo, wl, cfg)]
+            for prec in precisions(t, own_cfg):
+                if own_cfg.row_wise and len(topo.nodes) > 1:
+                    seen = set()
+                    for f in own_cfg.levels_for(t.name):
+                        probe = row_wise_placement(t, gpus, prec, f, first_only=True)
+                        if probe is None or probe.shards[0].hbm_rows in seen:
+                            continue
+                        seen.add(probe.shards[0].hbm_rows)
+                        ks.append(self.fold(ti, probe, repeat=len(gpus),
+                                            build=lambda t=t, prec=prec, f=f: row_wise_placement(t, gpus, prec, f)))
+                if data_parallel_allowed(t, prec, topo, own_cfg):
+                    probe = data_parallel_placement(t, gpus[:1], prec)
+                    ks.append(self.fold(ti, probe, repeat=len(gpus),
+                                        build=lambda t=t, prec=prec: data_parallel_placement(t, gpus, prec)))
+            out.append(prune_dominated([k for k in ks if k is not None]))
+        return out
+
+    def _exchange(self, device: str, outgoing: bool):
+        """The all-to-all of one byte per GPU from (or to) ``device``, folded: ({(phase, class): total},
+        {(phase, class): busiest member}, [(phase, resource, s) on the device's own resources])."""
+        key = (device, outgoing)
+        if key not in self._exchange_cache:
+            phase = FX if outgoing else BX
+            tokens = self._own_tokens(device)
+            totals: dict[tuple[int, str], float] = defaultdict(float)
+            peak: dict[tuple[int, str], float] = {}
+            own = []
+            for link, spb in self.ctx.model.traffic.unit_exchange(device, outgoing):
+                c = (phase, resource_class(link))
+                totals[c] += spb
+                peak[c] = max(peak.get(c, 0.0), spb)
+                if not tokens.isdisjoint(_endpoints(link)):
+                    own.append((phase, link, spb))
+            self._exchange_cache[key] = (dict(totals), peak, own)
+        return self._exchange_cache[key]
+
+    def _allreduce(self) -> dict[tuple[int, str], float]:
+        """Seconds per byte of a ring all-reduce over all GPUs, summed per class."""
+        if self._allreduce_folded is None:
+            folded: dict[tuple[int, str], float] = defaultdict(float)
+            for link, v in self.ctx.model.traffic.unit_allreduce(tuple(self.ctx.topo.gpus)):
+                folded[(AR, resource_class(link))] += v
+            self._allreduce_folded = dict(folded)
+        return self._allreduce_folded
+
+    def _own_tokens(self, device: str) -> set[str]:
+        """Devices whose resources a shard on ``device`` loads directly, moving with it under the symmetry:
+        a GPU, its host and its rail NIC; a host, its node's GPUs and NICs (its way out of the node)."""
+        topo = self.ctx.topo
+        tokens = {device, topo.host_of(device)}
+        if device in topo.gpus:
+            tokens.add(device.replace("/gpu", "/nic"))
+        else:
+            node = topo.node_of[device]
+            for g in topo.gpus_of_node(node):
+                tokens.update((g, g.replace("/gpu", "/nic")))
+        return tokens
+
+    def fold(self, ti: int, p: Placement, repeat: int = 1, build=None) -> Kind | None:
+        """Fold one canonical option's cost into symmetry classes (exchange added from cached vectors).
+        ``repeat`` > 1: ``p`` is one shard (or replica) of an option over all GPUs, repeated by symmetry."""
+        ctx = self.ctx
+        model, sym = ctx.local, ctx.sym
+        family = "all" if repeat > 1 else FAMILY[p.sharding]
+        shards = p.shards
+        cost = model.placement_cost(p)
+        if any(b > ctx.mem_usable[resource_class(m)] for m, b in cost.memory.items()):
+            return None
+        totals: dict[tuple[int, str], float] = defaultdict(float)
+        peak_member: dict[tuple[int, str], float] = {}
+        own: dict[tuple[int, str], float] = defaultdict(float)
+        tokens = set().union(*(self._own_tokens(s.device) for s in p.shards)) if family != "all" else set()
+        for (ph, r), v in cost.loads.items():
+            key = (ph, resource_class(r))
+            totals[key] += v * repeat
+            peak_member[key] = max(peak_member.get(key, 0.0), v)
+            if tokens and not tokens.isdisjoint(_endpoints(r)):
+                own[(ph, r)] += v
+        if p.sharding == "data_parallel":  # ring all-reduce of the table's gradient over every GPU
+            grad = model.tables[p.table].rows * model.tables[p.table].dim * 4
+            for key, v in self._allreduce().items():
+                totals[key] += v * grad
+        else:
+            per_gpu = ctx.model.exchange_bytes_per_gpu(p.table, shards[0].num_cols)
+            for sh in shards:
+                for outgoing in (True, False):
+                    ex_totals, ex_peak, ex_own = self._exchange(sh.device, outgoing)
+                    for key, v in ex_totals.items():
+                        totals[key] += v * per_gpu * repeat
+                    for key, v in ex_peak.items():
+                        peak_member[key] = max(peak_member.get(key, 0.0), v * per_gpu)
+                    if family != "all":
+                        for ph, r, v in ex_own:
+                            own[(ph, r)] += v * per_gpu
+        mem_totals: dict[str, float] = defaultdict(float)
+        for m, b in cost.memory.items():
+            mem_totals[resource_class(m)] += b * repeat
+        if family == "all":  # by symmetry every member of a class carries the same
+            peak_member = {k: v / sym.class_size[k[1]] for k, v in totals.items()}
+        else:  # any member carries at least the class average
+            for k, v in totals.items():
+                peak_member[k] = max(peak_member.get(k, 0.0), v / sym.class_size[k[1]])
+        peak = [0.0] * len(PHASES)
+        for (ph, c), v in peak_member.items():
+            peak[ph] = max(peak[ph], ctx.base_min.get((ph, c), 0.0) + v)
+        kind = Kind(ti, p, family, dict(totals), peak, dict(mem_totals),
+                    hbm_bytes=sum(b for m, b in cost.memory.items() if m in ctx.topo.gpus) * repeat, build=build)
+        if family != "all":
+            kind.own = [(ph, r, v) for (ph, r), v in own.items()]
+            kind.own_mem = list(cost.memory.items())
+            for (ph, r), v in own.items():
+                kind.members.setdefault((ph, resource_class(r)), []).append(v)
+        else:
+            kind.members = {k: [v] for k, v in peak_member.items()}
+        return kind

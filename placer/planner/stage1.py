@@ -1,0 +1,235 @@
+"""Stage 1 of the two-stage planner (two_stage.py): an aggregated ILP over option kinds (kinds.py).
+
+A kind is an option on the canonical device node0/gpu0, node0, ...; the symmetry maps it onto any other. For
+every resource class c (all HBMs, all NIC->fabric links, ...) with |c| members, the busiest member carries at
+least the class average, and at least the load one table's kind alone puts on a member on top of the smallest
+base load there:
+
+    y_p >= (base[p,c] + sum_k x_k total_k[p,c]) / |c|        for every phase p, class c
+    y_p >= sum_{k of t} x_k max_c (base_min[p,c] + peak_k[p,c])  for every table t, phase p
+    sum_k x_k mem_k[c] <= |c| * usable(c)                     for every memory class c
+
+Every full plan satisfies these, so stage 1's optimum, and any valid bound on it, bounds the full
+problem from below: that is the lower bound reported with the plan. The per-table peak rows are weak in
+the relaxation (many tables each take a fraction of a kind with a high peak), so stage 1 adds peak levels
+(problem.PeakLevels), placed where a first relaxation puts the phases. CBC's branch and bound barely moves
+either side of this model in a minute (measured: production-856 on 128 GPUs), so stage 1 is the relaxation
+(lp.py, HiGHS), a rounding of it (its integral tables stay, a small MIP chooses the rest), and then branch
+and bound on the relaxation's bound with the time left (bound_tree.py: it splits where the relaxation mixes
+a high-peak choice with a low one; production-856: 8.414 -> 8.51 ms in 18 s), whose integral leaves are
+choices too.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from placer.cost import AR, PHASES
+from placer.planner import ilp
+from placer.planner.bound_tree import BoundTree
+from placer.planner.budget import Budget
+from placer.planner.context import Context
+from placer.planner.kinds import Kind
+from placer.planner.lp import Relaxation
+from placer.planner.problem import CountRow, PeakLevels, Problem
+
+
+@dataclass
+class Stage1:
+    """Stage 1's answer: the solver result (its ``chosen``: option ids of ``problem``, the kinds flattened
+    table by table), the aggregated problem, and the other choices it made on the way (the first rounding's,
+    ...), best first, for stage 2 to try too."""
+
+    result: ilp.IlpResult
+    problem: Problem
+    other_choices: list[list[int]]
+
+
+def solve_stage1(ctx: Context, kinds: list[list[Kind]], budget: Budget, gap: float, backend: str,
+                 threads: int | None) -> Stage1:
+    """Solve the aggregated ILP as far as the time allows: its relaxation with peak levels
+    (problem.PeakLevels) gives a first bound; a rounding of it (ilp.complete_relaxation), corrected by
+    pigeonhole rows (problem.CountRow) where it packs loads that cannot be spread, gives the kinds; then
+    branch and bound on the relaxation (bound_tree.py) raises the bound and may find a better choice.
+    ``backend`` solves the whole MIP only if the relaxation fails. Time: ``budget``, the relaxations at least
+    10 s each."""
+    time_limit_s, left, tracker = budget.seconds, budget.left, ctx.tracker
+    problem = build_stage1(ctx, kinds)
+    nvars = problem.num_options + problem.num_phases
+    problem.levels = peak_levels(problem, 32)
+    tracker.update("stage 1: relaxation", bound_s=problem.simple_lower_bound())
+    lp_time = max(time_limit_s / 5, 10.0)  # everything after needs a relaxation: let it finish
+    relaxation = Relaxation(problem)
+    values, lp_bound = relaxation.solve(lp_time)
+    if values is not None:
+        tracker.update(bound_s=lp_bound)
+    if values is not None and left() > 0.5 * time_limit_s:  # again, with the levels where it puts the phases
+        problem.levels = peak_levels(problem, 64, cap=2 * problem.phase_times(values))
+        second = Relaxation(problem)
+        again, bound = second.solve(lp_time)
+        if again is not None:
+            values, lp_bound, relaxation = again, max(lp_bound, bound), second
+            tracker.update(bound_s=lp_bound)
+    tracker.update("stage 1: rounding")
+    if values is None:
+        return Stage1(ilp.solve(problem, backend=backend, time_limit_s=max(1.0, left()), gap=gap, threads=threads),
+                      problem, [])
+    chosen = ilp.complete_relaxation(problem, values, time_limit_s=max(1.0, left() * 0.6))
+    found = [chosen] if chosen is not None else []  # every choice stage 1 makes on the way
+    flat = [k for ks in kinds for k in ks]
+    group_of = {i: gi for gi, g in enumerate(problem.groups) for i in g}
+    while chosen is not None and left() > time_limit_s * 0.2:
+        # pigeonhole: N loads of s seconds on m identical resources put ceil(N/m) of them on one; where
+        # the rounding ignores that, add the row and round again, freeing the tables that carry such loads
+        x = np.zeros(problem.num_options)
+        x[chosen] = 1.0
+        rows = count_rows(ctx, problem, flat, x, per_class=2)
+        if not rows:
+            break
+        problem.counts += rows
+        relaxation.add_counts(rows)
+        free = {group_of[int(i)] for row in rows for i in row.ids if x[i] > 0}
+        if len(free) > len(problem.groups) / 3:  # that rounding would be the whole MIP again
+            break
+        again = ilp.complete_relaxation(problem, values, free=free, time_limit_s=max(1.0, left() * 0.6))
+        if again is None or problem.objective(again) >= problem.objective(chosen):
+            break
+        chosen = again
+        found.append(chosen)
+    tree = None
+    if chosen is not None and left() > 2.0:
+        tracker.update("stage 1: branch and bound on the bound")
+        # no gap: the plan lands above stage 1's incumbent, so leaves within the gap of it still matter
+        tree = BoundTree(problem, relaxation).run(problem.objective(chosen), deadline=budget.deadline)
+        lp_bound = max(lp_bound, tree.bound_s)
+        tracker.update(bound_s=lp_bound)
+        if tree.chosen is not None:
+            chosen = tree.chosen
+            found.append(chosen)
+    wall = budget.elapsed()
+    others = sorted((c for i, c in enumerate(found) if c != chosen and c not in found[:i]), key=problem.objective)
+    if chosen is None:
+        return Stage1(ilp.IlpResult(None, "no_solution", None, lp_bound, wall, nvars, 0, "none", backend), problem,
+                      others)
+    objective = problem.objective(chosen)
+    bound = min(max(lp_bound, problem.simple_lower_bound()), objective)
+    how = "relaxation with peak levels, rounded" + (
+        f"; {tree.nodes} splits of the relaxation, {tree.lp_solves} LPs" if tree is not None else "")
+    result = ilp.IlpResult(chosen, "optimal" if objective - bound <= gap * objective else "feasible", objective,
+                           bound, wall, nvars, len(problem.load_rows) + len(problem.mem_rows), "none",
+                           f"{backend} + highs ({how})")
+    return Stage1(result, problem, others)
+
+
+def count_rows(ctx: Context, problem: Problem, flat: list[Kind], values: np.ndarray,
+               per_class: int = 1) -> list[CountRow]:
+    """Pigeonhole rows (problem.CountRow) that ``values`` (a choice, or a relaxation's values) violates:
+    on a class of m resources, N loads of at least s seconds put ceil(N / m) of them on one member. For
+    each (phase, class), the ``per_class`` sizes s whose rows are most violated."""
+    y = problem.phase_times(values)
+    items: dict[tuple[int, str], tuple[list[int], list[float]]] = defaultdict(lambda: ([], []))
+    spread: dict[tuple[int, str], tuple[list[int], list[float]]] = defaultdict(lambda: ([], []))
+    for i, k in enumerate(flat):
+        target = spread if k.family == "all" else items
+        for key, loads in k.members.items():
+            ids, sizes = target[key]
+            ids.extend([i] * len(loads))
+            sizes.extend(loads)
+    rows = []
+    for (ph, c), (ids, sizes) in items.items():
+        m = ctx.sym.class_size[c]
+        if m < 2:
+            continue
+        ids_a, sizes_a = np.asarray(ids), np.asarray(sizes)
+        order = np.argsort(-sizes_a)
+        cum = np.cumsum(values[ids_a[order]])  # relaxed count of loads >= each size
+        s_ids, s_coef = spread.get((ph, c), ([], []))
+        s_ids, s_coef = np.asarray(s_ids, dtype=np.int64), np.asarray(s_coef)
+        base = ctx.base_min.get((ph, c), 0.0) + float(s_coef @ values[s_ids])
+        lhs = base + sizes_a[order] * np.ceil(cum / m - 1e-6)
+        last = np.append(sizes_a[order][1:] != sizes_a[order][:-1], True)  # last of each size: its full count
+        lhs[~last] = -np.inf
+        for pos in np.argsort(-lhs)[:per_class]:
+            if lhs[pos] <= y[ph] * (1 + 1e-6):
+                break
+            size = float(sizes_a[order][pos])
+            sel = sizes_a >= size * (1 - 1e-12)
+            uniq, counts = np.unique(ids_a[sel], return_counts=True)
+            rows.append(CountRow(ph, ctx.base_min.get((ph, c), 0.0), size, m, uniq, counts, s_ids, s_coef))
+    return rows
+
+
+def build_stage1(ctx: Context, kinds: list[list[Kind]]) -> Problem:
+    """The aggregated ILP as a Problem (rows described in the module docstring)."""
+    flat = [k for ks in kinds for k in ks]
+    groups, oid = [], 0
+    for ks in kinds:
+        groups.append(list(range(oid, oid + len(ks))))
+        oid += len(ks)
+    load_cols: dict[tuple[int, str], tuple[list[int], list[float]]] = defaultdict(lambda: ([], []))
+    for i, k in enumerate(flat):
+        for (ph, c), v in k.totals.items():
+            ids, vals = load_cols[(ph, c)]
+            ids.append(i)
+            vals.append(v / ctx.sym.class_size[c])
+    for ti, ks in enumerate(kinds):
+        for ph in range(len(PHASES)):
+            if any(k.peak[ph] for k in ks):
+                load_cols[(ph, f"table:{ti}")] = (groups[ti], [k.peak[ph] for k in ks])
+    load_base = {(ph, c): v / ctx.sym.class_size[c] for (ph, c), v in ctx.base_total.items()}
+    # The all-reduce rings are not symmetric (they wrap around the nodes), but every all-reduce over all
+    # GPUs loads the links in the same proportions: on the link the dense model's all-reduce loads most,
+    # the load is exactly base + sum of the data-parallel tables' bytes x that link's seconds per byte.
+    ar_links = {r: v for (ph, r), v in ctx.model.base_cost.loads.items() if ph == AR and "->" in r}
+    if ar_links:
+        worst = max(ar_links, key=ar_links.get)
+        unit = dict(ctx.model.traffic.unit_allreduce(tuple(ctx.topo.gpus)))
+        ids = [i for i, k in enumerate(flat) if k.placement.sharding == "data_parallel" and k.family == "all"]
+        key = (AR, f"exact:{worst}")
+        load_base[key] = ar_links[worst]
+        if ids and worst in unit:
+            load_cols[key] = (ids, [ctx.model.tables[flat[i].placement.table].rows
+                                    * ctx.model.tables[flat[i].placement.table].dim * 4 * unit[worst]
+                                    for i in ids])
+    mem_cols: dict[str, tuple[list[int], list[float]]] = defaultdict(lambda: ([], []))
+    for i, k in enumerate(flat):
+        for c, b in k.mem_totals.items():
+            ids, vals = mem_cols[c]
+            ids.append(i)
+            vals.append(b)
+    problem = Problem(
+        groups=groups, num_phases=len(PHASES),
+        load_rows={k: (np.asarray(i, dtype=np.int64), np.asarray(v)) for k, (i, v) in load_cols.items()},
+        load_base=load_base,
+        mem_rows={k: (np.asarray(i, dtype=np.int64), np.asarray(v)) for k, (i, v) in mem_cols.items()},
+        mem_capacity={c: ctx.sym.class_size[c] * ctx.mem_usable[c] for c in mem_cols},
+        fixed_s=sum(ctx.model.fixed_latency_s.values()))
+    return problem
+
+
+def peak_levels(problem: Problem, count: int, cap: np.ndarray | None = None) -> list[PeakLevels]:
+    """Peak levels (problem.PeakLevels) for every phase: ``count`` quantiles of the options' peaks above the
+    phase's floor and up to ``cap`` (s, per phase; levels where the peaks are dense, so that each separates
+    many options), and one at the highest peak."""
+    peaks = problem.table_peaks()
+    floor = problem.phase_floors()
+    out = []
+    for ph, pk in enumerate(peaks):
+        top = float(pk.max())
+        if top <= floor[ph] * (1 + 1e-9):
+            continue
+        above = np.unique(pk[pk > floor[ph]])
+        if cap is not None and (above <= cap[ph]).any():
+            above = above[above <= cap[ph]]
+        levels = np.unique(np.append(np.quantile(above, np.linspace(0, 1, count)), top))
+        members: list[list[np.ndarray]] = [[] for _ in levels]
+        for g in problem.groups:  # a group's row at level j only where its set changes above j (the chain does the rest)
+            g_peaks = pk[g]
+            reach = [frozenset(np.asarray(g)[g_peaks >= level * (1 - 1e-12)].tolist()) for level in levels]
+            for j, ids in enumerate(reach):
+                if ids and (j + 1 == len(levels) or reach[j + 1] != ids):
+                    members[j].append(np.asarray(sorted(ids), dtype=np.int64))
+        out.append(PeakLevels(ph, float(floor[ph]), list(np.diff(np.concatenate([[floor[ph]], levels]))), members))
+    return out

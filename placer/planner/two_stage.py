@@ -1,0 +1,169 @@
+"""Two-stage planning for large homogeneous clusters (many identical GPUs).
+
+The full ILP has one binary per (table, option, device): 856 tables x 128 GPUs is over a million, and the
+identical GPUs make its relaxation weak. Here instead a pipeline of stages, each in its own module, all reading
+one Context (context.py: the machine, its symmetry, the dense model's loads per symmetry class) and spending
+one time Budget (budget.py):
+
+1. choose kinds (kinds.py): every table's options on the canonical devices (node0/gpu0, node0, ...), their
+   costs folded into symmetry classes;
+2. stage 1 (stage1.py): an aggregated ILP over the kinds picks one per table. Every full plan satisfies its
+   rows, so its bound bounds the full problem from below: the lower bound reported with the plan;
+3. stage 2, assign devices (assign.py): the chosen kinds onto devices, largest first, each where the predicted
+   step time grows least among those where it fits, ties to the emptier device;
+4. improve: re-insertions and swaps (assign.py) and pairwise repacking (repack.py), in rounds while any of
+   them changes something; where multi-GPU options fill some GPUs in one phase and leave them idle in another,
+   a MIP chooses what those GPUs hold and stage 2 assigns the rest around them (fill.py), kept if better.
+   Stages 2 and 3 run once per variant of the balance measure while time is left (STAGE2_VARIANTS), and again
+   for stage 1's other choices;
+5. bound: with time left, branch and bound on stage 1 (from its rounding) may raise the bound, and its choice
+   goes through stage 2 too.
+
+The plan is then priced exactly by the simulator (solve.py); the gap is (plan - bound) / plan.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from placer.cost import CostModel
+from placer.errors import SolverError
+from placer.options import OptionConfig
+from placer.plan import Placement
+from placer.planner import fill, ilp
+from placer.planner.accumulator import Accumulator
+from placer.planner.assign import Assigner
+from placer.planner.budget import Budget
+from placer.planner.context import Context
+from placer.planner.kinds import Kind, KindFolder
+from placer.planner.problem import Problem
+from placer.planner.progress import Tracker
+from placer.planner.repack import repack
+from placer.planner.stage1 import solve_stage1
+from placer.planner.symmetry import Symmetry
+
+#: Stage 2's portfolio: it assigns devices once per variant while time is left (the next only if the time left
+#: exceeds what the last took), keeping the best plan. A variant is (the phase times its balance measure is
+#: relative to: stage 1's with the pigeonhole rows, "counted", or the class averages alone, "plain"; the weight
+#: of its excess measure, see assign.Assigner._scores). No variant wins everywhere; measured on one stage-1
+#: choice each, with the re-insertions, swaps and repacking (c = counted, p = plain, with the weight), ms:
+#:   production-856 on 128 GPUs  c100 8.862  c0 8.882  p100 8.871  p0 8.879
+#:   synthetic-1000 on 256 GPUs  c100 4.849  c0 4.849  p100 4.890  p0 4.849
+#:   synthetic-1000 on 128 GPUs  c100 6.988  c0 6.993  p100 6.985  p0 7.003
+#:   synthetic-1000 on 16 GPUs   c100 25.10  c0 25.08  p100 25.14  p0 25.14
+#:   production-856 on 16 GPUs   c100 31.84  c0 31.78  p100 31.84  p0 31.78
+#: The large clusters, where time allows one or two variants, favour c100; the small ones run all four.
+STAGE2_VARIANTS = (("counted", 100.0), ("counted", 0.0), ("plain", 100.0), ("plain", 0.0))
+
+
+def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, budget: Budget, gap: float,
+                    backend: str, threads: int | None, tracker: Tracker | None = None):
+    """(placements or None, lower bound in s, stage-1 result, wall s). Stage 1 gets the time the kinds leave
+    of ``budget``, less a reserve for stage 2; stage 2 stops 2 s before the budget's end. The wall seconds of
+    "option kinds", "stage 1" and "stage 2" are added to ``budget.stages``."""
+    tracker = tracker or Tracker(None)
+    with budget.stage("option kinds"):
+        ctx = Context.of(model, sym, cfg, tracker)
+        tracker.update("stage 1: option kinds")
+        kinds = KindFolder(ctx).kinds()
+    reserve = min(0.2 * budget.seconds, 15.0)  # stage 2 + pricing the plan (measured: 8.5 s on 128 GPUs, 10 s on 256)
+    with budget.stage("stage 1"):
+        stage1 = solve_stage1(ctx, kinds, budget.child(max(5.0, budget.left() - reserve)), gap=gap, backend=backend,
+                              threads=threads)
+    result = stage1.result
+    if result.chosen is None:
+        return None, result.lower_bound_s, result, budget.elapsed()
+    stage2 = budget.child(budget.left() - 2.0)  # pricing the plan takes < 1 s (256 GPUs)
+    assigner = Assigner(ctx)
+    best: tuple[list[Placement], float] = ([], float("inf"))
+
+    def place(ids: list[int]) -> None:
+        nonlocal best
+        with budget.stage("stage 2"):
+            alt = _stage2(assigner, stage1.problem, kinds, ids, stage2)
+        if alt[0] and alt[1] < best[1]:
+            best = alt
+
+    started = time.perf_counter()
+    place(result.chosen)
+    took = time.perf_counter() - started
+    for ids in stage1.other_choices:  # stage 1's other choices (the first rounding's, ...): stage 2 may do better
+        if stage2.left() < took:
+            break
+        place(ids)
+    if stage2.left() > 30.0:  # time left: branch and bound on stage 1, from the rounding
+        plain = dataclasses.replace(stage1.problem, levels=[])  # levels + a start crash CBC
+        tracker.update(f"stage 1: {backend} branch and bound")
+        with budget.stage("stage 1"):
+            try:
+                other = ilp.solve(plain, backend=backend, time_limit_s=stage2.left() - 15.0, gap=gap,
+                                  threads=threads, warm_start=result.chosen, tracker=tracker.bounds_only())
+            except SolverError:
+                other = None
+        if other is not None and other.chosen is not None:
+            result.lower_bound_s = max(result.lower_bound_s, min(other.lower_bound_s, result.objective_s))
+            if other.chosen != result.chosen:
+                place(other.chosen)
+    return best[0] or None, result.lower_bound_s, result, budget.elapsed()
+
+
+def _stage2(assigner: Assigner, problem: Problem, kinds: list[list[Kind]], ids: list[int],
+            budget: Budget) -> tuple[list[Placement], float]:
+    """Stage 2 for one stage-1 choice (option ids of the stage-1 ``problem``): (placements or [], step time s
+    without fixed latencies). Devices are assigned once per variant of STAGE2_VARIANTS while ``budget`` lasts,
+    each improved by re-insertions, swaps and pairwise repacking (repack.py), and then assigned anew with its
+    starved GPUs filled first (fill.py) while that helps. The least step time wins."""
+    flat = [k for ks in kinds for k in ks]
+    chosen = [flat[i] for i in ids]
+    scales = {"counted": problem.phase_times(ids),
+              "plain": dataclasses.replace(problem, counts=[]).phase_times(ids)}
+    assigner.ctx.tracker.update("stage 2: devices")
+    best: tuple[list[Placement], float] = ([], float("inf"))
+    took, tried = 0.0, set()
+    for scale_from, weight in STAGE2_VARIANTS:
+        variant = (tuple(scales[scale_from]), weight)
+        if variant in tried:  # no pigeonhole rows: "plain" is "counted"
+            continue
+        if best[0] and budget.left() < took:
+            break
+        tried.add(variant)
+        t0 = time.perf_counter()
+        assigner.set_scale(scales[scale_from])
+        placements, acc = _assign_and_improve(assigner, chosen, kinds, weight, budget)
+        run_took = time.perf_counter() - t0
+        while placements:  # starved GPUs filled first, while that helps; the MIP gets what the run leaves
+            mip_time = min(fill.MIP_TIME_S, budget.left() - run_took)
+            if mip_time < fill.MIN_MIP_TIME_S:
+                break
+            pins = fill.fill_starved(assigner, acc, mip_time)
+            if not pins:
+                break
+            kept = dict(assigner.where)
+            filled, filled_acc = _assign_and_improve(assigner, chosen, kinds, weight, budget, pins)
+            if not filled or filled_acc.step >= acc.step:
+                assigner.where = kept
+                break
+            placements, acc = filled, filled_acc
+        if placements and acc.step < best[1]:
+            best = (placements, acc.step)
+        took = time.perf_counter() - t0
+    return best
+
+
+def _assign_and_improve(assigner: Assigner, chosen: list[Kind], kinds: list[list[Kind]], weight: float,
+                        budget: Budget, pinned: dict[int, tuple[Kind, tuple]] | None = None
+                        ) -> tuple[list[Placement], Accumulator]:
+    """One stage-2 run: devices assigned (excess weight ``weight``, see assign.Assigner._scores; ``pinned``
+    first), then re-insertions, swaps and repacking in rounds while they change something."""
+    assigner.excess_weight = weight
+    placements, acc = assigner.assign_best(chosen, kinds, pinned)
+    assigner.excess_weight = 0.0
+    if placements:
+        assigner.improve(placements, acc, budget)
+        for _ in range(3):  # swaps and repacking open room for re-insertions, and these for them
+            if not (assigner.swap(placements, acc, budget) + repack(assigner, placements, acc, budget)):
+                break
+            if not assigner.improve(placements, acc, budget):
+                break
+        assigner.ctx.tracker.update(incumbent_s=acc.step + sum(assigner.model.fixed_latency_s.values()))
+    return placements, acc
