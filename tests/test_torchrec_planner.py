@@ -11,6 +11,7 @@ import time
 import pytest
 
 from placer.cli import main
+from placer.commands import compare
 from placer.cost import CostModel
 from placer.plan_price import priced_plan
 from placer.planner.solve import METHODS, SolveConfig, solve
@@ -87,15 +88,73 @@ def test_compare_lists_torchrec(capsys):
 
 
 def test_compare_dgx_h100_mlperf_with_torchrec(capsys):
-    """issue 18's target: compare with the torchrec method on mlperf-dlrm-v1 @ dgx-h100 in < 60 s."""
+    """issue 18's target: compare with the torchrec method on mlperf-dlrm-v1 @ dgx-h100 in < 60 s at the default
+    budget. --time-limit is the budget of the whole comparison; checked here at 20 s (the default's 60 s would
+    make this the suite's slowest test): the whole command within it, the ILP's solver limit what was left."""
     require_torchrec()
     hw, wl = _paths("dgx-h100", "mlperf-dlrm-v1")
     t0 = time.perf_counter()
     assert main(["compare", hw, wl, "--json", "--time-limit", "20"]) == 0
-    assert time.perf_counter() - t0 < 60
+    assert time.perf_counter() - t0 < 20 + 3  # + slack for a loaded machine (CBC's own limit is not exact)
     rows = {r["method"]: r for r in json.loads(capsys.readouterr().out)}
     assert set(rows) == set(METHODS)
-    assert rows["torchrec"]["step_time_s"] > 0
+    assert rows["torchrec"]["step_time_s"] > 0 and 0 < rows["torchrec"]["solve_wall_s"] < 20
+    assert rows["torchrec"]["deadline_s"] <= 20
+    ilp = rows["ilp"]
+    assert 1 <= ilp["time_limit_s"] < 20 - compare.ILP_MARGIN_S
+    assert ilp["status"] in ("optimal", "feasible") and ilp["gap"] >= 0 and ilp["lower_bound_step_time_s"] > 0
+    assert all(r["solve_wall_s"] >= 0 for r in rows.values())
+
+
+def test_compare_prints_the_budget_and_the_ilp_gap(capsys):
+    require_torchrec()
+    hw, wl = _paths("h100-pcie-host", "tiny")
+    assert main(["compare", hw, wl, "--methods", "ilp,greedy_size,torchrec", "--time-limit", "15"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "time budget 15 s (--time-limit, the whole comparison); took" in out
+    assert "ilp: solver limit" in out and "gap" in out and "lower bound" in out
+    assert "torchrec: planned in a child process alongside the others" in out
+
+
+def test_ilp_time_limit_leaves_room_for_the_tie_break():
+    from placer.planner.tiebreak import time_limit as tie_break_limit
+
+    for left in (4.5, 8.0, 20.0, 57.5, 100.0, 1000.0):  # from MIN_ILP_LIMIT_S + 1 s + margin = 4 s up
+        limit = compare.ilp_time_limit(left)
+        assert limit + tie_break_limit(limit) + compare.ILP_MARGIN_S <= left + 1e-6
+        assert limit + tie_break_limit(limit) + compare.ILP_MARGIN_S >= left - 1e-3  # nothing wasted
+    assert compare.ilp_time_limit(0.5) == compare.MIN_ILP_LIMIT_S
+
+
+def test_start_returns_at_once_and_collect_gives_the_plan():
+    """start() forks TorchRec's planner and returns; the parent plans meanwhile; collect() gives the same plan
+    as torchrec_plan()."""
+    require_torchrec()
+    topo, w = shipped_pair("h100-pcie-host", "mlperf-dlrm-v1")
+    model = CostModel(topo, w)
+    model.base_cost  # the dense model's trace, cached: not part of what start() is timed for
+    t0 = time.perf_counter()
+    run = trec_planner.start(model, time_limit_s=30)
+    assert time.perf_counter() - t0 < 1.0 and run.deadline_s == 30 + trec_planner.WATCHDOG_GRACE_S
+    other = solve(topo, w, SolveConfig(method="greedy_size"))  # the parent's own work, while TorchRec plans
+    res = trec_planner.collect(run)
+    again = trec_planner.torchrec_plan(CostModel(topo, w), time_limit_s=30)
+    assert [p.model_dump() for p in res.placements] == [p.model_dump() for p in again.placements]
+    assert res.predicted["step_time_s"] == pytest.approx(again.predicted["step_time_s"], rel=1e-12)
+    assert 0 < res.planner_s <= res.wall_s and other.predicted["step_time_s"] > 0
+
+
+def test_compare_kills_torchrec_at_the_budget(monkeypatch, capsys):
+    """A TorchRec planner that outlives the comparison's budget is killed there: a 'failed' row, on time."""
+    require_torchrec()
+    monkeypatch.setattr(trec_planner, "_run_torchrec", lambda inputs, limit: time.sleep(60))
+    hw, wl = _paths("h100-pcie-host", "tiny")
+    t0 = time.perf_counter()
+    assert main(["compare", hw, wl, "--json", "--methods", "greedy_size,torchrec", "--time-limit", "4"]) == 0
+    assert time.perf_counter() - t0 < 4 + 2
+    rows = {r["method"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["greedy_size"]["step_time_s"] > 0
+    assert rows["torchrec"]["status"] == "failed" and "no plan within" in rows["torchrec"]["note"]
 
 
 def test_solve_torchrec_writes_a_plan_that_simulates(tmp_path, capsys):

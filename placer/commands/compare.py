@@ -1,4 +1,12 @@
-"""``placer compare HW WL``: every method on the same cost model, side by side."""
+"""``placer compare HW WL``: every method on the same cost model, side by side, within one time budget.
+
+``--time-limit`` is the budget of the whole comparison (counted from the start of the command, loading the
+specs included). TorchRec's planner starts first, in its child process (torchrec_io/planner.py: start /
+collect), and plans while the parent runs the baselines and then the ILP; the ILP's solver gets what is left,
+less ILP_MARGIN_S and the time its tie-break may take after the main solve (planner/tiebreak.time_limit), so
+that the whole comparison ends within the budget. Each row says how long its method took on its own
+(``solve_wall_s``) and the time limit it was given; the output names the budget and how it was spent.
+"""
 from __future__ import annotations
 
 import argparse
@@ -10,12 +18,21 @@ from placer.report import make_console
 
 from placer.commands._common import add_hw_wl, add_solver_options, load_pair, solve_config
 
+#: seconds of the budget kept back from the ILP's solver limit for its model building and pricing
+ILP_MARGIN_S = 2.0
+#: the ILP's solver limit never goes below this (the budget is then overrun, and the output says so)
+MIN_ILP_LIMIT_S = 1.0
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_hw_wl(p)
     p.add_argument("--json", action="store_true", help="print a JSON list of rows")
     p.add_argument("--methods", default=None, help="comma-separated subset of methods (default: all)")
     add_solver_options(p, method=False)
+    for action in p._actions:  # the shared option, with compare's meaning
+        if action.dest == "time_limit":
+            action.help = ("time budget of the whole comparison, s (default 60): TorchRec's planner runs alongside, "
+                           "the ILP's solver gets what the other methods leave")
 
 
 def parse_methods(text: str) -> list[str]:
@@ -37,61 +54,156 @@ def parse_methods(text: str) -> list[str]:
     return out
 
 
-def compare_rows(topo, wl, args) -> list[dict]:
-    """One row per method: step time, throughput, speedup over host_cpu, HBM used, solve time, status."""
+def ilp_time_limit(available_s: float) -> float:
+    """The ILP's solver limit L for ``available_s`` seconds left: L + its tie-break's limit (20% of L, 1..10 s)
+    + ILP_MARGIN_S fits, at least MIN_ILP_LIMIT_S."""
+    from placer.planner.tiebreak import time_limit as tie_break_limit
+
+    room = available_s - ILP_MARGIN_S
+    limit = room
+    for _ in range(60):  # L = room - tie_break(L): a contraction (slope <= 0.2), converges fast
+        limit = room - tie_break_limit(max(limit, MIN_ILP_LIMIT_S))
+    return max(MIN_ILP_LIMIT_S, limit)
+
+
+def _empty_row(method: str, status: str, wall: float, note: str, **extra) -> dict:
+    return {"method": method, "step_time_s": None, "throughput_samples_per_s": None, "status": status,
+            "solve_wall_s": wall, "note": note, **extra}
+
+
+def _priced_row(method: str, pred: dict, status: str, wall: float, **extra) -> dict:
+    hbm = sum(v.get("hbm_used_bytes", 0.0) for v in pred["devices"].values())
+    return {"method": method, "step_time_s": pred["step_time_s"],
+            "throughput_samples_per_s": pred["throughput_samples_per_s"], "status": status,
+            "hbm_used_bytes": hbm, "solve_wall_s": wall, "bottleneck": pred["bottleneck"], **extra}
+
+
+def compare_rows(topo, wl, args, started: float | None = None) -> list[dict]:
+    """One row per method: step time, throughput, speedup over host_cpu, HBM used, solve time (the method's
+    own), the time limit it got, status (the ILP's with its gap). ``args.time_limit`` is the budget of the
+    whole comparison, counted from ``started`` (a time.perf_counter() value; default now)."""
+    from placer.cost import CostModel
     from placer.errors import InfeasibleError, SolverError
+    from placer.planner import infeasible
     from placer.planner.solve import METHODS, solve
 
+    started = time.perf_counter() if started is None else started
+    budget = float(args.time_limit)
+    deadline = started + budget
     methods = parse_methods(args.methods) if args.methods is not None else list(METHODS)
-    rows = []
-    for m in methods:
+    rows: dict[str, dict] = {}
+
+    trec = None
+    if "torchrec" in methods:  # first: TorchRec plans in its child process while the rest runs here
+        from placer.torchrec_io import INSTALL_HINT
+        from placer.torchrec_io import planner as trec_planner
+
         t0 = time.perf_counter()
-        if m == "torchrec":  # TorchRec's planner: skipped with a note when torchrec is not installed
-            from placer.torchrec_io.planner import available
-
-            ok, why = available()
-            if not ok:
-                from placer.torchrec_io import INSTALL_HINT
-
-                rows.append({"method": m, "step_time_s": None, "throughput_samples_per_s": None,
-                             "status": "skipped", "solve_wall_s": time.perf_counter() - t0,
-                             "note": f"torchrec not installed ({why}); install: {INSTALL_HINT}"})
-                continue
+        left = max(1.0, deadline - t0)
         try:
-            plan = solve(topo, wl, solve_config(args, method=m))
+            model = CostModel(topo, wl)
+            infeasible.check_dense(model)
+            trec = trec_planner.start(model, time_limit_s=max(1.0, 0.9 * left), deadline_s=left)
+        except trec_planner.TorchRecUnavailable as exc:
+            rows["torchrec"] = _empty_row("torchrec", "skipped", time.perf_counter() - t0,
+                                          f"torchrec not installed ({exc.reason}); install: {INSTALL_HINT}")
         except InfeasibleError as exc:
-            rows.append({"method": m, "step_time_s": None, "throughput_samples_per_s": None,
-                         "status": "infeasible", "solve_wall_s": time.perf_counter() - t0, "note": str(exc)})
-            continue
+            rows["torchrec"] = _empty_row("torchrec", "infeasible", time.perf_counter() - t0, str(exc))
         except SolverError as exc:
-            if m != "torchrec":
-                raise
-            rows.append({"method": m, "step_time_s": None, "throughput_samples_per_s": None,
-                         "status": "failed", "solve_wall_s": time.perf_counter() - t0, "note": str(exc)})
-            continue
-        pred = plan.predicted
-        hbm = sum(v.get("hbm_used_bytes", 0.0) for v in pred["devices"].values())
-        rows.append({"method": m, "step_time_s": pred["step_time_s"],
-                     "throughput_samples_per_s": pred["throughput_samples_per_s"], "status": plan.solver.status,
-                     "gap": plan.solver.gap, "lower_bound_step_time_s": plan.solver.lower_bound_step_time_s,
-                     "hbm_used_bytes": hbm, "solve_wall_s": time.perf_counter() - t0,
-                     "bottleneck": pred["bottleneck"]})
-    base = next((r["step_time_s"] for r in rows if r["method"] == "host_cpu" and r["step_time_s"]), None)
-    for r in rows:
+            rows["torchrec"] = _empty_row("torchrec", "failed", time.perf_counter() - t0, str(exc))
+    try:
+        for m in [m for m in methods if m not in ("ilp", "torchrec")] + (["ilp"] if "ilp" in methods else []):
+            config = solve_config(args, method=m)
+            extra = {}
+            if m == "ilp":  # last of the methods run here: it gets what the others left of the budget
+                from dataclasses import replace
+
+                limit = ilp_time_limit(deadline - time.perf_counter())
+                config = replace(config, time_limit_s=limit)
+                extra = {"time_limit_s": limit}
+            t0 = time.perf_counter()
+            try:
+                plan = solve(topo, wl, config)
+            except InfeasibleError as exc:
+                rows[m] = _empty_row(m, "infeasible", time.perf_counter() - t0, str(exc), **extra)
+                continue
+            s = plan.solver
+            if m == "ilp":
+                extra.update(gap=s.gap, lower_bound_step_time_s=s.lower_bound_step_time_s)
+            rows[m] = _priced_row(m, plan.predicted, s.status, time.perf_counter() - t0, **extra)
+        if trec is not None:
+            t0 = time.perf_counter()
+            limits = {"time_limit_s": trec.time_limit_s, "deadline_s": trec.deadline_s}
+            try:
+                res = trec_planner.collect(trec)
+            except trec_planner.TorchRecUnavailable as exc:
+                rows["torchrec"] = _empty_row("torchrec", "skipped", trec.setup_s,
+                                              f"torchrec not installed ({exc.reason}); install: {INSTALL_HINT}")
+            except SolverError as exc:  # TorchRecPlannerError: its failure, its deadline
+                rows["torchrec"] = _empty_row("torchrec", "failed", trec.setup_s + time.perf_counter() - t0,
+                                              str(exc), **limits)
+            else:
+                rows["torchrec"] = _priced_row("torchrec", res.predicted, "heuristic", res.wall_s,
+                                               planner_s=res.planner_s, **limits)
+    finally:
+        if trec is not None:
+            trec.cancel()
+    out = [rows[m] for m in methods]
+    base = next((r["step_time_s"] for r in out if r["method"] == "host_cpu" and r["step_time_s"]), None)
+    for r in out:
         r["speedup_over_host_cpu"] = base / r["step_time_s"] if base and r["step_time_s"] else None
-    return rows
+    return out
+
+
+def budget_lines(rows: list[dict], budget: float, total: float) -> list[str]:
+    """How the --time-limit budget was spent, for the table's reader."""
+    by = {r["method"]: r for r in rows}
+    lines = [f"time budget {budget:g} s (--time-limit, the whole comparison); took {total:.1f} s"
+             + (" (over budget)" if total > budget else "")]
+    ilp = by.get("ilp")
+    if ilp is not None and "time_limit_s" in ilp:
+        head = f"ilp: solver limit {ilp['time_limit_s']:.1f} s (what the other methods left, less its tie-break " \
+               f"allowance and {ILP_MARGIN_S:g} s)"
+        if ilp.get("gap") is not None:
+            head += f"; {ilp['status']}, gap {ilp['gap']:.2%} to its lower bound " \
+                    f"{ilp['lower_bound_step_time_s'] * 1e3:.3f} ms"
+            if ilp["status"] != "optimal":
+                head += " (time limit reached: a longer --time-limit may close it)"
+        lines.append(head)
+    trec = by.get("torchrec")
+    if trec is not None and "deadline_s" in trec:
+        lines.append(f"torchrec: planned in a child process alongside the others (its search limit "
+                     f"{trec['time_limit_s']:.0f} s, killed after {trec['deadline_s']:.0f} s); its solve time is "
+                     f"its own" + (f", {trec['planner_s']:.2f} s of it in TorchRec's planner (torchrec import "
+                                   f"included)" if trec.get("planner_s") else ""))
+    return lines
+
+
+def _display(rows: list[dict]) -> list[dict]:
+    """Rows for the table: the ILP's status with its gap."""
+    out = []
+    for r in rows:
+        if r["method"] == "ilp" and r.get("gap") is not None and r["step_time_s"] is not None:
+            r = {**r, "status": f"{r['status']}, gap {r['gap']:.1%}"}
+        out.append(r)
+    return out
 
 
 def run(args) -> int:
     from placer.report import compare_table
 
+    started = time.perf_counter()
     if args.methods is not None:
         parse_methods(args.methods)  # refuse a typo before loading and solving anything
     solve_config(args)
     topo, wl = load_pair(args)
-    rows = compare_rows(topo, wl, args)
+    rows = compare_rows(topo, wl, args, started=started)
+    total = time.perf_counter() - started
     if args.json:
         sys.stdout.write(json.dumps(rows, indent=1) + "\n")
     else:
-        compare_table(rows, make_console())
+        console = make_console()
+        compare_table(_display(rows), console)
+        for line in budget_lines(rows, float(args.time_limit), total):
+            console.print(line, markup=False)
     return 0

@@ -23,10 +23,14 @@ candidates even on a machine without a GPU. What it is told (``planner_inputs``)
   model's bytes per GPU from placer's model as ``dense_tensor_estimate`` (a meta module has no dense part).
 - fp16 tables: ``EmbeddingBagConfig(data_type=FP16)``.
 
-The planner's proposal search is bounded by its own ``timeout_seconds``; the whole call also by a watchdog
-(a thread joined with a deadline). Any failure (no plan fits TorchRec's estimate, a plan placer cannot read or
-that does not fit placer's memory model, the time limit) raises TorchRecPlannerError, which ``placer
-compare`` shows as that method's row ('torchrec planner failed: <reason>').
+The planner's proposal search is bounded by its own ``timeout_seconds``; the whole call also by a watchdog:
+a forked child process killed at its deadline (a daemon thread joined with the deadline where fork is not the
+safe default). ``start`` forks the child and returns at once, ``collect`` waits for it and imports its plan, so
+a caller can plan something else meanwhile (``placer compare`` runs the ILP and the baselines while TorchRec
+plans); ``torchrec_plan`` is the two in a row. The child imports torchrec itself, so the parent never pays for
+that import. Any failure (no plan fits TorchRec's estimate, a plan placer cannot read or that does not fit
+placer's memory model, the time limit) raises TorchRecPlannerError, which ``placer compare`` shows as that
+method's row ('torchrec planner failed: <reason>'); a missing or broken torchrec TorchRecUnavailable.
 """
 from __future__ import annotations
 
@@ -61,6 +65,7 @@ class TorchRecUnavailable(SpecError):
     """The torchrec method without torchrec installed (exit 2, with the install line)."""
 
     def __init__(self, reason: str = ""):
+        self.reason = reason
         super().__init__(f"the torchrec method needs TorchRec{f' ({reason})' if reason else ''}; install it with: "
                          f"{INSTALL_HINT} (docs/torchrec.md)", field="--method")
 
@@ -72,6 +77,22 @@ class TorchRecPlannerError(SolverError):
     def __init__(self, reason: str):
         self.reason = reason
         super().__init__(f"torchrec planner failed: {reason}")
+
+
+def installed() -> tuple[bool, str]:
+    """(True, "") when a torchrec package can be found, without importing it (cheap: no torch import); (False,
+    why) otherwise. ``available`` is the real test (the import); the planner's child process runs it."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("torchrec")
+    except (ImportError, ValueError) as exc:
+        return False, f"{type(exc).__name__}: {exc}"
+    return (True, "") if spec is not None else (False, "No module named 'torchrec'")
+
+
+class _NoTorchRec(Exception):
+    """In the planner's child: torchrec does not import (reported to the parent as TorchRecUnavailable)."""
 
 
 def available() -> tuple[bool, str]:
@@ -218,29 +239,79 @@ def _quietly(fn, *args):
             root.removeHandler(null)
 
 
-def _with_watchdog(fn, limit_s: float):
-    """``fn()`` bounded by ``limit_s``: in a forked child process (killed at the deadline, so a planner stuck in
-    enumeration leaves nothing running; ``fn``'s result must pickle), or where fork is not the safe default
-    (not Linux) in a daemon thread joined with the deadline. Exceptions come back as TorchRecPlannerError
-    ('Type: message')."""
-    if sys.platform.startswith("linux"):
-        return _in_child(fn, limit_s)
-    box: dict = {}
+class _Watch:
+    """``fn()`` under way with a deadline ``limit_s`` from now: in a forked child process (killed at the deadline,
+    so a planner stuck in enumeration leaves nothing running; ``fn``'s result must pickle), or where fork is not
+    the safe default (not Linux) in a daemon thread. ``wait()`` gives its result; exceptions come back as
+    TorchRecPlannerError ('Type: message'), _NoTorchRec as TorchRecUnavailable. ``close()`` ends it."""
 
-    def target():
+    def __init__(self, fn, limit_s: float):
+        self.limit_s = limit_s
+        self.deadline = time.perf_counter() + limit_s
+        self.proc = self.recv = self.thread = None
+        self.box: dict = {}
+        if sys.platform.startswith("linux"):
+            import multiprocessing as mp
+
+            ctx = mp.get_context("fork")
+            self.recv, send = ctx.Pipe(duplex=False)
+            self.proc = ctx.Process(target=_child, args=(fn, send), name="torchrec-planner", daemon=True)
+            self.proc.start()
+            send.close()
+        else:
+            def target():
+                try:
+                    self.box["value"] = fn()
+                except BaseException as exc:  # noqa: BLE001 -- handed to the caller
+                    self.box["error"] = exc
+
+            self.thread = threading.Thread(target=target, name="torchrec-planner", daemon=True)
+            self.thread.start()
+
+    def _late(self) -> TorchRecPlannerError:
+        return TorchRecPlannerError(f"no plan within {self.limit_s:.0f} s (time limit)")
+
+    def wait(self):
+        remaining = max(0.0, self.deadline - time.perf_counter())
+        if self.thread is not None:
+            self.thread.join(remaining)
+            if self.thread.is_alive():
+                raise self._late()
+            if "error" in self.box:
+                exc = self.box["error"]
+                if isinstance(exc, _NoTorchRec):
+                    raise TorchRecUnavailable(str(exc))
+                raise TorchRecPlannerError(_reason(exc))
+            return self.box["value"]
         try:
-            box["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 -- handed to the caller
-            box["error"] = exc
+            if not self.recv.poll(remaining):
+                raise self._late()
+            try:
+                kind, value = self.recv.recv()
+            except EOFError:
+                self.proc.join(5)
+                raise TorchRecPlannerError(f"the planner process died (exit code {self.proc.exitcode})") from None
+        finally:
+            self.close()
+        if kind == "unavailable":
+            raise TorchRecUnavailable(value)
+        if kind == "error":
+            raise TorchRecPlannerError(value)
+        return value
 
-    th = threading.Thread(target=target, name="torchrec-planner", daemon=True)
-    th.start()
-    th.join(limit_s)
-    if th.is_alive():
-        raise TorchRecPlannerError(f"no plan within {limit_s:.0f} s (time limit)")
-    if "error" in box:
-        raise TorchRecPlannerError(_reason(box["error"]))
-    return box["value"]
+    def close(self) -> None:
+        """Kill the child if it still runs (a thread cannot be stopped: as a daemon it dies with the process)."""
+        if self.proc is None:
+            return
+        self.recv.close()
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join(5)
+
+
+def _with_watchdog(fn, limit_s: float):
+    """``fn()`` bounded by ``limit_s`` (_Watch, waited for at once)."""
+    return _Watch(fn, limit_s).wait()
 
 
 def _reason(exc: BaseException) -> str:
@@ -251,77 +322,96 @@ def _reason(exc: BaseException) -> str:
 def _child(fn, conn) -> None:
     try:
         conn.send(("ok", fn()))
+    except _NoTorchRec as exc:
+        conn.send(("unavailable", str(exc)))
     except BaseException as exc:  # noqa: BLE001 -- reported to the parent
         conn.send(("error", _reason(exc)))
     finally:
         conn.close()
 
 
-def _in_child(fn, limit_s: float):
-    import multiprocessing as mp
-
-    ctx = mp.get_context("fork")
-    recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(fn, send), name="torchrec-planner", daemon=True)
-    proc.start()
-    send.close()
-    try:
-        if not recv.poll(limit_s):
-            raise TorchRecPlannerError(f"no plan within {limit_s:.0f} s (time limit)")
-        try:
-            kind, value = recv.recv()
-        except EOFError:
-            proc.join(5)
-            raise TorchRecPlannerError(f"the planner process died (exit code {proc.exitcode})") from None
-    finally:
-        recv.close()
-        if proc.is_alive():
-            proc.kill()
-        proc.join(5)
-    if kind == "error":
-        raise TorchRecPlannerError(value)
-    return value
-
-
 @dataclass
 class TorchRecResult:
     placements: list[Placement]
-    wall_s: float               # TorchRec's planner call (building the meta module included)
+    wall_s: float               # the method's own time: inputs, the child's import and planner call, import back
     num_proposals: int | None
     version: str
     inputs: PlannerInputs
+    planner_s: float = 0.0      # in the child: importing torchrec and its planner call (meta module included)
+    predicted: dict = field(default_factory=dict)  # placer's price of the plan (simulate.predict's block)
 
 
-def torchrec_plan(model: CostModel, time_limit_s: float = 60.0) -> TorchRecResult:
-    """Run TorchRec's planner for ``model``'s machine and workload and import its plan. Placements in workload
-    order, checked against placer's memory model. TorchRecUnavailable without torchrec; TorchRecPlannerError
-    when TorchRec fails or its plan cannot be used."""
-    ok, version = available()
+@dataclass
+class PlannerRun:
+    """TorchRec's planner under way in its child process (``start``); ``collect`` for the result, ``cancel`` to
+    stop it. Several may run at once."""
+
+    model: CostModel
+    inputs: PlannerInputs
+    time_limit_s: float         # TorchRec's own timeout_seconds (its proposal search)
+    watch: _Watch
+    setup_s: float              # parent time spent in start()
+
+    @property
+    def deadline_s(self) -> float:
+        """The watchdog's limit, seconds from the start."""
+        return self.watch.limit_s
+
+    def cancel(self) -> None:
+        self.watch.close()
+
+
+def start(model: CostModel, time_limit_s: float = 60.0, deadline_s: float | None = None) -> PlannerRun:
+    """Start TorchRec's planner for ``model``'s machine and workload in a child process and return at once.
+    ``time_limit_s`` bounds TorchRec's proposal search; the child is killed ``deadline_s`` after the start
+    (default: time_limit_s + WATCHDOG_GRACE_S). TorchRecUnavailable when no torchrec package is found (a broken
+    one is reported by ``collect``); TorchRecPlannerError where TorchRec's Topology cannot describe the
+    machine."""
+    t0 = time.perf_counter()
+    ok, why = installed()
     if not ok:
-        raise TorchRecUnavailable(version)
-    from placer.plan_price import priced_plan
-    from placer.torchrec_io.importer import plan_from_document
-    from placer.torchrec_io.torchrec_types import document_from_plan
+        raise TorchRecUnavailable(why)
+    from placer.torchrec_io.importer import plan_from_document  # noqa: F401 -- imported before the fork, once
 
-    topo, wl = model.topo, model.wl
     inputs = planner_inputs(model)
     file = "<TorchRec planner>"
 
     def run():  # in the child: TorchRec's plan as placer's export document (plain data, pickles)
-        sharding_plan, proposals = _quietly(_run_torchrec, inputs, time_limit_s)
-        return document_from_plan(sharding_plan, file=file,
-                                  data_types={t: "FP16" for t in inputs.fp16_tables}), proposals
+        c0 = time.perf_counter()
+        ok, version = available()
+        if not ok:
+            raise _NoTorchRec(version)
+        from placer.torchrec_io.torchrec_types import document_from_plan
 
-    t0 = time.perf_counter()
+        sharding_plan, proposals = _quietly(_run_torchrec, inputs, time_limit_s)
+        doc = document_from_plan(sharding_plan, file=file, data_types={t: "FP16" for t in inputs.fp16_tables})
+        defaulted = _default_load_factors(doc)  # here: TorchRec's default needs torchrec, which the parent lacks
+        return doc, defaulted, proposals, version, time.perf_counter() - c0
+
+    limit = deadline_s if deadline_s is not None else time_limit_s + WATCHDOG_GRACE_S
+    watch = _Watch(run, limit)
+    return PlannerRun(model=model, inputs=inputs, time_limit_s=time_limit_s, watch=watch,
+                      setup_s=time.perf_counter() - t0)
+
+
+def collect(run: PlannerRun) -> TorchRecResult:
+    """Wait (until its deadline at most) for a started planner and import its plan: placements in workload
+    order, checked against placer's memory model and priced. TorchRecUnavailable when torchrec does not import
+    in the child; TorchRecPlannerError when TorchRec fails, runs out of time, or its plan cannot be used."""
     # PlannerError (nothing fits its estimate), any TorchRec failure or the deadline: TorchRecPlannerError
-    doc, proposals = _with_watchdog(run, time_limit_s + WATCHDOG_GRACE_S)
-    wall = time.perf_counter() - t0
+    doc, defaulted, proposals, version, planner_s = run.watch.wait()
+    t0 = time.perf_counter()
+    from placer.plan_price import priced_plan
+    from placer.torchrec_io.importer import plan_from_document
+
+    topo, wl, inputs = run.model.topo, run.model.wl, run.inputs
+    file = "<TorchRec planner>"
+    if defaulted:
+        ratio = doc["tables"][defaulted[0]]["parameter_sharding"]["cache_params"]["load_factor"]
+        inputs.notes.append(f"fused_uvm_caching without a load factor ({', '.join(defaulted[:5])}"
+                            f"{', ...' if len(defaulted) > 5 else ''}): TorchRec's default "
+                            f"{ratio:g} (its planner's estimate and fbgemm's cache_load_factor)")
     try:
-        defaulted = _default_load_factors(doc)
-        if defaulted:
-            inputs.notes.append(f"fused_uvm_caching without a load factor ({', '.join(defaulted[:5])}"
-                                f"{', ...' if len(defaulted) > 5 else ''}): TorchRec's default "
-                                f"{_default_cache_ratio():g} (its planner's estimate and fbgemm's cache_load_factor)")
         plan = plan_from_document(doc, topo, wl, file=file, method="torchrec")
     except SpecError as exc:
         raise TorchRecPlannerError(f"placer cannot read its plan ({exc})") from None
@@ -331,12 +421,21 @@ def torchrec_plan(model: CostModel, time_limit_s: float = 60.0) -> TorchRecResul
         raise TorchRecPlannerError(f"its plan leaves out tables {', '.join(missing[:5])}")
     placements = [by_table[t.name] for t in wl.tables]
     try:
-        priced_plan(Plan(hardware=SpecRef(name=topo.spec.name), workload=SpecRef(name=wl.name), method="torchrec",
-                         placements=placements), topo, wl, file=file, check_hashes=False)
+        predicted = priced_plan(Plan(hardware=SpecRef(name=topo.spec.name), workload=SpecRef(name=wl.name),
+                                     method="torchrec", placements=placements), topo, wl, file=file,
+                                check_hashes=False)
     except (SpecError, InfeasibleError) as exc:
         raise TorchRecPlannerError(f"its plan does not fit placer's model of this machine ({exc})") from None
-    return TorchRecResult(placements=placements, wall_s=wall, num_proposals=proposals, version=version,
-                          inputs=inputs)
+    return TorchRecResult(placements=placements, wall_s=run.setup_s + planner_s + time.perf_counter() - t0,
+                          num_proposals=proposals, version=version, inputs=inputs, planner_s=planner_s,
+                          predicted=predicted)
+
+
+def torchrec_plan(model: CostModel, time_limit_s: float = 60.0) -> TorchRecResult:
+    """Run TorchRec's planner for ``model``'s machine and workload and import its plan (``start`` then
+    ``collect``). TorchRecUnavailable without torchrec; TorchRecPlannerError when TorchRec fails or its plan
+    cannot be used."""
+    return collect(start(model, time_limit_s))
 
 
 def _default_cache_ratio() -> float:
