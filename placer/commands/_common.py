@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from placer.commands import _args
+from placer import argtypes as _args
 from placer.options import OptionConfig
 from placer.planner.ilp import SOLVERS
 from placer.planner.solve import METHODS, SolveConfig
@@ -107,7 +107,7 @@ def load_pair(args):
 
 
 def solve_config(args, method: str | None = None) -> SolveConfig:
-    """The SolveConfig of the parsed arguments (argparse's types have checked their ranges: _args.py; checked
+    """The SolveConfig of the parsed arguments (argparse's types have checked their ranges: argtypes.py; checked
     again here for callers that build the namespace themselves)."""
     checks = (("--time-limit", args.time_limit, _args.time_limit), ("--gap", args.gap, _args.gap),
               ("--seed", args.seed, _args.seed), ("--threads", args.threads, _args.threads))

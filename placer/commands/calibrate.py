@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from placer.commands import _args
+from placer import argtypes as _args
 from placer.commands._output import check_output_path, write_text
 
 
@@ -50,9 +50,9 @@ def run(args) -> int:
     check_output_path(args.output, "-o/--output")  # before the measurements, which take a minute
     device = resolve_device(args.device)
     if not args.json:
-        from placer.commands.run import _warn_if_oversubscribed
+        from placer.run_cli import warn_if_oversubscribed
 
-        _warn_if_oversubscribed(args)  # several torch threads on a busy CPU: times 10-100x off, rates noise
+        warn_if_oversubscribed(args)  # several torch threads on a busy CPU: times 10-100x off, rates noise
     workloads = [load_workload(w) for w in args.workload]
     threads_before = torch.get_num_threads()
     if args.threads is not None:

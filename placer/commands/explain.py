@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from placer.commands import _args
+from placer import argtypes as _args
 from placer.commands._common import add_hw_wl, add_what_if, check_devices_exist, load_pair
 from placer.explain import DEFAULT_TOP
 

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from placer.commands import _args
+from placer import argtypes as _args
 from placer.commands._common import add_hw_wl, add_solver_options, solve_config
 from placer.commands._output import check_plot_path, save_figure
 from placer.report import make_console

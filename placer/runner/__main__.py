@@ -4,7 +4,8 @@
   ``torchrun --nproc-per-node N -m placer.runner HW WL PLAN --device cpu --json``; rank 0 prints the result.
 - Without it: the same as ``placer run`` (one process, or ``--nproc N`` local processes).
 
-Options are ``placer run``'s. Exit codes: 0 ok, 1 a bug, 2 bad input, 3 the plan does not fit.
+Options are ``placer run``'s (placer/run_cli.py) but its --batch / --gpus what-ifs. Exit codes: 0 ok, 1 a bug,
+2 bad input, 3 the plan does not fit.
 """
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ import sys
 from rich.console import Console
 from rich.markup import escape
 
-from placer.commands.run import add_arguments
-from placer.commands.run import run as run_command
 from placer.errors import PlacerError
+from placer.run_cli import add_arguments
+from placer.run_cli import run as run_command
 
 
 def build_parser() -> argparse.ArgumentParser:

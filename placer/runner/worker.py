@@ -246,14 +246,14 @@ def worker_main(args) -> NoReturn:
 
 def emit(result: dict, args) -> None:
     """Rank 0 (or the launcher): write the result to --result-file, else print it (JSON or table)."""
-    from placer.commands.run import _jsonable, print_result
+    from placer.report_run import jsonable, print_result
 
     path = getattr(args, "result_file", None)
     if path:
-        Path(path).write_text(json.dumps(result, default=_jsonable), encoding="utf-8")
+        Path(path).write_text(json.dumps(result, default=jsonable), encoding="utf-8")
         return
     if args.json:
-        sys.stdout.write(json.dumps(result, indent=1, default=_jsonable) + "\n")
+        sys.stdout.write(json.dumps(result, indent=1, default=jsonable) + "\n")
         sys.stdout.flush()
     else:
         from rich.console import Console

@@ -1,4 +1,5 @@
-"""argparse ``type=`` functions for every numeric argument of every subcommand: finite, in range.
+"""argparse ``type=`` functions for every numeric argument of every subcommand (and of ``python -m
+placer.runner``, which shares ``placer run``'s): finite, in range.
 
 A value out of range raises argparse.ArgumentTypeError, so argparse prints the usage and
 ``argument --seed: ...`` and the CLI exits 2 (bad input) before any work starts. The limits are here, in one
