@@ -124,6 +124,16 @@ class CostModel:
         """Loads, group fixed costs and memory of one table's placement."""
         return cost_of(self.builder.placement_ops(p), self.builder.placement_buffers(p), self._every_gpu)
 
+    def shard_cost(self, p: Placement) -> Cost:
+        """What ``p``'s shards add on their own (ProgramBuilder.shard_ops and shard_buffers): an option over
+        all GPUs costs its shards' costs plus replica_allreduce_ops plus table_cost."""
+        return cost_of(self.builder.shard_ops(p), self.builder.shard_buffers(p), self._every_gpu)
+
+    def table_cost(self, p: Placement) -> Cost:
+        """What the sample owners add for ``p`` as a whole, on every GPU (ProgramBuilder.table_ops and
+        table_buffers); it reads only the number of shards and their tiling."""
+        return cost_of(self.builder.table_ops(p), self.builder.table_buffers(p), self._every_gpu)
+
     # ---- the part that does not depend on the placement -----------------------------------------------------
 
     @cached_property

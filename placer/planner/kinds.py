@@ -155,8 +155,14 @@ class KindFolder:
         model, sym = ctx.local, ctx.sym
         family = "all" if repeat > 1 else FAMILY[p.sharding]
         shards = p.shards
-        cost = model.placement_cost(p)
-        if any(b > ctx.mem_usable[resource_class(m)] for m, b in cost.memory.items()):
+        if family == "all":  # the probe's shard ops, repeated; the owners' ops for all ``repeat`` shards, exact
+            cost = model.shard_cost(p)
+            whole = model.table_cost(p.model_copy(update={"shards": p.shards * repeat}))
+            per_member = {m: b + whole.memory.get(m, 0.0) for m, b in cost.memory.items()}
+        else:
+            cost, whole = model.placement_cost(p), None
+            per_member = cost.memory
+        if any(b > ctx.mem_usable[resource_class(m)] for m, b in per_member.items()):
             return None
         totals: dict[tuple[int, str], float] = defaultdict(float)
         peak_member: dict[tuple[int, str], float] = {}
@@ -168,6 +174,9 @@ class KindFolder:
             peak_member[key] = max(peak_member.get(key, 0.0), v)
             if tokens and not tokens.isdisjoint(_endpoints(r)):
                 own[(ph, r)] += v
+        if whole is not None:
+            for (ph, r), v in whole.loads.items():
+                totals[(ph, resource_class(r))] += v
         if p.sharding == "data_parallel":  # ring all-reduce of the table's gradient over every GPU
             grad = model.tables[p.table].rows * model.tables[p.table].dim * 4
             for key, v in self._allreduce().items():
@@ -187,6 +196,9 @@ class KindFolder:
         mem_totals: dict[str, float] = defaultdict(float)
         for m, b in cost.memory.items():
             mem_totals[resource_class(m)] += b * repeat
+        if whole is not None:
+            for m, b in whole.memory.items():
+                mem_totals[resource_class(m)] += b
         if family == "all":  # by symmetry every member of a class carries the same
             peak_member = {k: v / sym.class_size[k[1]] for k, v in totals.items()}
         else:  # any member carries at least the class average
@@ -195,8 +207,11 @@ class KindFolder:
         peak = [0.0] * len(PHASES)
         for (ph, c), v in peak_member.items():
             peak[ph] = max(peak[ph], ctx.base_min.get((ph, c), 0.0) + v)
-        kind = Kind(ti, p, family, dict(totals), peak, dict(mem_totals),
-                    hbm_bytes=sum(b for m, b in cost.memory.items() if m in ctx.topo.gpus) * repeat, build=build)
+        gpus = ctx.topo.gpus
+        hbm = sum(b for m, b in cost.memory.items() if m in gpus) * repeat
+        if whole is not None:
+            hbm += sum(b for m, b in whole.memory.items() if m in gpus)
+        kind = Kind(ti, p, family, dict(totals), peak, dict(mem_totals), hbm_bytes=hbm, build=build)
         if family != "all":
             kind.own = [(ph, r, v) for (ph, r), v in own.items()]
             kind.own_mem = list(cost.memory.items())

@@ -259,14 +259,20 @@ class ProgramBuilder:
         return ops
 
     def placement_ops(self, p: Placement) -> list[Op]:
-        """Every op a placement adds: its members' work, the fixed costs of the groups it uses (``once``),
-        splits' adds, the all-to-all (W > 1) and the owners' combine of the table's shards."""
+        """Every op a placement adds: its shards' ops (shard_ops), the all-reduce of a replicated table's
+        gradients, and the sample owners' ops for the table as a whole (table_ops)."""
+        return self.shard_ops(p) + self.replica_allreduce_ops(p) + self.table_ops(p)
+
+    def shard_ops(self, p: Placement) -> list[Op]:
+        """The ops each shard adds on its own: its members' work, the fixed costs of the groups it uses
+        (``once``), a split's add and the shard's part of the all-to-all (W > 1). A placement over all GPUs
+        adds its shards' ops once per shard (the two-stage planner prices one shard and repeats it)."""
         ops: list[Op] = []
         for key, m in self.members(p):
             ops += self.group_fixed_ops(key)
             ops += self.member_ops(key, m)
-        F, d = self.features[p.table], self.tables[p.table].dim
-        for i, s in enumerate(p.shards):
+        F = self.features[p.table]
+        for s in p.shards:
             if p.sharding in ("table_wise", "row_wise", "column_wise") and 0 < s.hbm_rows < s.num_rows:
                 costs, st = self.topo.op_costs(s.device), self.stream(s.device)
                 out = F * self.B * s.num_cols * POOLED_BYTES
@@ -274,14 +280,23 @@ class ProgramBuilder:
                               sizes={"bytes": out, "parts": 2}))
             if self.W > 1 and p.sharding in ("table_wise", "row_wise", "column_wise"):
                 ops += self._gpu_shard_exchange(p.table, s)
-        if p.sharding == "data_parallel" and len(p.shards) > 1:  # the replicas' gradients, all-reduced
-            devices = tuple(s.device for s in p.shards)
-            grad = self.tables[p.table].rows * d * POOLED_BYTES
-            ops.append(Op("all_reduce", AR, self.stream(devices[0]), 0.0, table=p.table,
-                          traffic=tuple(self.traffic.allreduce(devices, grad)), sizes={"bytes": grad}))
-        ops += self._combine_on_owners(p, F, d)
-        ops += self._owner_ops(p)
         return ops
+
+    def replica_allreduce_ops(self, p: Placement) -> list[Op]:
+        """A replicated table's gradients, all-reduced over its replicas (links only)."""
+        if p.sharding != "data_parallel" or len(p.shards) < 2:
+            return []
+        devices = tuple(s.device for s in p.shards)
+        grad = self.tables[p.table].rows * self.tables[p.table].dim * POOLED_BYTES
+        return [Op("all_reduce", AR, self.stream(devices[0]), 0.0, table=p.table,
+                   traffic=tuple(self.traffic.allreduce(devices, grad)), sizes={"bytes": grad})]
+
+    def table_ops(self, p: Placement) -> list[Op]:
+        """What the sample owners do for the table as a whole, on every GPU: assemble it from its shards'
+        outputs, and pack the extra copies of its gradients a sharding sends back (owner_share). They depend
+        on the number of shards and their tiling only."""
+        return (self._combine_on_owners(p, self.features[p.table], self.tables[p.table].dim)
+                + self._owner_ops(p))
 
     def _gpu_shard_exchange(self, table: str, s: Shard) -> list[Op]:
         """The all-to-all of one GPU shard: it packs its whole output (and unpacks its gradient), the links
@@ -396,7 +411,11 @@ class ProgramBuilder:
     # ---- memory --------------------------------------------------------------------------------------------
 
     def placement_buffers(self, p: Placement) -> list[Buffer]:
-        """What a placement keeps in memory during a step: rows and optimizer state where they live, pooled
+        """shard_buffers and table_buffers: what the placement keeps in memory during a step."""
+        return self.shard_buffers(p) + self.table_buffers(p)
+
+    def shard_buffers(self, p: Placement) -> list[Buffer]:
+        """What a placement's shards keep in memory during a step: rows and optimizer state where they live, pooled
         outputs and their gradients, the backward's per-lookup gradient rows and sort keys, a replica's dense
         gradient, a split's slot map (host memory: the input step remaps ids), the step's input ids, and the
         all-to-all's buffers (W > 1). Summed, they bound the live set: groups run one after another, so at
@@ -423,11 +442,15 @@ class ProgramBuilder:
             F = self.features[p.table]
             for s in p.shards:
                 out.append(Buffer(mem(s.device), "all-to-all buffers", 2 * F * self.B * s.num_cols * POOLED_BYTES))
-        extra = self.owner_share(p)
-        if extra:
-            per_gpu = self.exchange_bytes_per_gpu(p.table, self.tables[p.table].dim)
-            out.append(Buffer(EVERY_GPU, "all-to-all buffers (owners)", 2 * per_gpu * extra))
         return out
+
+    def table_buffers(self, p: Placement) -> list[Buffer]:
+        """The sample owners' all-to-all buffers for the extra copies a sharding sends back (owner_share)."""
+        extra = self.owner_share(p)
+        if not extra:
+            return []
+        per_gpu = self.exchange_bytes_per_gpu(p.table, self.tables[p.table].dim)
+        return [Buffer(EVERY_GPU, "all-to-all buffers (owners)", 2 * per_gpu * extra)]
 
     def base_buffers(self) -> list[Buffer]:
         """The dense model on every GPU (weights, gradients, optimizer state, activations); with W > 1 every
