@@ -21,6 +21,7 @@ from placer.planner.budget import Budget
 from placer.planner.context import Context
 from placer.planner.kinds import Kind, KindFolder
 from placer.planner.symmetry import Symmetry
+from placer.program.ops import GroupKey
 from placer.topology import Topology
 
 
@@ -309,6 +310,7 @@ class Assigner:
         phase = np.array([ph for ph, _, _ in kind.own], dtype=np.int64)
         scale = np.asarray(self.scale)[phase]
         now = acc.load_array[load_at]  # (candidates, own resources)
+        load = load + self._group_opening(acc, kind, keys)  # (candidates, own resources)
         after = now + load
         step = np.full(len(keys), sum(acc.phase_max))
         for ph in np.unique(phase):
@@ -325,6 +327,20 @@ class Assigner:
             step[np.any(used + size > cap, axis=1)] = np.inf
             imbalance += (size * (2 * used + size) / cap**2).sum(axis=1)
         return keys, step, imbalance
+
+    def _group_opening(self, acc: Accumulator, kind: Kind, keys: list[tuple]) -> np.ndarray:
+        """(candidates, own resources): the fixed costs (s) of the fused groups ``kind`` would open on each
+        candidate device, where no table placed there uses them yet: zero where it joins open groups."""
+        extra = np.zeros((len(keys), len(kind.own)))
+        if not kind.groups:
+            return extra
+        rl, users = self.sym.relabel, acc.group_users
+        for i, key in enumerate(keys):
+            for g, charges in kind.groups:
+                if not users.get(GroupKey(rl(key, g.device), g.location, g.dtype, g.width)):
+                    for pos, seconds in charges:
+                        extra[i, pos] += seconds
+        return extra
 
     def _own_indices(self, kind: Kind) -> tuple[list[tuple], np.ndarray, np.ndarray]:
         """(candidate keys, (candidates, own loads) indices into Accumulator.load_array, (candidates, own

@@ -2,6 +2,8 @@
 dense model's loads folded into symmetry classes. Built once per solve; no stage changes it."""
 from __future__ import annotations
 
+import functools
+
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -31,6 +33,11 @@ class Context:
     @property
     def topo(self) -> Topology:
         return self.model.topo
+
+    @functools.cached_property
+    def gpu_set(self) -> frozenset[str]:
+        """The GPUs' names (each is also the name of its HBM), for membership tests."""
+        return frozenset(self.model.topo.gpus)
 
     @classmethod
     def of(cls, model: CostModel, sym: Symmetry, cfg: OptionConfig, tracker: Tracker | None = None) -> Context:

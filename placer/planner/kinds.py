@@ -8,6 +8,8 @@ vectors (CostModel.exchange_bytes_per_gpu); options over all GPUs are folded fro
 """
 from __future__ import annotations
 
+import functools
+
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable
@@ -20,6 +22,7 @@ from placer.options import (OptionConfig, data_parallel_allowed, data_parallel_p
 from placer.plan import Placement
 from placer.planner.context import Context
 from placer.planner.symmetry import resource_class
+from placer.program.ops import GroupKey
 
 #: Which devices a kind's placement can move to: one GPU, one node, a block of GPUs, or none (over all GPUs).
 FAMILY = {"table_wise": "gpu", "host": "node", "row_wise": "node", "column_wise": "block", "data_parallel": "all"}
@@ -41,6 +44,9 @@ class Kind:
     members: dict[tuple[int, str], list[float]] = field(default_factory=dict)
     hbm_bytes: float = 0.0
     build: Callable[[], Placement] | None = None  # for "all" kinds: the full placement, built when chosen
+    # the fused groups it uses on its devices (canonical) with their fixed costs as (position in ``own``, s):
+    # paid by the device only if no table there uses the group yet
+    groups: list[tuple[GroupKey, list[tuple[int, float]]]] = field(default_factory=list)
 
     def full_placement(self) -> Placement:
         return self.build() if self.build is not None else self.placement
@@ -69,8 +75,10 @@ def prune_dominated(kinds: list[Kind]) -> list[Kind]:
     return keep
 
 
-def _endpoints(name: str) -> list[str]:
-    return name.split(":")[0].split("->")
+@functools.lru_cache(maxsize=1 << 20)
+def _endpoints(name: str) -> frozenset[str]:
+    """The devices a resource name joins: 'node0/gpu0->node0/nic0' -> {node0/gpu0, node0/nic0}."""
+    return frozenset(name.split(":")[0].split("->"))
 
 
 class KindFolder:
@@ -207,16 +215,24 @@ class KindFolder:
         peak = [0.0] * len(PHASES)
         for (ph, c), v in peak_member.items():
             peak[ph] = max(peak[ph], ctx.base_min.get((ph, c), 0.0) + v)
-        gpus = ctx.topo.gpus
+        gpus = ctx.gpu_set
         hbm = sum(b for m, b in cost.memory.items() if m in gpus) * repeat
         if whole is not None:
             hbm += sum(b for m, b in whole.memory.items() if m in gpus)
         kind = Kind(ti, p, family, dict(totals), peak, dict(mem_totals), hbm_bytes=hbm, build=build)
         if family != "all":
+            for g, charges in cost.once.items():  # the member holding it pays its groups' fixed costs once
+                for (ph, r), v in charges.items():
+                    own.setdefault((ph, r), 0.0)
+                    key = (ph, resource_class(r))
+                    peak[ph] = max(peak[ph], ctx.base_min.get(key, 0.0) + own[(ph, r)] + v)
+            position = {k: i for i, k in enumerate(own)}
+            kind.groups = [(g, [(position[k], v) for k, v in charges.items()]) for g, charges in cost.once.items()]
             kind.own = [(ph, r, v) for (ph, r), v in own.items()]
             kind.own_mem = list(cost.memory.items())
             for (ph, r), v in own.items():
-                kind.members.setdefault((ph, resource_class(r)), []).append(v)
+                if v:
+                    kind.members.setdefault((ph, resource_class(r)), []).append(v)
         else:
             kind.members = {k: [v] for k, v in peak_member.items()}
         return kind

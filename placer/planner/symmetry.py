@@ -23,6 +23,7 @@ _MAX_MATCHES = 5000  # automorphisms tried when looking for an involution (graph
 
 
 @lru_cache(maxsize=None)
+@lru_cache(maxsize=1 << 20)
 def resource_class(name: str) -> str:
     """'node3/gpu5->node3/pcisw2' -> 'node*/gpu*->node*/pcisw*'."""
     return _INDEXED.sub(lambda m: "node*/" + (f"{m.group(2)}*" if m.group(2) else ""), name)
