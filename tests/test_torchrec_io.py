@@ -88,6 +88,29 @@ def test_cache_load_factor_round_trip():
     assert _dump(back.placements) == _dump(plan.placements) and doc["predicted"]["exact"]
 
 
+def test_export_refuses_a_mapping_that_does_not_fit(monkeypatch):
+    """The plan fits, what TorchRec would run instead does not: exit 2 saying so (not a bare capacity error
+    about a plan the user did not write)."""
+    from placer.errors import SpecError
+    from placer.torchrec_io import exporter
+
+    topo, w = shipped_pair("dgx-h100", "mlperf-dlrm-v1")
+    plan = _plan("dgx-h100", "mlperf-dlrm-v1", "host_cpu")
+    gpu = topo.gpus[0]
+
+    def everything_on_one_gpu(plan, topo, wl):  # stands in for a mapping that overflows a GPU's HBM
+        from placer.options import row_wise_placement
+
+        tables = {t.name: t for t in wl.tables}
+        return plan.model_copy(update={"placements": [
+            row_wise_placement(tables[p.table], [gpu], "fp32", 1.0) for p in plan.placements]}), {}
+
+    monkeypatch.setattr(exporter, "mapped_plan", everything_on_one_gpu)
+    with pytest.raises(SpecError, match="TorchRec cannot run this plan") as err:
+        exporter.export_document(plan, topo, w, file="p.json")
+    assert "host CPU lookup tables map to fused_uvm" in str(err.value) and err.value.file == "p.json"
+
+
 def test_two_node_row_wise_is_table_row_wise():
     topo, w = shipped_pair("dgx-h100-2node", "tiny")
     t = w.tables[0]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from placer.errors import SpecError
 from placer.plan import Plan
 from placer.plan_price import priced_plan
 from placer.specs.workload import Workload
@@ -37,18 +38,36 @@ _JSON_LINE = 'PLAN_JSON = Path(__file__).with_name("plan.torchrec.json")'
 
 def mapped_plan(plan: Plan, topo: Topology, wl: Workload) -> tuple[Plan, dict[str, list[str]]]:
     """The plan TorchRec will run (every placement at its nearest TorchRec equivalent) and the notes per
-    table that changed. Host tables go table-wise UVM on their node's GPUs in turn (round robin)."""
+    table that changed. Host tables go table-wise UVM on a GPU of their node: the one with the most HBM left
+    after the plan's own tables and the host tables placed before (placer's memory model: a UVM table keeps its
+    rows in host DRAM but its lookup buffers in HBM), so the mapping fits wherever some order of them does."""
     tables = {t.name: t for t in wl.tables}
-    turn: dict[str, int] = {}
+    free, model = None, None
+    if any(p.sharding == "host" for p in plan.placements):
+        from placer.cost import CostModel
+
+        model = CostModel(topo, wl)
+        free = dict(model.usable_memory)
+        for p in plan.placements:
+            if p.sharding != "host":
+                for mem, b in model.placement_cost(p).memory.items():
+                    free[mem] = free.get(mem, 0.0) - b
     placements, notes = [], {}
     for p in plan.placements:
-        gpu = None
+        gpu, cost = None, None
         if p.sharding == "host":
             node = topo.node_of[p.shards[0].device]
-            gpus = topo.gpus_of_node(node) or topo.gpus
-            gpu = gpus[turn.get(node, 0) % len(gpus)]
-            turn[node] = turn.get(node, 0) + 1
+            best = None
+            for g in topo.gpus_of_node(node) or topo.gpus:
+                c = model.placement_cost(mapping.nearest_mappable(p, tables[p.table], topo, g)[0]).memory
+                left = min(free.get(m, 0.0) - b for m, b in c.items()) if c else free.get(g, 0.0)
+                if best is None or left > best[0]:
+                    best = (left, g, c)
+            _, gpu, cost = best
         q, why = mapping.nearest_mappable(p, tables[p.table], topo, gpu)
+        if cost is not None:
+            for mem, b in cost.items():
+                free[mem] = free.get(mem, 0.0) - b
         placements.append(q)
         if why:
             notes[p.table] = why
@@ -73,7 +92,14 @@ def export_document(plan: Plan, topo: Topology, wl: Workload, *, file: str | Non
     (SpecError naming ``file``); ``price_each``: price the plan with each noted table alone mapped."""
     plan_step = priced_plan(plan, topo, wl, file=file, check_hashes=False)["step_time_s"]
     mapped, notes = mapped_plan(plan, topo, wl)
-    mapped_step = priced_plan(mapped, topo, wl, file=file, check_hashes=False)["step_time_s"]
+    try:
+        mapped_step = priced_plan(mapped, topo, wl, file=file, check_hashes=False)["step_time_s"]
+    except SpecError as exc:  # the plan fits; what TorchRec would run instead does not
+        host = sum(p.sharding == "host" for p in plan.placements)
+        raise SpecError(f"TorchRec cannot run this plan: its nearest TorchRec equivalent does not fit placer's "
+                        f"model of this machine ({exc.detail})"
+                        + (f"; {host} host CPU lookup tables map to fused_uvm table-wise on their node's GPUs, whose "
+                           "lookup buffers need HBM" if host else ""), file=file, field=exc.field) from None
     ranks = mapping.Ranks(topo)
     tables = {t.name: t for t in wl.tables}
     pooling = _pooling_factors(wl)
