@@ -243,8 +243,19 @@ def test_export_checks_output_first(tmp_path, capsys):
     assert "-o" in capsys.readouterr().err
 
 
-def test_imported_plan_is_a_plan(tiny_export, tmp_path):
-    """What import writes is a placer plan: simulate and check accept it."""
+def test_imported_plan_is_a_plan(tiny_export, tmp_path, capsys):
+    """What import writes is a placer plan: simulate and check accept it; it records the specs' fields as placer
+    solve does, so a what-if on it names what changed."""
     hw, wl, out = tiny_export
     assert main(["import", "--torchrec", str(out), hw, wl, "-o", str(tmp_path / "b.json")]) == 0
     assert main(["simulate", hw, wl, str(tmp_path / "b.json")]) == 0
+    plan = load_plan(tmp_path / "b.json")
+    assert plan.hardware.fields and plan.workload.fields["batch_size"] > 0
+    capsys.readouterr()
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")  # pyproject's filterwarnings ignores SpecWarning in the suite
+        assert main(["simulate", hw, wl, str(tmp_path / "b.json"), "--batch", "1000"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"batch_size {plan.workload.fields['batch_size']} -> 1000" in err

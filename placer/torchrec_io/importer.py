@@ -11,7 +11,7 @@ import pickle
 import zipfile
 
 from placer.errors import SpecError
-from placer.plan import Plan, SpecRef
+from placer.plan import Plan, SpecRef, spec_fields
 from placer.specs.documents import parse_json
 from placer.specs.files import read_bytes_guarded
 from placer.specs.workload import Workload
@@ -87,7 +87,9 @@ def plan_from_document(doc: dict, topo: Topology, wl: Workload, *, file: str, me
                                                            field=f"{field}.parameter_sharding"))
     source = doc.get("source") or {}
     hw, wref = source.get("hardware") or {}, source.get("workload") or {}
-    return Plan(hardware=SpecRef(name=topo.spec.name, sha256=topo.spec.sha256 or hw.get("sha256")),
-                workload=SpecRef(name=wl.name, sha256=wl.sha256 or wref.get("sha256")),
+    # the specs' fields too (as placer solve records them): a what-if on the imported plan names what changed
+    return Plan(hardware=SpecRef(name=topo.spec.name, sha256=topo.spec.sha256 or hw.get("sha256"),
+                                 fields=spec_fields(topo.spec)),
+                workload=SpecRef(name=wl.name, sha256=wl.sha256 or wref.get("sha256"), fields=spec_fields(wl)),
                 method=method or (f"{source['method']} via torchrec" if source.get("method") else "torchrec"),
                 placements=placements)
