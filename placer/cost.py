@@ -90,7 +90,7 @@ class CostModel:
 
     def __init__(self, topology: Topology, workload: Workload, include_exchange: bool = True):
         """``include_exchange=False`` leaves out the links' load of the all-to-all of pooled embeddings (FX/BX
-        phases), for callers that price it themselves from ``exchange_bytes_per_gpu`` (planner/scale.py)."""
+        phases), for callers that price it themselves from ``exchange_bytes_per_gpu`` (planner/kinds.py)."""
         self.include_exchange = include_exchange
         self.topo = topology
         self.wl = workload

@@ -50,7 +50,7 @@ class ProgramBuilder:
 
     def __init__(self, topology: Topology, workload: Workload, include_exchange: bool = True):
         """``include_exchange=False`` leaves out the links' load of the all-to-all (callers that price it
-        themselves from ``exchange_bytes_per_gpu``: planner/scale.py); the streams' work stays in."""
+        themselves from ``exchange_bytes_per_gpu``: planner/kinds.py); the streams' work stays in."""
         self.topo = topology
         self.wl = workload
         self.include_exchange = include_exchange
