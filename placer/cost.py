@@ -120,19 +120,25 @@ class CostModel:
     def placement_ops(self, p: Placement) -> list[Op]:
         return self.builder.placement_ops(p)
 
-    def placement_cost(self, p: Placement) -> Cost:
-        """Loads, group fixed costs and memory of one table's placement."""
-        return cost_of(self.builder.placement_ops(p), self.builder.placement_buffers(p), self._every_gpu)
+    def placement_cost(self, p: Placement, every_gpu_folded: bool = False) -> Cost:
+        """Loads, group fixed costs and memory of one table's placement. ``every_gpu_folded``: what every GPU
+        carries alike stays under the one name EVERY_GPU (ops.py) instead of a load per GPU (for callers that
+        fold loads into classes: planner/kinds.py)."""
+        return cost_of(self.builder.placement_ops(p), self.builder.placement_buffers(p), self._gpus(every_gpu_folded))
 
-    def shard_cost(self, p: Placement) -> Cost:
+    def shard_cost(self, p: Placement, every_gpu_folded: bool = False) -> Cost:
         """What ``p``'s shards add on their own (ProgramBuilder.shard_ops and shard_buffers): an option over
         all GPUs costs its shards' costs plus replica_allreduce_ops plus table_cost."""
-        return cost_of(self.builder.shard_ops(p), self.builder.shard_buffers(p), self._every_gpu)
+        return cost_of(self.builder.shard_ops(p), self.builder.shard_buffers(p), self._gpus(every_gpu_folded))
 
-    def table_cost(self, p: Placement) -> Cost:
+    def table_cost(self, p: Placement, every_gpu_folded: bool = False) -> Cost:
         """What the sample owners add for ``p`` as a whole, on every GPU (ProgramBuilder.table_ops and
         table_buffers); it reads only the number of shards and their tiling."""
-        return cost_of(self.builder.table_ops(p), self.builder.table_buffers(p), self._every_gpu)
+        return cost_of(self.builder.table_ops(p), self.builder.table_buffers(p), self._gpus(every_gpu_folded))
+
+    def _gpus(self, folded: bool) -> tuple:
+        """What an EVERY_GPU op or buffer stands for in cost_of: every GPU's stream and memory, or itself."""
+        return ((EVERY_GPU,), (EVERY_GPU,)) if folded else self._every_gpu
 
     # ---- the part that does not depend on the placement -----------------------------------------------------
 

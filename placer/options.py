@@ -95,14 +95,21 @@ def data_parallel_allowed(t: TableSpec, precision: str, topo: Topology, cfg: Opt
 
 
 def row_wise_placement(t: TableSpec, gpus: list[str], precision: str, hot_fraction: float,
-                       first_only: bool = False) -> Placement | None:
+                       first_only: bool = False, smallest_only: bool = False) -> Placement | None:
     """Row-wise over ``gpus`` (near-equal id ranges), each shard's hottest ``hot_fraction`` in HBM.
-    ``first_only``: just the first shard (a probe for pricing symmetric options)."""
+    ``first_only``: just the first shard, the largest (a probe for the memory a split needs);
+    ``smallest_only``: just the last range, the smallest, on the first GPU (a probe that prices every shard
+    at most at what it costs: planner/kinds.py repeats it for a lower bound)."""
     if t.rows < len(gpus):
         return None
     ranges = row_split(t.rows, len(gpus))
+    pairs = list(zip(gpus, ranges))
+    if first_only:
+        pairs = pairs[:1]
+    elif smallest_only:
+        pairs = [(gpus[0], ranges[-1])]
     shards = []
-    for g, (a, b) in list(zip(gpus, ranges))[:1 if first_only else None]:
+    for g, (a, b) in pairs:
         k = int(round(hot_fraction * (b - a)))
         shards.append(_shard(device=g, rows=(a, b), cols=(0, t.dim), hbm_rows=k, host_rows=b - a - k))
     return _placement(table=t.name, sharding="row_wise", precision=precision, shards=shards)

@@ -35,6 +35,12 @@ class Context:
         return self.model.topo
 
     @functools.cached_property
+    def gpu_classes(self) -> tuple[str, str]:
+        """The classes of the GPUs' streams and of their memories (what EVERY_GPU loads and buffers fold into)."""
+        g = self.model.topo.gpus[0]
+        return resource_class(self.model.topo.stream_of(g)), resource_class(self.model.topo.memory_of(g))
+
+    @functools.cached_property
     def gpu_set(self) -> frozenset[str]:
         """The GPUs' names (each is also the name of its HBM), for membership tests."""
         return frozenset(self.model.topo.gpus)

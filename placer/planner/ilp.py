@@ -50,7 +50,7 @@ def _set_start(problem: Problem, prob: pulp.LpProblem, x, y, chosen: list[int]) 
         var.setInitialValue(1.0 if i in picked else 0.0)
     for var, seconds in zip(y, problem.phase_times(chosen)):
         var.setInitialValue(float(seconds) * TIME_SCALE)
-    named = {v.name: v for v in prob.variables() if v.name[0] in "wzu"}
+    named = {v.name: v for v in prob.variables() if v.name[0] in "wzus"}
     for n, lv in enumerate(problem.levels):
         reached = False
         for j in reversed(range(len(lv.members))):  # the chain: reaching a level reaches every lower one
@@ -62,6 +62,9 @@ def _set_start(problem: Problem, prob: pulp.LpProblem, x, y, chosen: list[int]) 
         named[f"z{n}"].setInitialValue(float(np.ceil(float(row.counts @ xs[row.ids]) / row.slots - 1e-9)))
     for n, fg in enumerate(problem.fixed_groups):
         named[f"u{n}"].setInitialValue(fg.used(xs))
+    for ph, seconds in enumerate(problem.spread_values(xs)):
+        if f"s{ph}" in named:
+            named[f"s{ph}"].setInitialValue(float(seconds) * TIME_SCALE)
 
 
 def _build(problem: Problem, relax: bool = False):
@@ -80,12 +83,19 @@ def _build(problem: Problem, relax: bool = False):
             prob += pulp.LpAffineExpression([(u, 1.0)] + [(x[i], -1.0) for i in ids]) >= 0, f"uses_{n}_{j}"
         for key, seconds in fg.charges.items():
             fixed_terms.setdefault(key, []).append((u, -seconds * TIME_SCALE))
+    spread = {}  # phase -> s_phase, the loads every member carries alike (problem.spread)
+    for ph, (ids, coef) in problem.spread.items():
+        spread[ph] = pulp.LpVariable(f"s{ph}", lowBound=0)
+        prob += (pulp.LpAffineExpression([(spread[ph], 1.0)] + [(x[i], -c * TIME_SCALE) for i, c in zip(ids, coef)])
+                 >= 0), f"spread_{ph}"
     rows = list(problem.load_rows) + [k for k in fixed_terms if k not in problem.load_rows]
     for n, (phase, _res) in enumerate(rows):
         ids, coef = problem.load_rows.get((phase, _res), ((), ()))
         base = problem.load_base.get((phase, _res), 0.0) * TIME_SCALE
         expr = pulp.LpAffineExpression([(x[i], -c * TIME_SCALE) for i, c in zip(ids, coef)] + [(y[phase], 1.0)]
-                                       + fixed_terms.get((phase, _res), []))
+                                       + fixed_terms.get((phase, _res), [])
+                                       + ([(spread[phase], -1.0)] if (phase, _res) in problem.spread_rows
+                                          and phase in spread else []))
         prob += expr >= base, f"load_{n}"
     for p in range(problem.num_phases):  # phases whose busiest resource carries only base load
         floor = max((v for (ph, r), v in problem.load_base.items() if ph == p), default=0.0) * TIME_SCALE

@@ -22,7 +22,7 @@ from placer.options import (OptionConfig, data_parallel_allowed, data_parallel_p
 from placer.plan import Placement
 from placer.planner.context import Context
 from placer.planner.symmetry import resource_class
-from placer.program.ops import GroupKey
+from placer.program.ops import EVERY_GPU, GroupKey
 
 #: Which devices a kind's placement can move to: one GPU, one node, a block of GPUs, or none (over all GPUs).
 FAMILY = {"table_wise": "gpu", "host": "node", "row_wise": "node", "column_wise": "block", "data_parallel": "all"}
@@ -47,6 +47,10 @@ class Kind:
     # the fused groups it uses on its devices (canonical) with their fixed costs as (position in ``own``, s):
     # paid by the device only if no table there uses the group yet
     groups: list[tuple[GroupKey, list[tuple[int, float]]]] = field(default_factory=list)
+    # per phase, s: what it puts on every GPU's stream alike (an option over all GPUs: its load per member), and
+    # beyond that, the most it puts on one GPU's stream with its groups' fixed costs (0 for options over all GPUs)
+    every_gpu: list[float] = field(default_factory=list)
+    stream_peak: list[float] = field(default_factory=list)
 
     def full_placement(self) -> Placement:
         return self.build() if self.build is not None else self.placement
@@ -102,7 +106,7 @@ class KindFolder:
                 if own_cfg.row_wise and len(topo.nodes) > 1:
                     seen = set()
                     for f in own_cfg.levels_for(t.name):
-                        probe = row_wise_placement(t, gpus, prec, f, first_only=True)
+                        probe = row_wise_placement(t, gpus, prec, f, smallest_only=True)
                         if probe is None or probe.shards[0].hbm_rows in seen:
                             continue
                         seen.add(probe.shards[0].hbm_rows)
@@ -158,33 +162,56 @@ class KindFolder:
 
     def fold(self, ti: int, p: Placement, repeat: int = 1, build=None) -> Kind | None:
         """Fold one canonical option's cost into symmetry classes (exchange added from cached vectors).
-        ``repeat`` > 1: ``p`` is one shard (or replica) of an option over all GPUs, repeated by symmetry."""
+        ``repeat`` > 1: ``p`` is one shard (or replica) of an option over all GPUs, repeated by symmetry. What
+        every GPU carries alike (EVERY_GPU ops and buffers) is folded without a load per GPU."""
         ctx = self.ctx
-        model, sym = ctx.local, ctx.sym
+        model, sym, topo = ctx.local, ctx.sym, ctx.topo
+        n_gpus = len(topo.gpus)
+        stream_class, hbm_class = ctx.gpu_classes
         family = "all" if repeat > 1 else FAMILY[p.sharding]
         shards = p.shards
         if family == "all":  # the probe's shard ops, repeated; the owners' ops for all ``repeat`` shards, exact
-            cost = model.shard_cost(p)
-            whole = model.table_cost(p.model_copy(update={"shards": p.shards * repeat}))
-            per_member = {m: b + whole.memory.get(m, 0.0) for m, b in cost.memory.items()}
+            cost = model.shard_cost(p, every_gpu_folded=True)
+            whole = model.table_cost(p.model_copy(update={"shards": p.shards * repeat}), every_gpu_folded=True)
         else:
-            cost, whole = model.placement_cost(p), None
-            per_member = cost.memory
-        if any(b > ctx.mem_usable[resource_class(m)] for m, b in per_member.items()):
+            cost, whole = model.placement_cost(p, every_gpu_folded=True), None
+        every_gpu_bytes = cost.memory.get(EVERY_GPU, 0.0) + (whole.memory.get(EVERY_GPU, 0.0) if whole else 0.0)
+        gpus = ctx.gpu_set
+        if every_gpu_bytes > ctx.mem_usable[hbm_class] or any(
+                b + (every_gpu_bytes if m in gpus else 0.0) > ctx.mem_usable[resource_class(m)]
+                for m, b in cost.memory.items() if m != EVERY_GPU):
             return None
+        tokens = set().union(*(self._own_tokens(s.device) for s in p.shards)) if family != "all" else set()
+        own_streams = [topo.stream_of(g) for g in sorted(tokens & gpus)]
         totals: dict[tuple[int, str], float] = defaultdict(float)
         peak_member: dict[tuple[int, str], float] = {}
         own: dict[tuple[int, str], float] = defaultdict(float)
-        tokens = set().union(*(self._own_tokens(s.device) for s in p.shards)) if family != "all" else set()
+        on_every_gpu = [0.0] * len(PHASES)  # s each GPU's stream carries alike, per phase
         for (ph, r), v in cost.loads.items():
+            if r == EVERY_GPU:
+                on_every_gpu[ph] += v
+                for st in own_streams:
+                    own[(ph, st)] += v
+        for ph, v in enumerate(on_every_gpu):
+            if v:
+                totals[(ph, stream_class)] += v * n_gpus * repeat
+                peak_member[(ph, stream_class)] = v
+        for (ph, r), v in cost.loads.items():
+            if r == EVERY_GPU:
+                continue
             key = (ph, resource_class(r))
             totals[key] += v * repeat
-            peak_member[key] = max(peak_member.get(key, 0.0), v)
             if tokens and not tokens.isdisjoint(_endpoints(r)):
                 own[(ph, r)] += v
+            if key[1] == stream_class:  # that stream carries the every-GPU load too
+                v += on_every_gpu[ph]
+            peak_member[key] = max(peak_member.get(key, 0.0), v)
         if whole is not None:
             for (ph, r), v in whole.loads.items():
-                totals[(ph, resource_class(r))] += v
+                if r == EVERY_GPU:
+                    totals[(ph, stream_class)] += v * n_gpus
+                else:
+                    totals[(ph, resource_class(r))] += v
         if p.sharding == "data_parallel":  # ring all-reduce of the table's gradient over every GPU
             grad = model.tables[p.table].rows * model.tables[p.table].dim * 4
             for key, v in self._allreduce().items():
@@ -203,10 +230,13 @@ class KindFolder:
                             own[(ph, r)] += v * per_gpu
         mem_totals: dict[str, float] = defaultdict(float)
         for m, b in cost.memory.items():
-            mem_totals[resource_class(m)] += b * repeat
+            if m == EVERY_GPU:
+                mem_totals[hbm_class] += b * n_gpus * repeat
+            else:
+                mem_totals[resource_class(m)] += b * repeat
         if whole is not None:
             for m, b in whole.memory.items():
-                mem_totals[resource_class(m)] += b
+                mem_totals[hbm_class if m == EVERY_GPU else resource_class(m)] += b * (n_gpus if m == EVERY_GPU else 1)
         if family == "all":  # by symmetry every member of a class carries the same
             peak_member = {k: v / sym.class_size[k[1]] for k, v in totals.items()}
         else:  # any member carries at least the class average
@@ -215,24 +245,40 @@ class KindFolder:
         peak = [0.0] * len(PHASES)
         for (ph, c), v in peak_member.items():
             peak[ph] = max(peak[ph], ctx.base_min.get((ph, c), 0.0) + v)
-        gpus = ctx.gpu_set
-        hbm = sum(b for m, b in cost.memory.items() if m in gpus) * repeat
-        if whole is not None:
-            hbm += sum(b for m, b in whole.memory.items() if m in gpus)
-        kind = Kind(ti, p, family, dict(totals), peak, dict(mem_totals), hbm_bytes=hbm, build=build)
-        if family != "all":
+        kind = Kind(ti, p, family, dict(totals), peak, dict(mem_totals), hbm_bytes=mem_totals.get(hbm_class, 0.0),
+                    build=build, every_gpu=on_every_gpu, stream_peak=[0.0] * len(PHASES))
+        if family == "all":  # what it puts on every GPU is on every member: the same load everywhere
+            kind.every_gpu = [totals.get((ph, stream_class), 0.0) / n_gpus for ph in range(len(PHASES))]
+            kind.members = {k: [v] for k, v in peak_member.items()}
+        else:
+            groups = []
             for g, charges in cost.once.items():  # the member holding it pays its groups' fixed costs once
+                named: dict[tuple[int, str], float] = defaultdict(float)
                 for (ph, r), v in charges.items():
+                    for name in (own_streams if r == EVERY_GPU else (r,)):
+                        named[(ph, name)] += v
+                for (ph, r), v in named.items():
                     own.setdefault((ph, r), 0.0)
                     key = (ph, resource_class(r))
                     peak[ph] = max(peak[ph], ctx.base_min.get(key, 0.0) + own[(ph, r)] + v)
+                groups.append((g, named))
+            fixed_at: dict[tuple[int, str], float] = defaultdict(float)
+            for _, named in groups:
+                for k, v in named.items():
+                    fixed_at[k] += v
+            for (ph, r), v in own.items():
+                if resource_class(r) == stream_class:
+                    kind.stream_peak[ph] = max(kind.stream_peak[ph], v + fixed_at[(ph, r)] - on_every_gpu[ph])
             position = {k: i for i, k in enumerate(own)}
-            kind.groups = [(g, [(position[k], v) for k, v in charges.items()]) for g, charges in cost.once.items()]
+            kind.groups = [(g, [(position[k], v) for k, v in named.items()]) for g, named in groups]
             kind.own = [(ph, r, v) for (ph, r), v in own.items()]
-            kind.own_mem = list(cost.memory.items())
+            own_mem: dict[str, float] = defaultdict(float)
+            own_hbm = [topo.memory_of(g) for g in sorted(tokens & gpus)]
+            for m, b in cost.memory.items():
+                for name in (own_hbm if m == EVERY_GPU else (m,)):
+                    own_mem[name] += b
+            kind.own_mem = list(own_mem.items())
             for (ph, r), v in own.items():
                 if v:
                     kind.members.setdefault((ph, resource_class(r)), []).append(v)
-        else:
-            kind.members = {k: [v] for k, v in peak_member.items()}
         return kind

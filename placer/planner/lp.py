@@ -53,6 +53,8 @@ class Relaxation:
         for group in problem.groups:
             rows.add(group, np.ones(len(group)), 1.0, 1.0)
         for (ph, res), (ids, coef) in problem.load_rows.items():
+            if (ph, res) in problem.spread_rows and ph in problem.spread:
+                continue  # added with its s_phase below
             rows.add(np.concatenate([[y + ph], ids]), np.concatenate([[1.0], -coef * TIME_SCALE]),
                      problem.load_base.get((ph, res), 0.0) * TIME_SCALE)
         y_floor = np.zeros(phases)
@@ -71,6 +73,18 @@ class Relaxation:
             for j, per_group in enumerate(lv.members):
                 for ids in per_group:
                     rows.add(np.concatenate([[w0 + j], ids]), np.concatenate([[1.0], -np.ones(len(ids))]), 0.0)
+        spread_col = {}  # phase -> its column s_phase = the loads every member carries alike (problem.spread)
+        for ph, (ids, coef) in problem.spread.items():
+            spread_col[ph] = num_cols
+            num_cols += 1
+            upper_extra.append(INF)
+            rows.add(np.concatenate([[spread_col[ph]], ids]), np.concatenate([[1.0], -coef * TIME_SCALE]), 0.0)
+        for (ph, res) in problem.spread_rows:
+            if ph not in spread_col:
+                continue
+            ids, coef = problem.load_rows[(ph, res)]
+            rows.add(np.concatenate([[y + ph, spread_col[ph]], ids]), np.concatenate([[1.0, -1.0], -coef * TIME_SCALE]),
+                     problem.load_base.get((ph, res), 0.0) * TIME_SCALE)
         self.count_cols: list[int] = []  # the count variable z of each pigeonhole row, in problem.counts order
         for row in problem.counts:
             z = num_cols

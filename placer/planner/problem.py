@@ -100,6 +100,11 @@ class Problem:
     levels: list[PeakLevels] = field(default_factory=list)
     counts: list[CountRow] = field(default_factory=list)
     fixed_groups: list[FixedGroup] = field(default_factory=list)
+    # Loads every member of a class carries alike, per phase: (option ids, seconds), summed as s_phase; the
+    # load rows named in ``spread_rows`` read y_phase >= base + sum load x + s_phase (a device's own load on top
+    # of what every device carries: the two-stage planner's per-table stream rows, stage1.py)
+    spread: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    spread_rows: frozenset = frozenset()
 
     def __post_init__(self):
         self._num_options = sum(len(g) for g in self.groups)
@@ -127,8 +132,11 @@ class Problem:
             if u:
                 for key, v in fg.charges.items():
                     extra[key] += u * v
+        spread = self.spread_values(x)
         for key, (ids, coef) in self.load_rows.items():
             v = self.load_base.get(key, 0.0) + float(coef @ x[ids]) + extra.get(key, 0.0)
+            if key in self.spread_rows:
+                v += spread[key[0]]
             per_phase[key[0]] = max(per_phase[key[0]], v)
         for key in set(self.load_base) | set(extra):
             if key not in self.load_rows:
@@ -137,6 +145,13 @@ class Problem:
         for row in self.counts:
             per_phase[row.phase] = max(per_phase[row.phase], row.value(x))
         return per_phase
+
+    def spread_values(self, x: np.ndarray) -> np.ndarray:
+        """s_phase (seconds) at option values ``x``: the loads every member carries alike (``spread``)."""
+        out = np.zeros(self.num_phases)
+        for ph, (ids, coef) in self.spread.items():
+            out[ph] = float(coef @ x[ids])
+        return out
 
     def fits(self, chosen: list[int], slack: float = 1e-9) -> bool:
         x = np.zeros(self.num_options)

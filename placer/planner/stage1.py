@@ -199,14 +199,49 @@ def build_stage1(ctx: Context, kinds: list[list[Kind]]) -> Problem:
             ids, vals = mem_cols[c]
             ids.append(i)
             vals.append(b)
+    spread, spread_rows = _stream_rows(ctx, kinds, groups, load_cols, load_base)
     problem = Problem(
         groups=groups, num_phases=len(PHASES),
         load_rows={k: (np.asarray(i, dtype=np.int64), np.asarray(v)) for k, (i, v) in load_cols.items()},
         load_base=load_base,
         mem_rows={k: (np.asarray(i, dtype=np.int64), np.asarray(v)) for k, (i, v) in mem_cols.items()},
         mem_capacity={c: ctx.sym.class_size[c] * ctx.mem_usable[c] for c in mem_cols},
-        fixed_s=sum(ctx.model.fixed_latency_s.values()))
+        fixed_s=sum(ctx.model.fixed_latency_s.values()), spread=spread, spread_rows=frozenset(spread_rows))
     return problem
+
+
+#: Per phase, the tables whose largest load on one GPU's stream is highest get a stream row (STREAM_ROWS of them).
+STREAM_ROWS = 128
+
+
+def _stream_rows(ctx: Context, kinds: list[list[Kind]], groups: list[list[int]], load_cols: dict,
+                 load_base: dict) -> tuple[dict, list]:
+    """Per-table rows on the GPU that holds the table: its stream carries the smallest base load, the table's
+    own load there with its groups' fixed costs (Kind.stream_peak), and everything every GPU's stream carries
+    alike from the options chosen (Kind.every_gpu, summed as the phase's spread s_phase, problem.py):
+
+        y_phase >= base_min + sum_{k of t} x_k stream_peak_k + s_phase,   s_phase = sum_k x_k every_gpu_k
+
+    Valid for every plan (an option over all GPUs has no stream peak of its own: its load is in s_phase). The
+    class-average and peak rows see neither the loads options over all GPUs stack on a busy GPU nor the fixed
+    costs of the groups. Adds to ``load_cols``/``load_base``; returns (spread, the rows' keys)."""
+    stream_class = ctx.gpu_classes[0]
+    flat = [k for ks in kinds for k in ks]
+    spread = {}
+    for ph in range(len(PHASES)):
+        ids = [i for i, k in enumerate(flat) if k.every_gpu and k.every_gpu[ph] > 0]
+        if ids:
+            spread[ph] = (np.asarray(ids, dtype=np.int64), np.asarray([flat[i].every_gpu[ph] for i in ids]))
+    keys = []
+    for ph in range(len(PHASES)):
+        peaks = [max((k.stream_peak[ph] for k in ks if k.stream_peak), default=0.0) for ks in kinds]
+        top = [ti for ti in np.argsort(peaks)[::-1][:STREAM_ROWS] if peaks[ti] > 0]
+        for ti in top:
+            key = (ph, f"stream:{ti}")
+            load_cols[key] = (groups[ti], [k.stream_peak[ph] if k.stream_peak else 0.0 for k in kinds[ti]])
+            load_base[key] = ctx.base_min.get((ph, stream_class), 0.0)
+            keys.append(key)
+    return spread, keys
 
 
 def peak_levels(problem: Problem, count: int, cap: np.ndarray | None = None) -> list[PeakLevels]:
