@@ -19,7 +19,7 @@ from placer.planner.bound_tree import BoundTree
 from placer.planner.context import Context
 from placer.planner.kinds import KindFolder
 from placer.planner.lp import Relaxation
-from placer.planner.problem import Problem
+from placer.planner.problem import FixedGroup, Problem
 from placer.planner.solve import SolveConfig, solve
 from placer.planner.symmetry import Symmetry, resource_class
 from placer.specs import load_hardware, load_workload
@@ -43,12 +43,15 @@ def _problem_with_spread(seed: int, tables: int = 5) -> Problem:
     load_rows[(1, "link")] = (ids, rng.uniform(0.0, 2.0, oid) * 1e-3)
     every = ids[rng.uniform(size=oid) < 0.4]
     mem = rng.uniform(1.0, 3.0, oid) * 2**30
+    # a group that some options open on every member (a replica group): its fixed cost on every stream row
+    opening = [np.asarray([g[-1]]) for g in groups[:3]]
+    fixed = FixedGroup({(0, "average"): 4e-4, **{(0, f"stream:{ti}"): 4e-4 for ti in range(tables)}}, opening)
     return Problem(groups=groups, num_phases=2, load_rows=load_rows,
                    load_base={(1, "link"): 1e-4, **{(0, f"stream:{ti}"): 2e-4 for ti in range(tables)}},
                    mem_rows={"hbm": (ids, mem)},
                    mem_capacity={"hbm": float(sum(mem[g].min() for g in groups)) * 1.3}, fixed_s=2e-5,
                    spread={0: (every, rng.uniform(0.1, 2.0, len(every)) * 1e-3)},
-                   spread_rows=frozenset((0, f"stream:{ti}") for ti in range(tables)))
+                   spread_rows=frozenset((0, f"stream:{ti}") for ti in range(tables)), fixed_groups=[fixed])
 
 
 def _brute_force(problem: Problem) -> float:
@@ -59,8 +62,9 @@ def _brute_force(problem: Problem) -> float:
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 10_000))
 def test_spread_rows_same_in_highs_and_pulp_and_below_the_optimum(seed):
-    """The relaxation with s_phase is the same LP in HiGHS (lp.py) and PuLP (ilp.py); its bound and the tree's
-    never pass the brute-force optimum of the objective that adds s_phase to the stream rows; the MIP finds it."""
+    """The relaxation with s_phase and a fixed group is the same LP in HiGHS (lp.py) and PuLP (ilp.py); its bound
+    and the tree's never pass the brute-force optimum of the objective that adds s_phase and the group's fixed
+    cost to the stream rows; the MIP finds that optimum."""
     problem = _problem_with_spread(seed)
     _, expected = ilp.relaxation(problem)
     values, bound = Relaxation(problem).solve(10.0)

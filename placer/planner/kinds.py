@@ -51,6 +51,9 @@ class Kind:
     # beyond that, the most it puts on one GPU's stream with its groups' fixed costs (0 for options over all GPUs)
     every_gpu: list[float] = field(default_factory=list)
     stream_peak: list[float] = field(default_factory=list)
+    # options over all GPUs: the fused groups they open on every GPU, as ((location, dtype, width), seconds per
+    # phase on each GPU's stream), paid once per GPU however many options use the group
+    every_gpu_groups: list[tuple[tuple[str, str, int], list[float]]] = field(default_factory=list)
 
     def full_placement(self) -> Placement:
         return self.build() if self.build is not None else self.placement
@@ -250,6 +253,12 @@ class KindFolder:
         if family == "all":  # what it puts on every GPU is on every member: the same load everywhere
             kind.every_gpu = [totals.get((ph, stream_class), 0.0) / n_gpus for ph in range(len(PHASES))]
             kind.members = {k: [v] for k, v in peak_member.items()}
+            for g, charges in cost.once.items():
+                per_phase = [0.0] * len(PHASES)
+                for (ph, r), v in charges.items():
+                    if r == EVERY_GPU or resource_class(r) == stream_class:
+                        per_phase[ph] += v
+                kind.every_gpu_groups.append(((g.location, g.dtype, g.width), per_phase))
         else:
             groups = []
             for g, charges in cost.once.items():  # the member holding it pays its groups' fixed costs once

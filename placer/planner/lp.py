@@ -52,16 +52,32 @@ class Relaxation:
         rows = _Rows()
         for group in problem.groups:
             rows.add(group, np.ones(len(group)), 1.0, 1.0)
-        for (ph, res), (ids, coef) in problem.load_rows.items():
-            if (ph, res) in problem.spread_rows and ph in problem.spread:
+        num_cols = n + phases
+        upper_extra: list[float] = []
+        fixed_terms: dict[tuple[int, str], list[tuple[int, float]]] = {}  # row -> [(u column, -seconds)]
+        for fg in problem.fixed_groups:  # u_f in [0, 1], at least each table's share of the options using f
+            u = num_cols
+            num_cols += 1
+            upper_extra.append(1.0)
+            for ids in fg.members:
+                rows.add(np.concatenate([[u], ids]), np.concatenate([[1.0], -np.ones(len(ids))]), 0.0)
+            for key, seconds in fg.charges.items():
+                fixed_terms.setdefault(key, []).append((u, -seconds * TIME_SCALE))
+
+        def load_row(key, ids, coef, extra_cols=(), extra_vals=()):
+            terms = fixed_terms.get(key, [])
+            cols = np.concatenate([[y + key[0]], list(extra_cols), [c for c, _ in terms], ids])
+            vals = np.concatenate([[1.0], list(extra_vals), [v for _, v in terms], -coef * TIME_SCALE])
+            rows.add(cols, vals, problem.load_base.get(key, 0.0) * TIME_SCALE)
+
+        empty = (np.zeros(0, dtype=np.int64), np.zeros(0))
+        for key in list(problem.load_rows) + [k for k in fixed_terms if k not in problem.load_rows]:
+            if key in problem.spread_rows and key[0] in problem.spread:
                 continue  # added with its s_phase below
-            rows.add(np.concatenate([[y + ph], ids]), np.concatenate([[1.0], -coef * TIME_SCALE]),
-                     problem.load_base.get((ph, res), 0.0) * TIME_SCALE)
+            load_row(key, *problem.load_rows.get(key, empty))
         y_floor = np.zeros(phases)
         for (ph, _), v in problem.load_base.items():
             y_floor[ph] = max(y_floor[ph], v * TIME_SCALE)
-        num_cols = n + phases
-        upper_extra: list[float] = []
         for lv in problem.levels:
             w0, count = num_cols, len(lv.steps_s)
             num_cols += count
@@ -79,12 +95,9 @@ class Relaxation:
             num_cols += 1
             upper_extra.append(INF)
             rows.add(np.concatenate([[spread_col[ph]], ids]), np.concatenate([[1.0], -coef * TIME_SCALE]), 0.0)
-        for (ph, res) in problem.spread_rows:
-            if ph not in spread_col:
-                continue
-            ids, coef = problem.load_rows[(ph, res)]
-            rows.add(np.concatenate([[y + ph, spread_col[ph]], ids]), np.concatenate([[1.0, -1.0], -coef * TIME_SCALE]),
-                     problem.load_base.get((ph, res), 0.0) * TIME_SCALE)
+        for key in problem.spread_rows:
+            if key[0] in spread_col:
+                load_row(key, *problem.load_rows[key], extra_cols=[spread_col[key[0]]], extra_vals=[-1.0])
         self.count_cols: list[int] = []  # the count variable z of each pigeonhole row, in problem.counts order
         for row in problem.counts:
             z = num_cols

@@ -33,7 +33,7 @@ from placer.planner.budget import Budget
 from placer.planner.context import Context
 from placer.planner.kinds import Kind
 from placer.planner.lp import Relaxation
-from placer.planner.problem import CountRow, PeakLevels, Problem
+from placer.planner.problem import CountRow, FixedGroup, PeakLevels, Problem
 
 
 @dataclass
@@ -200,14 +200,44 @@ def build_stage1(ctx: Context, kinds: list[list[Kind]]) -> Problem:
             ids.append(i)
             vals.append(b)
     spread, spread_rows = _stream_rows(ctx, kinds, groups, load_cols, load_base)
+    fixed_groups = _replica_groups(ctx, kinds, groups, spread_rows)
     problem = Problem(
         groups=groups, num_phases=len(PHASES),
         load_rows={k: (np.asarray(i, dtype=np.int64), np.asarray(v)) for k, (i, v) in load_cols.items()},
         load_base=load_base,
         mem_rows={k: (np.asarray(i, dtype=np.int64), np.asarray(v)) for k, (i, v) in mem_cols.items()},
         mem_capacity={c: ctx.sym.class_size[c] * ctx.mem_usable[c] for c in mem_cols},
-        fixed_s=sum(ctx.model.fixed_latency_s.values()), spread=spread, spread_rows=frozenset(spread_rows))
+        fixed_s=sum(ctx.model.fixed_latency_s.values()), spread=spread, spread_rows=frozenset(spread_rows),
+        fixed_groups=fixed_groups)
     return problem
+
+
+def _replica_groups(ctx: Context, kinds: list[list[Kind]], groups: list[list[int]], spread_rows: list) -> list:
+    """The fused groups of replicated tables (location 'replica': only options over all GPUs use them): each
+    one chosen opens a group on every GPU, whose fixed costs every GPU's stream pays once (FixedGroup, problem.py),
+    in the class average and in every stream row. Groups that single-GPU options may share (hbm, uvm) are left
+    out: a stream row counts those in the table's own stream peak, and counting them twice would not be valid."""
+    stream_class = ctx.gpu_classes[0]
+    by_type: dict[tuple, tuple[list[float], dict[int, list[int]]]] = {}
+    for ti, ks in enumerate(kinds):
+        for k, oid in zip(ks, groups[ti]):
+            for gtype, per_phase in k.every_gpu_groups:
+                if gtype[0] != "replica":
+                    continue
+                entry = by_type.setdefault(gtype, (per_phase, defaultdict(list)))
+                entry[1][ti].append(oid)
+    out = []
+    for per_phase, per_table in by_type.values():
+        charges = {}
+        for ph, seconds in enumerate(per_phase):
+            if seconds:
+                charges[(ph, stream_class)] = seconds
+                for key in spread_rows:
+                    if key[0] == ph:
+                        charges[key] = seconds
+        if charges:
+            out.append(FixedGroup(charges, [np.asarray(ids, dtype=np.int64) for ids in per_table.values()]))
+    return out
 
 
 #: Per phase, the tables whose largest load on one GPU's stream is highest get a stream row (STREAM_ROWS of them).
