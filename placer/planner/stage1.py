@@ -5,9 +5,15 @@ every resource class c (all HBMs, all NIC->fabric links, ...) with |c| members, 
 least the class average, and at least the load one table's kind alone puts on a member on top of the smallest
 base load there:
 
-    y_p >= (base[p,c] + sum_k x_k total_k[p,c]) / |c|        for every phase p, class c
-    y_p >= sum_{k of t} x_k max_c (base_min[p,c] + peak_k[p,c])  for every table t, phase p
-    sum_k x_k mem_k[c] <= |c| * usable(c)                     for every memory class c
+    y_p >= (base[p,c] + sum_k x_k total_k[p,c]) / |c| + sum_g fixed_g[p] u_g    for every phase p, class c
+    y_p >= sum_{k of t} x_k max_c (base_min[p,c] + peak_k[p,c])               for every table t, phase p
+    y_p >= base_min[p,stream] + sum_{k of t} x_k stream_peak_k[p] + s_p       for the tables with the largest
+          s_p = sum_k x_k every_gpu_k[p] + sum_g fixed_g[p] u_g              load on one GPU's stream
+    sum_k x_k mem_k[c] <= |c| * usable(c)                                     for every memory class c
+
+(peak_k and stream_peak_k include the fixed costs of the fused groups the kind uses on its device; s_p is what
+every GPU's stream carries alike from the options chosen; u_g >= x_k for the options over all GPUs that open
+replica group g on every GPU, whose fixed costs every GPU pays once.)
 
 Every full plan satisfies these, so stage 1's optimum, and any valid bound on it, bounds the full
 problem from below: that is the lower bound reported with the plan. The per-table peak rows are weak in
