@@ -262,10 +262,10 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, budge
     # the baselines, priced, on a second core while the stages run (planner/background.py); the plan is the
     # best of them and the two stages' either way
     baselines = Background(lambda: _priced_baselines(model, config.seed))
-    seconds = max(10.0, budget.left() - TWO_STAGE_RESERVE_S)  # the fit levels below are not counted against it
     try:
         with budget.stage("option kinds"):
             cfg = with_fit_levels(model, config.options)
+        seconds = max(10.0, budget.left() - TWO_STAGE_RESERVE_S)
         placements, bound, stage1, _ = solve_two_stage(model, sym, cfg, budget=budget.child(seconds),
                                                        gap=config.gap, backend=config.solver,
                                                        threads=config.threads, tracker=tracker)
