@@ -27,6 +27,7 @@ choices too.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -54,15 +55,19 @@ class Stage1:
 
 
 def solve_stage1(ctx: Context, kinds: list[list[Kind]], budget: Budget, gap: float, backend: str,
-                 threads: int | None) -> Stage1:
+                 threads: int | None, stream_rows: bool = True) -> Stage1:
     """Solve the aggregated ILP as far as the time allows: its relaxation with peak levels
     (problem.PeakLevels) gives a first bound; a rounding of it (ilp.complete_relaxation), corrected by
     pigeonhole rows (problem.CountRow) where it packs loads that cannot be spread, gives the kinds; then
     branch and bound on the relaxation (bound_tree.py) raises the bound and may find a better choice.
     ``backend`` solves the whole MIP only if the relaxation fails. Time: ``budget``, the relaxations at least
-    10 s each."""
+    10 s each. ``stream_rows=False``: without the stream rows and the fixed groups (a weaker bound, a different
+    choice for stage 2 to try)."""
     time_limit_s, left, tracker = budget.seconds, budget.left, ctx.tracker
     problem = build_stage1(ctx, kinds)
+    if not stream_rows:
+        problem = dataclasses.replace(problem, spread={}, spread_rows=frozenset(), fixed_groups=[], load_rows={
+            k: v for k, v in problem.load_rows.items() if not k[1].startswith("stream:")})
     nvars = problem.num_options + problem.num_phases
     problem.levels = peak_levels(problem, 32)
     tracker.update("stage 1: relaxation", bound_s=problem.simple_lower_bound())
