@@ -2,14 +2,15 @@
 ``fn()`` while the parent goes on (the baselines of a two-stage solve: seconds of pricing that the search
 never reads until the end, on a second core). Where fork is not the safe default (not Linux), or the child
 cannot be started, ``fn()`` runs in the caller when its result is asked for. The result must pickle; an
-exception in the child comes back as the same exception where it pickles, else as a PlacerError.
+exception in the child comes back as itself where placer/forked.py can hand it over, else as a PlacerError
+with its 'Type: message'.
 """
 from __future__ import annotations
 
-import sys
 from typing import Callable, Generic, TypeVar
 
 from placer.errors import PlacerError
+from placer.forked import ForkedCall
 
 T = TypeVar("T")
 
@@ -20,26 +21,15 @@ class Background(Generic[T]):
 
     def __init__(self, fn: Callable[[], T]):
         self.fn = fn
-        self.proc = self.recv = None
-        if sys.platform.startswith("linux"):
-            import multiprocessing as mp
-
-            try:
-                ctx = mp.get_context("fork")
-                self.recv, send = ctx.Pipe(duplex=False)
-                self.proc = ctx.Process(target=_child, args=(fn, send), name="placer-background", daemon=True)
-                self.proc.start()
-                send.close()
-            except OSError:  # no process to be had (limits): the caller computes it
-                self.proc = self.recv = None
+        self.call = ForkedCall.start(fn, "placer-background")
 
     def result(self, timeout_s: float | None = None) -> T:
-        if self.proc is None:
+        if self.call is None:
             return self.fn()
         try:
-            if not self.recv.poll(timeout_s):
+            if not self.call.poll(timeout_s):
                 raise TimeoutError
-            kind, value = self.recv.recv()
+            kind, value = self.call.receive()
         except (EOFError, OSError, TimeoutError):  # died or late: compute it here
             self.close()
             return self.fn()
@@ -50,22 +40,6 @@ class Background(Generic[T]):
         return value
 
     def close(self) -> None:
-        if self.proc is None:
-            return
-        self.recv.close()
-        if self.proc.is_alive():
-            self.proc.kill()
-        self.proc.join(5)
-        self.proc = None
-
-
-def _child(fn, conn) -> None:
-    try:
-        conn.send(("ok", fn()))
-    except BaseException as exc:  # noqa: BLE001 -- handed to the parent
-        try:
-            conn.send(("error", exc))
-        except Exception:  # noqa: BLE001 -- the exception does not pickle
-            conn.send(("error", f"{type(exc).__name__}: {exc}"))
-    finally:
-        conn.close()
+        if self.call is not None:
+            self.call.close()
+            self.call = None

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import logging
 import math
-import sys
 import threading
 import time
 import warnings
@@ -44,9 +43,8 @@ from dataclasses import dataclass, field
 
 from placer.cost import CostModel
 from placer.errors import InfeasibleError, SolverError, SpecError
+from placer.forked import ForkedCall, reason
 from placer.plan import Placement, Plan, SpecRef
-from placer.specs.workload import Workload
-from placer.topology import Topology
 from placer.torchrec_io import INSTALL_HINT, mapping
 
 #: TorchRec sharding types its planner may choose (all its EmbeddingBagCollection sharder offers but grid_shard)
@@ -240,25 +238,19 @@ def _quietly(fn, *args):
 
 
 class _Watch:
-    """``fn()`` under way with a deadline ``limit_s`` from now: in a forked child process (killed at the deadline,
-    so a planner stuck in enumeration leaves nothing running; ``fn``'s result must pickle), or where fork is not
-    the safe default (not Linux) in a daemon thread. ``wait()`` gives its result; exceptions come back as
-    TorchRecPlannerError ('Type: message'), _NoTorchRec as TorchRecUnavailable. ``close()`` ends it."""
+    """``fn()`` under way with a deadline ``limit_s`` from now: in a forked child process (placer/forked.py;
+    killed at the deadline, so a planner stuck in enumeration leaves nothing running; ``fn``'s result must
+    pickle), or where fork is not the safe default (not Linux) in a daemon thread. ``wait()`` gives its result;
+    exceptions come back as TorchRecPlannerError ('Type: message'), _NoTorchRec as TorchRecUnavailable.
+    ``close()`` ends it."""
 
     def __init__(self, fn, limit_s: float):
         self.limit_s = limit_s
         self.deadline = time.perf_counter() + limit_s
-        self.proc = self.recv = self.thread = None
+        self.thread = None
         self.box: dict = {}
-        if sys.platform.startswith("linux"):
-            import multiprocessing as mp
-
-            ctx = mp.get_context("fork")
-            self.recv, send = ctx.Pipe(duplex=False)
-            self.proc = ctx.Process(target=_child, args=(fn, send), name="torchrec-planner", daemon=True)
-            self.proc.start()
-            send.close()
-        else:
+        self.call = ForkedCall.start(fn, "torchrec-planner")
+        if self.call is None:
             def target():
                 try:
                     self.box["value"] = fn()
@@ -278,56 +270,32 @@ class _Watch:
             if self.thread.is_alive():
                 raise self._late()
             if "error" in self.box:
-                exc = self.box["error"]
-                if isinstance(exc, _NoTorchRec):
-                    raise TorchRecUnavailable(str(exc))
-                raise TorchRecPlannerError(_reason(exc))
+                _raise_for(self.box["error"])
             return self.box["value"]
         try:
-            if not self.recv.poll(remaining):
+            if not self.call.poll(remaining):
                 raise self._late()
             try:
-                kind, value = self.recv.recv()
+                kind, value = self.call.receive()
             except EOFError:
-                self.proc.join(5)
-                raise TorchRecPlannerError(f"the planner process died (exit code {self.proc.exitcode})") from None
+                raise TorchRecPlannerError(f"the planner process died (exit code {self.call.exitcode})") from None
         finally:
             self.close()
-        if kind == "unavailable":
-            raise TorchRecUnavailable(value)
         if kind == "error":
-            raise TorchRecPlannerError(value)
+            _raise_for(value)
         return value
 
     def close(self) -> None:
         """Kill the child if it still runs (a thread cannot be stopped: as a daemon it dies with the process)."""
-        if self.proc is None:
-            return
-        self.recv.close()
-        if self.proc.is_alive():
-            self.proc.kill()
-        self.proc.join(5)
+        if self.call is not None:
+            self.call.close()
 
 
-def _with_watchdog(fn, limit_s: float):
-    """``fn()`` bounded by ``limit_s`` (_Watch, waited for at once)."""
-    return _Watch(fn, limit_s).wait()
-
-
-def _reason(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text[:400]}{'...' if len(text) > 400 else ''}"
-
-
-def _child(fn, conn) -> None:
-    try:
-        conn.send(("ok", fn()))
-    except _NoTorchRec as exc:
-        conn.send(("unavailable", str(exc)))
-    except BaseException as exc:  # noqa: BLE001 -- reported to the parent
-        conn.send(("error", _reason(exc)))
-    finally:
-        conn.close()
+def _raise_for(error) -> None:
+    """The child's exception (or its reason text) as the method's error."""
+    if isinstance(error, _NoTorchRec):
+        raise TorchRecUnavailable(str(error))
+    raise TorchRecPlannerError(reason(error) if isinstance(error, BaseException) else str(error))
 
 
 @dataclass
