@@ -55,19 +55,16 @@ class Stage1:
 
 
 def solve_stage1(ctx: Context, kinds: list[list[Kind]], budget: Budget, gap: float, backend: str,
-                 threads: int | None, stream_rows: bool = True) -> Stage1:
+                 threads: int | None, problem: Problem | None = None) -> Stage1:
     """Solve the aggregated ILP as far as the time allows: its relaxation with peak levels
     (problem.PeakLevels) gives a first bound; a rounding of it (ilp.complete_relaxation), corrected by
     pigeonhole rows (problem.CountRow) where it packs loads that cannot be spread, gives the kinds; then
     branch and bound on the relaxation (bound_tree.py) raises the bound and may find a better choice.
     ``backend`` solves the whole MIP only if the relaxation fails. Time: ``budget``, the relaxations at least
-    10 s each. ``stream_rows=False``: without the stream rows and the fixed groups (a weaker bound, a different
-    choice for stage 2 to try)."""
+    10 s each. ``problem``: the aggregated problem (default: build_stage1's; it gains peak levels and pigeonhole
+    rows here)."""
     time_limit_s, left, tracker = budget.seconds, budget.left, ctx.tracker
-    problem = build_stage1(ctx, kinds)
-    if not stream_rows:
-        problem = dataclasses.replace(problem, spread={}, spread_rows=frozenset(), fixed_groups=[], load_rows={
-            k: v for k, v in problem.load_rows.items() if not k[1].startswith("stream:")})
+    problem = problem if problem is not None else build_stage1(ctx, kinds)
     nvars = problem.num_options + problem.num_phases
     problem.levels = peak_levels(problem, 32)
     tracker.update("stage 1: relaxation", bound_s=problem.simple_lower_bound())
@@ -170,6 +167,13 @@ def count_rows(ctx: Context, problem: Problem, flat: list[Kind], values: np.ndar
             uniq, counts = np.unique(ids_a[sel], return_counts=True)
             rows.append(CountRow(ph, ctx.base_min.get((ph, c), 0.0), size, m, uniq, counts, s_ids, s_coef))
     return rows
+
+
+def without_stream_rows(problem: Problem) -> Problem:
+    """``problem`` as build_stage1 wrote it, less the stream rows, their spread and the fixed groups (a weaker
+    bound; a different choice for stage 2 to try): no peak levels or pigeonhole rows yet."""
+    return dataclasses.replace(problem, levels=[], counts=[], spread={}, spread_rows=frozenset(), fixed_groups=[],
+                               load_rows={k: v for k, v in problem.load_rows.items() if not k[1].startswith("stream:")})
 
 
 def build_stage1(ctx: Context, kinds: list[list[Kind]]) -> Problem:

@@ -39,7 +39,7 @@ from placer.planner.kinds import Kind, KindFolder
 from placer.planner.problem import Problem
 from placer.planner.progress import Tracker
 from placer.planner.repack import repack
-from placer.planner.stage1 import solve_stage1
+from placer.planner.stage1 import solve_stage1, without_stream_rows
 from placer.planner.symmetry import Symmetry
 
 #: Stage 2's portfolio: it assigns devices once per variant while time is left (the next only if the time left
@@ -111,7 +111,7 @@ def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, budge
     if stage2.left() > 3 * took + 2.0:
         with budget.stage("stage 1"):
             plain = solve_stage1(ctx, kinds, budget.child(min(stage2.left() / 2, max(5.0, 3 * took))), gap=gap,
-                                 backend=backend, threads=threads, stream_rows=False)
+                                 backend=backend, threads=threads, problem=without_stream_rows(stage1.problem))
         if plain.result.chosen is not None and plain.result.chosen != result.chosen:
             place(plain.result.chosen)
     return best[0] or None, result.lower_bound_s, result, budget.elapsed()
