@@ -17,15 +17,22 @@ from placer.planner.problem import CountRow, Problem
 from placer.planner.stage1 import peak_levels
 
 
-def _random_problem(seed: int, tables: int = 5) -> Problem:
-    """Tables with 2-3 options: per-table peaks in phase 0 (as stage 1 writes them), a class average in phase 0,
-    a link in phase 1, one memory."""
-    rng = np.random.default_rng(seed)
+def random_groups(rng: np.random.Generator, tables: int) -> list[list[int]]:
+    """Option ids numbered from 0, 2-3 options per table."""
     groups, oid = [], 0
     for _ in range(tables):
         n = int(rng.integers(2, 4))
         groups.append(list(range(oid, oid + n)))
         oid += n
+    return groups
+
+
+def _random_problem(seed: int, tables: int = 5) -> Problem:
+    """Tables with 2-3 options: per-table peaks in phase 0 (as stage 1 writes them), a class average in phase 0,
+    a link in phase 1, one memory."""
+    rng = np.random.default_rng(seed)
+    groups = random_groups(rng, tables)
+    oid = groups[-1][-1] + 1
     load_rows = {}
     for ti, g in enumerate(groups):
         load_rows[(0, f"table:{ti}")] = (np.asarray(g), rng.uniform(0.1, 5.0, len(g)) * 1e-3)
@@ -38,7 +45,7 @@ def _random_problem(seed: int, tables: int = 5) -> Problem:
                    mem_capacity={"hbm": float(sum(mem[g].min() for g in groups)) * 1.3}, fixed_s=2e-5)
 
 
-def _brute_force(problem: Problem) -> float:
+def brute_force(problem: Problem) -> float:
     return min(problem.objective(list(c)) for c in itertools.product(*problem.groups) if problem.fits(list(c)))
 
 
@@ -93,7 +100,7 @@ def test_tree_bound_lies_between_the_relaxation_and_the_optimum(seed, gap):
     relaxation; a leaf it reports is a real choice with its objective."""
     problem = _random_problem(seed)
     problem.levels = peak_levels(problem, count=4)
-    best = _brute_force(problem)
+    best = brute_force(problem)
     _, root = Relaxation(problem).solve(10.0)
     result = BoundTree(problem).run(incumbent_s=best * 1.02, deadline=time.perf_counter() + 20.0, gap=gap)
     assert root - 1e-12 <= result.bound_s <= best * (1 + 1e-9)
@@ -107,7 +114,7 @@ def test_tree_closes_small_problems():
     """With time to spare the tree proves the optimum of a small problem (bound = optimum, the leaf found)."""
     problem = _random_problem(11, tables=4)
     problem.levels = peak_levels(problem, count=4)
-    best = _brute_force(problem)
+    best = brute_force(problem)
     _, root = Relaxation(problem).solve(10.0)
     assert root < best * 0.9  # a real gap to close (6.65 vs 8.45 ms)
     result = BoundTree(problem, candidates=4).run(incumbent_s=best * 2, deadline=time.perf_counter() + 30.0)
@@ -132,7 +139,7 @@ def _with_counts(seed: int, tables: int = 5) -> Problem:
 def test_tree_with_counts_stays_below_the_optimum(seed, gap):
     """Splits on a pigeonhole count (z <= floor / z >= ceil) keep every integer plan in some leaf too."""
     problem = _with_counts(seed)
-    best = _brute_force(problem)
+    best = brute_force(problem)
     _, root = Relaxation(problem).solve(10.0)
     result = BoundTree(problem).run(incumbent_s=best * 1.02, deadline=time.perf_counter() + 20.0, gap=gap)
     assert root - 1e-12 <= result.bound_s <= best * (1 + 1e-9)
@@ -147,7 +154,7 @@ def test_tree_closes_the_rounding_of_counts():
     ids = np.arange(problem.num_options)
     problem.counts = [CountRow(1, 1e-4, 5e-3, 3, ids, np.ones(len(ids), dtype=np.int64), ids[:0], np.zeros(0))]
     problem.levels = peak_levels(problem, count=4)
-    best = _brute_force(problem)
+    best = brute_force(problem)
     _, root = Relaxation(problem).solve(10.0)
     assert root < best * 0.95
     result = BoundTree(problem, candidates=4).run(incumbent_s=best * 2, deadline=time.perf_counter() + 30.0)

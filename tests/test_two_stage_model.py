@@ -3,6 +3,7 @@ the stream rows with their spread term (stage1._stream_rows) keep every bound va
 and the baselines computed beside the stages (planner/background.py) come back whole."""
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 
 import numpy as np
@@ -25,17 +26,15 @@ from placer.planner.symmetry import Symmetry, resource_class
 from placer.specs import load_hardware, load_workload
 from placer.topology import Topology
 from tests.conftest import ROOT
+from tests.test_bound_tree import brute_force, random_groups
 
 
 def _problem_with_spread(seed: int, tables: int = 5) -> Problem:
     """Per-table rows in phase 0 that also carry s_0, the load some options put on every member; a class
     average in phase 0 and a link in phase 1; one memory."""
     rng = np.random.default_rng(seed)
-    groups, oid = [], 0
-    for _ in range(tables):
-        n = int(rng.integers(2, 4))
-        groups.append(list(range(oid, oid + n)))
-        oid += n
+    groups = random_groups(rng, tables)
+    oid = groups[-1][-1] + 1
     ids = np.arange(oid)
     load_rows = {(0, f"stream:{ti}"): (np.asarray(g), rng.uniform(0.0, 5.0, len(g)) * 1e-3)
                  for ti, g in enumerate(groups)}
@@ -54,11 +53,6 @@ def _problem_with_spread(seed: int, tables: int = 5) -> Problem:
                    spread_rows=frozenset((0, f"stream:{ti}") for ti in range(tables)), fixed_groups=[fixed])
 
 
-def _brute_force(problem: Problem) -> float:
-    import itertools
-    return min(problem.objective(list(c)) for c in itertools.product(*problem.groups) if problem.fits(list(c)))
-
-
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 10_000))
 def test_spread_rows_same_in_highs_and_pulp_and_below_the_optimum(seed):
@@ -68,10 +62,9 @@ def test_spread_rows_same_in_highs_and_pulp_and_below_the_optimum(seed):
     problem = _problem_with_spread(seed)
     _, expected = ilp.relaxation(problem)
     values, bound = Relaxation(problem).solve(10.0)
-    best = _brute_force(problem)
+    best = brute_force(problem)
     assert bound == pytest.approx(expected, rel=1e-6)
     assert bound <= best * (1 + 1e-9)
-    import time
     tree = BoundTree(problem).run(incumbent_s=best * 1.02, deadline=time.perf_counter() + 20.0)
     assert tree.bound_s <= best * (1 + 1e-9)
     result = ilp.solve(problem, time_limit_s=20.0, gap=0.0)
