@@ -185,7 +185,8 @@ class KindFolder:
                 for m, b in cost.memory.items() if m != EVERY_GPU):
             return None
         tokens = set().union(*(self._own_tokens(s.device) for s in p.shards)) if family != "all" else set()
-        own_streams = [topo.stream_of(g) for g in sorted(tokens & gpus)]
+        own_gpus = sorted(tokens & gpus)
+        own_streams = [topo.stream_of(g) for g in own_gpus]
         totals: dict[tuple[int, str], float] = defaultdict(float)
         peak_member: dict[tuple[int, str], float] = {}
         own: dict[tuple[int, str], float] = defaultdict(float)
@@ -282,7 +283,7 @@ class KindFolder:
             kind.groups = [(g, [(position[k], v) for k, v in named.items()]) for g, named in groups]
             kind.own = [(ph, r, v) for (ph, r), v in own.items()]
             own_mem: dict[str, float] = defaultdict(float)
-            own_hbm = [topo.memory_of(g) for g in sorted(tokens & gpus)]
+            own_hbm = [topo.memory_of(g) for g in own_gpus]
             for m, b in cost.memory.items():
                 for name in (own_hbm if m == EVERY_GPU else (m,)):
                     own_mem[name] += b
