@@ -70,18 +70,22 @@ def cost_of(ops: list[Op], buffers: list[Buffer] = (), every_gpu: tuple[list[str
     op or buffer stands for."""
     cost = Cost()
     streams, memories = every_gpu
+    loads, once = cost.loads, cost.once  # (the hot loop of pricing: no method call per op or link)
     for op in ops:
+        phase, seconds = op.phase, op.seconds
         for stream in (streams if op.stream == EVERY_GPU else (op.stream,)):
             if op.once:
-                charges = cost.once.setdefault(op.group, {})
-                charges[(op.phase, stream)] = charges.get((op.phase, stream), 0.0) + op.seconds
-            else:
-                cost.add_load(op.phase, stream, op.seconds)
-        for resource, seconds in op.traffic:
-            cost.add_load(op.phase, resource, seconds)
+                charges = once.setdefault(op.group, {})
+                charges[(phase, stream)] = charges.get((phase, stream), 0.0) + seconds
+            elif seconds:
+                loads[(phase, stream)] += seconds
+        for resource, load in op.traffic:
+            if load:
+                loads[(phase, resource)] += load
     for b in buffers:
-        for memory in (memories if b.memory == EVERY_GPU else (b.memory,)):
-            cost.add_memory(memory, b.bytes)
+        if b.bytes:
+            for memory in (memories if b.memory == EVERY_GPU else (b.memory,)):
+                cost.memory[memory] += b.bytes
     return cost
 
 

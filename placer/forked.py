@@ -1,5 +1,10 @@
-"""One call in a forked child process, its result back through a pipe: what the two-stage planner's baselines
-(planner/background.py) and TorchRec's planner (torchrec_io/planner.py) run beside the parent's work.
+"""One call in a forked child process, its result back through a pipe: what runs beside the parent's work
+(the two-stage planner's baselines and half of its option kinds, a plan's skew what-ifs, TorchRec's planner).
+
+``Background`` is the simple form: ``fn()`` under way in a child from construction, its result asked for
+later; where fork is not the safe default (not Linux), or the child cannot be started or dies, ``fn()`` runs
+in the caller when its result is asked for. ``ForkedCall`` is the raw child (torchrec_io/planner.py watches
+its own deadline on it).
 
 The result must pickle. An exception in the child comes back as itself where its class is the standard
 library's or placer's own and it pickles (the parent can always unpickle it), else as its ``reason`` text
@@ -7,8 +12,11 @@ library's or placer's own and it pickles (the parent can always unpickle it), el
 """
 from __future__ import annotations
 
+import os
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, Generic, TypeVar
+
+from placer.errors import PlacerError
 
 
 def reason(exc: BaseException) -> str:
@@ -21,21 +29,25 @@ class ForkedCall:
     """``fn()`` under way in a forked child from construction (``start``: None where fork is not the safe
     default, i.e. not Linux, or no process can be had)."""
 
-    def __init__(self, fn: Callable[[], Any], name: str):
+    def __init__(self, fn: Callable[[], Any], name: str, nice: int = 0):
         import multiprocessing as mp
 
         ctx = mp.get_context("fork")
         self.recv, send = ctx.Pipe(duplex=False)
-        self.proc = ctx.Process(target=_child, args=(fn, send), name=name, daemon=True)
+        self.proc = ctx.Process(target=_child, args=(fn, send, nice), name=name, daemon=True)
         self.proc.start()
         send.close()
 
     @classmethod
-    def start(cls, fn: Callable[[], Any], name: str) -> ForkedCall | None:
-        if not sys.platform.startswith("linux"):
+    def start(cls, fn: Callable[[], Any], name: str, nice: int = 0) -> ForkedCall | None:
+        """``nice`` > 0: the child yields the cores to the parent (and to children started without it) when
+        both want them, e.g. work the parent reads only at its end."""
+        import multiprocessing as mp
+
+        if not sys.platform.startswith("linux") or mp.current_process().daemon:  # a daemon has no children
             return None
         try:
-            return cls(fn, name)
+            return cls(fn, name, nice)
         except OSError:  # no process to be had (limits)
             return None
 
@@ -65,8 +77,10 @@ def _readable_anywhere(exc: BaseException) -> bool:
     return module == "builtins" or module == "placer" or module.startswith("placer.")
 
 
-def _child(fn, conn) -> None:
+def _child(fn, conn, nice: int) -> None:
     try:
+        if nice:
+            os.nice(nice)
         conn.send(("ok", fn()))
     except BaseException as exc:  # noqa: BLE001 -- handed to the parent
         try:
@@ -75,3 +89,36 @@ def _child(fn, conn) -> None:
             conn.send(("error", reason(exc)))
     finally:
         conn.close()
+
+
+T = TypeVar("T")
+
+
+class Background(Generic[T]):
+    """``fn()`` under way from construction; ``result()`` waits for it (at most ``timeout_s`` seconds, after
+    which the child is killed and ``fn()`` runs in the caller instead). ``nice``: see ForkedCall.start."""
+
+    def __init__(self, fn: Callable[[], T], nice: int = 0):
+        self.fn = fn
+        self.call = ForkedCall.start(fn, "placer-background", nice)
+
+    def result(self, timeout_s: float | None = None) -> T:
+        if self.call is None:
+            return self.fn()
+        try:
+            if not self.call.poll(timeout_s):
+                raise TimeoutError
+            kind, value = self.call.receive()
+        except (EOFError, OSError, TimeoutError):  # died or late: compute it here
+            self.close()
+            return self.fn()
+        finally:
+            self.close()
+        if kind == "error":
+            raise value if isinstance(value, BaseException) else PlacerError(str(value))
+        return value
+
+    def close(self) -> None:
+        if self.call is not None:
+            self.call.close()
+            self.call = None

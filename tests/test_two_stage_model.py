@@ -15,7 +15,7 @@ from placer.cost import CostModel
 from placer.errors import InfeasibleError
 from placer.options import OptionConfig
 from placer.planner import ilp
-from placer.planner.background import Background
+from placer.forked import Background
 from placer.planner.bound_tree import BoundTree
 from placer.planner.context import Context
 from placer.planner.kinds import KindFolder

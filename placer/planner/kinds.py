@@ -20,9 +20,13 @@ from placer.cost import AR, BX, FX, PHASES
 from placer.options import (OptionConfig, data_parallel_allowed, data_parallel_placement, precisions,
                              row_wise_placement, table_options)
 from placer.plan import Placement
+from placer.forked import Background
 from placer.planner.context import Context
 from placer.planner.symmetry import resource_class
 from placer.program.ops import EVERY_GPU, GroupKey
+
+#: Below this many tables the kinds are folded in one process (a fork costs more than it saves).
+PARALLEL_MIN_TABLES = 200
 
 #: Which devices a kind's placement can move to: one GPU, one node, a block of GPUs, or none (over all GPUs).
 FAMILY = {"table_wise": "gpu", "host": "node", "row_wise": "node", "column_wise": "block", "data_parallel": "all"}
@@ -96,14 +100,32 @@ class KindFolder:
         self._exchange_cache: dict = {}
         self._allreduce_folded: dict | None = None
 
-    def kinds(self) -> list[list[Kind]]:
+    def kinds(self, processes: int = 2) -> list[list[Kind]]:
         """Every table's canonical options, folded. Options over all GPUs are priced from one shard or
-        replica (the others are its relabelings) and built in full only if chosen."""
+        replica (the others are its relabelings) and built in full only if chosen. ``processes`` = 2: a forked
+        child (planner/background.py) folds every other table while this process folds the rest (the same
+        kinds: folding one table reads nothing another table's folding changes)."""
+        n = len(self.ctx.model.wl.tables)
+        if processes < 2 or n < PARALLEL_MIN_TABLES:
+            return self.kinds_of(range(n))
+        theirs = Background(lambda: self.kinds_of(range(1, n, 2)))
+        try:
+            mine = self.kinds_of(range(0, n, 2))
+            odd = theirs.result()
+        finally:
+            theirs.close()
+        out: list[list[Kind]] = [None] * n  # type: ignore[list-item]
+        out[0::2], out[1::2] = mine, odd
+        return out
+
+    def kinds_of(self, tables) -> list[list[Kind]]:
+        """The folded, undominated kinds of the tables at the indices ``tables``, in that order."""
         topo, wl, own_cfg = self.ctx.topo, self.ctx.model.wl, self.ctx.cfg
         cfg = OptionConfig(**{**own_cfg.__dict__, "canonical": True, "all_gpu_kinds": False})
         gpus = list(topo.gpus)
         out = []
-        for ti, t in enumerate(wl.tables):
+        for ti in tables:
+            t = wl.tables[ti]
             ks = [self.fold(ti, p) for p in table_options(t, topo, wl, cfg)]
             for prec in precisions(t, own_cfg):
                 if own_cfg.row_wise and len(topo.nodes) > 1:
@@ -114,11 +136,11 @@ class KindFolder:
                             continue
                         seen.add(probe.shards[0].hbm_rows)
                         ks.append(self.fold(ti, probe, repeat=len(gpus),
-                                            build=lambda t=t, prec=prec, f=f: row_wise_placement(t, gpus, prec, f)))
+                                            build=functools.partial(row_wise_placement, t, gpus, prec, f)))
                 if data_parallel_allowed(t, prec, topo, own_cfg):
                     probe = data_parallel_placement(t, gpus[:1], prec)
                     ks.append(self.fold(ti, probe, repeat=len(gpus),
-                                        build=lambda t=t, prec=prec: data_parallel_placement(t, gpus, prec)))
+                                        build=functools.partial(data_parallel_placement, t, gpus, prec)))
             out.append(prune_dominated([k for k in ks if k is not None]))
         return out
 

@@ -11,7 +11,7 @@ from placer.errors import InfeasibleError, PlacerError, SpecError
 from placer.options import OptionConfig, all_options
 from placer.plan import Placement, Plan, SolverInfo, SpecRef
 from placer.planner import ilp, infeasible, tiebreak, tiebreak_local
-from placer.planner.background import Background
+from placer.forked import Background
 from placer.planner.fit import with_fit_levels
 from placer.planner.baselines import BASELINES, EXTERNAL, run_baseline
 from placer.planner.budget import Budget
@@ -119,9 +119,11 @@ def solve(topology: Topology, workload: Workload, config: SolveConfig = SolveCon
 
 
 def with_robustness(model: CostModel, plan: Plan) -> Plan:
-    """``plan`` with its 'robustness' block: step time at skew x0.8, x1, x1.2 (placer/skew.py)."""
+    """``plan`` (priced by ``model``: make_plan's 'predicted' dict) with its 'robustness' block: step time at skew x0.8, x1, x1.2
+    (placer/skew.py)."""
     try:
-        return plan.model_copy(update={"robustness": robustness(model, plan)})
+        block = robustness(model, plan, base_s=plan.predicted["step_time_s"])
+        return plan.model_copy(update={"robustness": block})
     except (SpecError, ValueError) as exc:  # a what-if must never cost the user the plan
         return plan.model_copy(update={"robustness": {"error": str(exc)}})
 
@@ -135,6 +137,8 @@ FULL_ILP_MAX_PAIRS = 2000
 #: The tie-break (planner/tiebreak.py) runs after a proven-optimal solve, or one whose gap is at most this
 #: (or twice the gap tolerance): further from the bound, step time still matters more than where lookups go.
 TIE_BREAK_MAX_GAP = 0.01
+#: The baselines' child runs at this niceness beside a two-stage solve (its result is read only at the end).
+BASELINES_NICE = 10
 
 
 def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
@@ -259,9 +263,10 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, budge
     with budget.stage("model"):
         infeasible.check_dense(model)
         infeasible.check_tables(model, config.options)
-    # the baselines, priced, on a second core while the stages run (planner/background.py); the plan is the
-    # best of them and the two stages' either way
-    baselines = Background(lambda: _priced_baselines(model, config.seed))
+    # the baselines, priced, on a second core while the stages run (placer/forked.py), yielding the cores to the
+    # stages' own work (the option kinds fold in two processes); the plan is the best of them and the two
+    # stages' either way
+    baselines = Background(lambda: _priced_baselines(model, config.seed), nice=BASELINES_NICE)
     try:
         with budget.stage("option kinds"):
             cfg = with_fit_levels(model, config.options)

@@ -22,7 +22,6 @@ _INDEXED = re.compile(r"node(\d+)/(?:([a-z_]+?)(\d+))?")
 _MAX_MATCHES = 5000  # automorphisms tried when looking for an involution (graph matching)
 
 
-@lru_cache(maxsize=None)
 @lru_cache(maxsize=1 << 20)
 def resource_class(name: str) -> str:
     """'node3/gpu5->node3/pcisw2' -> 'node*/gpu*->node*/pcisw*'."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from placer.plan import Placement, Shard
-from placer.program.dense import trace
+from placer.program.dense import DenseTrace, trace
 from placer.program.ops import (AR, BWD, BX, DENSE, EVERY_GPU, FWD, FX, INDEX_BYTES, POOLED_BYTES, STATE_BYTES,
                                 GroupKey, Member, Op)
 from placer.program.traffic import Traffic
@@ -70,6 +70,7 @@ class ProgramBuilder:
         self.features = {t.name: workload.outputs_per_sample(t.name) for t in workload.tables}
         self._access: dict[tuple, object] = {}
         self._fixed_cache: dict[GroupKey, list[Op]] = {}
+        self._dense_traces: dict[str, DenseTrace] = {}  # device type -> the traced dense step
 
     # ---- sizes ---------------------------------------------------------------------------------------------
 
@@ -379,8 +380,13 @@ class ProgramBuilder:
                           traffic=tuple(self.traffic.allreduce(tuple(self.gpus), params * 4))))
         return ops
 
-    def dense_trace(self, gpu: str):
-        return trace(self.wl, self.dense_samples(), "cpu" if self.topo.is_unified(gpu) else "cuda")
+    def dense_trace(self, gpu: str) -> DenseTrace:
+        """The dense step as ``gpu``'s device type runs it (traced once per builder and device type: the
+        trace's cache key is the whole workload's JSON, milliseconds to make on a thousand tables)."""
+        device_type = "cpu" if self.topo.is_unified(gpu) else "cuda"
+        if device_type not in self._dense_traces:
+            self._dense_traces[device_type] = trace(self.wl, self.dense_samples(), device_type)
+        return self._dense_traces[device_type]
 
     def _dense_ops(self, stream: str, gpu: str, costs) -> list[Op]:
         """The traced dense step, priced: each op its kind's cost plus ``dense_op`` (what an op costs beyond

@@ -105,18 +105,31 @@ class AccessModel(ABC):
         among the rest: (hot, cold). Rows inside one grid segment share that segment's mean probability."""
         if lookups <= 0:
             return 0.0, 0.0
-        ranks, cov = self._rank_grid
-        n_rows = np.diff(ranks)
-        mass = np.diff(cov)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            p = np.where(n_rows > 0, mass / n_rows, 0.0)
-        per_row = -np.expm1(lookups * np.log1p(-np.clip(p, 0.0, 1 - 1e-16)))
+        ranks, cumulative, per_row, scale = self._unique_profile(float(lookups))
         cut = min(max(hot_fraction, 0.0), 1.0) * self.rows
-        hot_rows = np.clip(cut - ranks[:-1], 0.0, n_rows)
-        hot = float((hot_rows * per_row).sum())
-        cold = float(((n_rows - hot_rows) * per_row).sum())
-        scale = min(1.0, lookups / max(hot + cold, 1e-300))  # never more distinct rows than draws
-        return hot * scale, cold * scale
+        i = int(np.searchsorted(ranks, cut, side="right")) - 1  # the segment [ranks[i], ranks[i+1]) holding cut
+        total = float(cumulative[-1])
+        hot = total if i >= len(per_row) else float(cumulative[i] + (cut - ranks[i]) * per_row[i])
+        return hot * scale, (total - hot) * scale
+
+    def _unique_profile(self, lookups: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+        """For ``lookups`` draws: (grid ranks, expected distinct rows among ranks below each grid point, the
+        probability that one row of each segment is touched, the never-more-than-draws scale). Cached for a
+        few ``lookups`` values: the planner splits one table at many fractions for the same draws."""
+        cache = self.__dict__.setdefault("_unique_profiles", {})
+        if lookups not in cache:
+            if len(cache) >= 8:
+                cache.clear()
+            ranks, cov = self._rank_grid
+            n_rows = np.diff(ranks)
+            mass = np.diff(cov)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                p = np.where(n_rows > 0, mass / n_rows, 0.0)
+            per_row = -np.expm1(lookups * np.log1p(-np.clip(p, 0.0, 1 - 1e-16)))
+            cumulative = np.concatenate([[0.0], np.cumsum(n_rows * per_row)])
+            scale = min(1.0, lookups / max(float(cumulative[-1]), 1e-300))  # never more distinct rows than draws
+            cache[lookups] = (ranks, cumulative, per_row, scale)
+        return cache[lookups]
 
 
 class UniformAccess(AccessModel):
