@@ -67,7 +67,9 @@ def test_ilp_matches_brute_force(tmp_path, tables, batch, hbm_gib):
         assert result.chosen is None and result.status == "infeasible"
         return
     assert result.status == "optimal"
-    assert result.objective_s == pytest.approx(best, rel=1e-6)
+    # CBC's feasibility tolerance (1e-7 on rows in ms, ilp.TIME_SCALE) may pick a choice that much worse: on a
+    # 0.14 ms objective that is 1.2e-6 relative (found by hypothesis: 0.141695186 vs 0.141695015 ms)
+    assert result.objective_s == pytest.approx(best, rel=1e-6, abs=1e-9)
     assert result.lower_bound_s <= result.objective_s * (1 + 1e-9)
 
 

@@ -13,7 +13,8 @@ base load there:
 
 (peak_k and stream_peak_k include the fixed costs of the fused groups the kind uses on its device; s_p is what
 every GPU's stream carries alike from the options chosen; u_g >= x_k for the options over all GPUs that open
-replica group g on every GPU, whose fixed costs every GPU pays once.)
+group g on every GPU, whose fixed costs every GPU pays once; a replica group's in every stream row too, an hbm
+or uvm group's only in the class average: see _every_gpu_groups.)
 
 Every full plan satisfies these, so stage 1's optimum, and any valid bound on it, bounds the full
 problem from below: that is the lower bound reported with the plan. The per-table peak rows are weak in
@@ -215,7 +216,7 @@ def build_stage1(ctx: Context, kinds: list[list[Kind]]) -> Problem:
             ids.append(i)
             vals.append(b)
     spread, spread_rows = _stream_rows(ctx, kinds, groups, load_cols, load_base)
-    fixed_groups = _replica_groups(ctx, kinds, groups, spread_rows)
+    fixed_groups = _every_gpu_groups(ctx, kinds, groups, spread_rows)
     problem = Problem(
         groups=groups, num_phases=len(PHASES),
         load_rows={k: (np.asarray(i, dtype=np.int64), np.asarray(v)) for k, (i, v) in load_cols.items()},
@@ -227,27 +228,27 @@ def build_stage1(ctx: Context, kinds: list[list[Kind]]) -> Problem:
     return problem
 
 
-def _replica_groups(ctx: Context, kinds: list[list[Kind]], groups: list[list[int]], spread_rows: list) -> list:
-    """The fused groups of replicated tables (location 'replica': only options over all GPUs use them): each
-    one chosen opens a group on every GPU, whose fixed costs every GPU's stream pays once (FixedGroup, problem.py),
-    in the class average and in every stream row. Groups that single-GPU options may share (hbm, uvm) are left
-    out: a stream row counts those in the table's own stream peak, and counting them twice would not be valid."""
+def _every_gpu_groups(ctx: Context, kinds: list[list[Kind]], groups: list[list[int]], spread_rows: list) -> list:
+    """The fused groups that options over all GPUs open on every GPU, whose fixed costs every GPU's stream then
+    pays once (FixedGroup, problem.py). A replica group (location 'replica': only options over all GPUs use
+    it) counts in the class average and in every stream row; an hbm or uvm group (a row-wise table over all
+    GPUs) only in the class average: single-GPU options may share it, and a stream row counts their groups in
+    the table's own stream peak (counting it twice would not be valid), while the class average counts no
+    single-GPU option's group."""
     stream_class = ctx.gpu_classes[0]
     by_type: dict[tuple, tuple[list[float], dict[int, list[int]]]] = {}
     for ti, ks in enumerate(kinds):
         for k, oid in zip(ks, groups[ti]):
             for gtype, per_phase in k.every_gpu_groups:
-                if gtype[0] != "replica":
-                    continue
                 entry = by_type.setdefault(gtype, (per_phase, defaultdict(list)))
                 entry[1][ti].append(oid)
     out = []
-    for per_phase, per_table in by_type.values():
+    for gtype, (per_phase, per_table) in by_type.items():
         charges = {}
         for ph, seconds in enumerate(per_phase):
             if seconds:
                 charges[(ph, stream_class)] = seconds
-                for key in spread_rows:
+                for key in (spread_rows if gtype[0] == "replica" else ()):
                     if key[0] == ph:
                         charges[key] = seconds
         if charges:
