@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import time
+
+#: When the command started (perf_counter seconds), before its imports: ``solve --time-limit`` counts from here.
+STARTED_S = time.perf_counter()
 
 from rich.console import Console
 from rich.markup import escape
@@ -52,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # argparse already printed usage; bad arguments are bad input
         code = exc.code if isinstance(exc.code, int) else 2
         return _exit(code, argv)
+    args._started_s = STARTED_S
     try:
         code = args._run(args)
     except PlacerError as exc:

@@ -19,7 +19,8 @@ def add_solver_options(p: argparse.ArgumentParser, method: bool = True) -> None:
         p.add_argument("--method", default="ilp", choices=METHODS, help="planner (default ilp)")
     p.add_argument("--solver", default="cbc", choices=SOLVERS, help="MILP backend (default cbc)")
     p.add_argument("--time-limit", type=_args.time_limit, default=60.0, metavar="S",
-                   help=f"solver time limit, s: > 0 and at most {_args.MAX_TIME_LIMIT_S:g} (default 60)")
+                   help=f"time limit, s: > 0 and at most {_args.MAX_TIME_LIMIT_S:g} (default 60); for solve, "
+                        "of the whole command (loading, solving, pricing the plan)")
     p.add_argument("--gap", type=_args.gap, default=0.005, metavar="G",
                    help="relative gap to stop at, in [0, 1) (default 0.005)")
     p.add_argument("--threads", type=_args.threads, default=None, metavar="N",

@@ -51,7 +51,8 @@ def run(args) -> int:
 
     if args.output is not None:
         check_output_path(args.output, "-o/--output")  # before the solve, which may take minutes
-    config = solve_config(args)
+    # --time-limit is the whole command's: loading the specs, the solve, pricing the plan and its what-ifs
+    config = dataclasses.replace(solve_config(args), started_s=getattr(args, "_started_s", None))
     topo, wl = load_pair(args)
     with progress_reporter(args.quiet) as reporter:
         plan = solve(topo, wl, dataclasses.replace(config, progress=reporter))

@@ -30,8 +30,10 @@ METHODS = ("ilp",) + BASELINES + EXTERNAL  # EXTERNAL: torchrec, when installed 
 @dataclass(frozen=True)
 class SolveConfig:
     """How to plan: ``method`` (ilp or a baseline), ``solver`` (cbc | highs), ``time_limit_s`` (seconds, in
-    (0, 1e6]), ``gap`` (relative, [0, 1)), ``threads`` (>= 1, None: the solver's default), ``seed`` (>= 0, for
-    the random baseline). Checked on construction: a bad field raises SpecError naming it."""
+    (0, 1e6]: the wall time of ``solve``, pricing the plan and its skew what-ifs included, counted from
+    ``started_s`` where given: a ``time.perf_counter()`` reading, the CLI's start), ``gap`` (relative,
+    [0, 1)), ``threads`` (>= 1, None: the solver's default), ``seed`` (>= 0, for the random baseline). Checked
+    on construction: a bad field raises SpecError naming it."""
 
     method: str = "ilp"
     solver: str = "cbc"
@@ -42,6 +44,7 @@ class SolveConfig:
     options: OptionConfig = OptionConfig()
     msg: bool = False
     progress: Reporter | None = None  # hears the stage, incumbent and bound while solving (progress.py)
+    started_s: float | None = None
 
     def __post_init__(self):
         check_solve_config(self)
@@ -70,6 +73,8 @@ def check_solve_config(c: "SolveConfig") -> None:
         bad("threads", f"threads must be a whole number >= 1 (or None for the solver's default), got {c.threads!r}")
     if not _integer(c.seed) or c.seed < 0:
         bad("seed", f"seed must be a whole number >= 0, got {c.seed!r}")
+    if c.started_s is not None and not _real(c.started_s):
+        bad("started_s", f"started_s must be a time.perf_counter() reading or None, got {c.started_s!r}")
     if not isinstance(c.options, OptionConfig):
         bad("options", f"options must be an OptionConfig, got {type(c.options).__name__}")
 
@@ -142,7 +147,8 @@ BASELINES_NICE = 10
 
 
 def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
-    budget = Budget(config.time_limit_s)  # its stages' wall seconds go to the plan: solver.stage_times_s
+    # its stages' wall seconds go to the plan: solver.stage_times_s
+    budget = Budget(config.time_limit_s, start=config.started_s)
     tracker = Tracker(config.progress)
     gpus = len(model.topo.gpus)
     if gpus > FULL_ILP_MAX_GPUS or (gpus > 1 and gpus * len(model.wl.tables) > FULL_ILP_MAX_PAIRS):
@@ -246,6 +252,17 @@ def _feasible_baselines(model: CostModel, seed: int) -> dict[str, list[Placement
 #: Seconds of a two-stage solve's limit kept for pricing its plan and the tie-break (measured: 1.3 s of
 #: tie-break and < 1 s of pricing on production-856 @ dgx-h100-16node).
 TWO_STAGE_RESERVE_S = 2.5
+#: ... and for what follows the solve within the limit: the plan priced again with its report, and its skew
+#: what-ifs (fresh cost models; placer/skew.py), a fixed part and a part per (table, GPU) pair. Measured (run
+#: alone, after the solve to the end of the command): 3.4 s on production-856 @ dgx-h100-16node (109,568
+#: pairs), 3.55 s on synthetic-1000 @ dgx-h100-32node (256,000 pairs).
+AFTER_SOLVE_S = 2.0
+AFTER_SOLVE_S_PER_PAIR = 8e-6
+
+
+def after_solve_s(model: CostModel) -> float:
+    """Seconds to keep, of a large solve's limit, for pricing the plan and its what-ifs after it."""
+    return AFTER_SOLVE_S + AFTER_SOLVE_S_PER_PAIR * len(model.wl.tables) * len(model.topo.gpus)
 
 
 def _priced_baselines(model: CostModel, seed: int) -> list[tuple[float, str, list[Placement]]]:
@@ -270,7 +287,7 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, budge
     try:
         with budget.stage("option kinds"):
             cfg = with_fit_levels(model, config.options)
-        seconds = max(10.0, budget.left() - TWO_STAGE_RESERVE_S)
+        seconds = max(10.0, budget.left() - TWO_STAGE_RESERVE_S - after_solve_s(model))
         placements, bound, stage1, _ = solve_two_stage(model, sym, cfg, budget=budget.child(seconds),
                                                        gap=config.gap, backend=config.solver,
                                                        threads=config.threads, tracker=tracker)

@@ -54,7 +54,7 @@ class ProgramBuilder:
         self.topo = topology
         self.wl = workload
         self.include_exchange = include_exchange
-        self.traffic = Traffic(topology)
+        self.traffic = Traffic.of(topology)
         self.gpus = topology.gpus
         self.W = len(self.gpus)
         self.gpu_streams = [topology.stream_of(g) for g in self.gpus]
