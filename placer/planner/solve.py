@@ -257,7 +257,7 @@ TWO_STAGE_RESERVE_S = 2.5
 #: alone, after the solve to the end of the command): 3.4 s on production-856 @ dgx-h100-16node (109,568
 #: pairs), 3.55 s on synthetic-1000 @ dgx-h100-32node (256,000 pairs).
 AFTER_SOLVE_S = 2.0
-AFTER_SOLVE_S_PER_PAIR = 8e-6
+AFTER_SOLVE_S_PER_PAIR = 1e-5
 
 
 def after_solve_s(model: CostModel) -> float:

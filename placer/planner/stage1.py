@@ -108,7 +108,7 @@ def solve_stage1(ctx: Context, kinds: list[list[Kind]], budget: Budget, gap: flo
         chosen = again
         found.append(chosen)
     tree = None
-    if chosen is not None and left() > 2.0:
+    if chosen is not None and left() > 0.5:  # a second of splits raises the bound (0.6 ms on production-856)
         tracker.update("stage 1: branch and bound on the bound")
         # no gap: the plan lands above stage 1's incumbent, so leaves within the gap of it still matter
         tree = BoundTree(problem, relaxation).run(problem.objective(chosen), deadline=budget.deadline)
