@@ -17,10 +17,10 @@ from typing import Callable
 import numpy as np
 
 from placer.cost import AR, BX, FX, PHASES
+from placer.forked import Background
 from placer.options import (OptionConfig, data_parallel_allowed, data_parallel_placement, precisions,
                              row_wise_placement, table_options)
 from placer.plan import Placement
-from placer.forked import Background
 from placer.planner.context import Context
 from placer.planner.symmetry import resource_class
 from placer.program.ops import EVERY_GPU, GroupKey
@@ -103,7 +103,7 @@ class KindFolder:
     def kinds(self, processes: int = 2) -> list[list[Kind]]:
         """Every table's canonical options, folded. Options over all GPUs are priced from one shard or
         replica (the others are its relabelings) and built in full only if chosen. ``processes`` = 2: a forked
-        child (planner/background.py) folds every other table while this process folds the rest (the same
+        child (placer/forked.py) folds every other table while this process folds the rest (the same
         kinds: folding one table reads nothing another table's folding changes)."""
         n = len(self.ctx.model.wl.tables)
         if processes < 2 or n < PARALLEL_MIN_TABLES:

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 from placer.cost import PHASES, CostModel
 from placer.errors import InfeasibleError, PlacerError, SpecError
+from placer.forked import Background
 from placer.options import OptionConfig, all_options
 from placer.plan import Placement, Plan, SolverInfo, SpecRef
 from placer.planner import ilp, infeasible, tiebreak, tiebreak_local
-from placer.forked import Background
 from placer.planner.fit import with_fit_levels
 from placer.planner.baselines import BASELINES, EXTERNAL, run_baseline
 from placer.planner.budget import Budget
@@ -124,8 +124,8 @@ def solve(topology: Topology, workload: Workload, config: SolveConfig = SolveCon
 
 
 def with_robustness(model: CostModel, plan: Plan) -> Plan:
-    """``plan`` (priced by ``model``: make_plan's 'predicted' dict) with its 'robustness' block: step time at skew x0.8, x1, x1.2
-    (placer/skew.py)."""
+    """``plan`` (priced by ``model``: make_plan's 'predicted' dict) with its 'robustness' block: step time at
+    skew x0.8, x1, x1.2 (placer/skew.py)."""
     try:
         block = robustness(model, plan, base_s=plan.predicted["step_time_s"])
         return plan.model_copy(update={"robustness": block})
