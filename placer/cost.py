@@ -38,14 +38,6 @@ class Cost:
     memory: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     once: dict[GroupKey, dict[tuple[int, str], float]] = field(default_factory=dict)
 
-    def add_load(self, phase: int, resource: str, seconds: float) -> None:
-        if seconds:
-            self.loads[(phase, resource)] += seconds
-
-    def add_memory(self, memory: str, n_bytes: float) -> None:
-        if n_bytes:
-            self.memory[memory] += n_bytes
-
     def __iadd__(self, other: "Cost") -> "Cost":
         for k, v in other.loads.items():
             self.loads[k] += v

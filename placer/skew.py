@@ -89,6 +89,7 @@ def robustness(model, plan, base_s: float | None = None) -> dict:
     out = {"rule": "zipf alpha x scale; cdf/histogram curves blended toward uniform (<1) or raised to "
                    "1/scale (>1); uniform unchanged (placer/skew.py)",
            "step_time_s": {"1": base}}
+
     def at(scale: float) -> float:
         wl = workload_with_skew(model.wl, scale)
         return predict(CostModel(model.topo, wl), plan, check_memory=False)["step_time_s"]

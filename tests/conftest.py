@@ -29,6 +29,21 @@ def shipped_pair(hw: str, wl: str):
     return Topology(load_hardware(ROOT / f"hardware_specs/{hw}.yaml"), w.dense.dtype), w
 
 
+def baseline_steps(topo, wl, methods) -> dict[str, float]:
+    """Predicted step time (s) of each method of ``methods`` that has a plan for ``wl`` on ``topo`` (those that
+    raise InfeasibleError are left out)."""
+    from placer.errors import InfeasibleError
+    from placer.planner.solve import SolveConfig, solve
+
+    steps = {}
+    for method in methods:
+        try:
+            steps[method] = solve(topo, wl, SolveConfig(method=method)).predicted["step_time_s"]
+        except InfeasibleError:
+            continue
+    return steps
+
+
 @pytest.fixture
 def one_torch_thread():
     """One torch thread: fast and steady on a loaded 2-core CI machine (OpenMP spins badly when oversubscribed)."""
