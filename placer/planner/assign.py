@@ -43,6 +43,7 @@ class Assigner:
         self.scale = [1e-3] * len(PHASES)
         self.excess_weight = 0.0
         self.where: dict[int, tuple[Kind, tuple]] = {}
+        self.spread: dict[int, Kind] = {}  # table -> its kind over all GPUs, of the assignment made last
         self._load_index = load_index(ctx.model)
         self._index_cache: dict[tuple, tuple[list[tuple], np.ndarray, np.ndarray]] = {}
         self._folder: KindFolder | None = None  # for ``place``, folding one placement at a time
@@ -95,10 +96,10 @@ class Assigner:
         for order_by in ORDERS:
             placements, acc = self.assign(chosen, fallbacks, order_by, pinned)
             if placements and (best is None or acc.step < best[1].step):
-                best = (placements, acc, self.where)
+                best = (placements, acc, self.where, self.spread)
         if best is None:
             return [], acc
-        self.where = best[2]
+        self.where, self.spread = best[2], best[3]
         return best[0], best[1]
 
     def assign(self, chosen: list[Kind], fallbacks: list[list[Kind]], order_by: str = "size",
@@ -110,13 +111,14 @@ class Assigner:
         measure = ORDERS[order_by]
         acc = Accumulator(model)
         placed: dict[int, Placement] = {}
-        self.where = {}
+        self.where, self.spread = {}, {}
         for k in [k for k in chosen if k.family == "all"]:
             full = k.full_placement()
             c = model.placement_cost(full)
             if acc.fits(c):
                 acc.add(c)
                 placed[k.table] = full
+                self.spread[k.table] = k
         for ti, (k, key) in (pinned or {}).items():
             p = self.relabeled(k, key)
             c = model.placement_cost(p)
@@ -160,7 +162,7 @@ class Assigner:
                     costs[ti] = model.placement_cost(placements[ti])
                 old_cost = costs[ti]
                 acc.remove(old_cost)
-                best = self._best_key(acc, kind, stay=key)
+                best = self.best_key(acc, kind, stay=key)
                 if best is not None:
                     p = self.relabeled(kind, best[0])
                     c = model.placement_cost(p)
@@ -357,7 +359,7 @@ class Assigner:
             self._index_cache[cache_key] = (keys, load_at, mem_at)
         return self._index_cache[cache_key]
 
-    def _best_key(self, acc: Accumulator, kind: Kind, stay: tuple | None = None) -> tuple[tuple, float] | None:
+    def best_key(self, acc: Accumulator, kind: Kind, stay: tuple | None = None) -> tuple[tuple, float] | None:
         """(symmetry key, step s) of the candidate device with the least step time, ties (within 1e-12
         relative) to the least imbalance; None if ``kind`` fits nowhere. With ``stay`` (a key): None also
         unless the best beats staying there (the tables already sit at their own positions)."""
@@ -376,7 +378,7 @@ class Assigner:
     def _best_device(self, acc: Accumulator, kind: Kind):
         """(placement, symmetry key) of ``kind`` on its best device (see _scores), added to ``acc``; None if it
         fits nowhere."""
-        best = self._best_key(acc, kind)
+        best = self.best_key(acc, kind)
         if best is None:
             return None
         p = self.relabeled(kind, best[0])

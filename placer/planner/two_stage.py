@@ -38,6 +38,7 @@ from placer.planner.context import Context
 from placer.planner.kinds import Kind, KindFolder
 from placer.planner.problem import Problem
 from placer.planner.progress import Tracker
+from placer.planner.rekind import rekind
 from placer.planner.repack import repack
 from placer.planner.stage1 import solve_stage1, without_stream_rows
 from placer.planner.symmetry import Symmetry
@@ -54,6 +55,9 @@ from placer.planner.symmetry import Symmetry
 #:   production-856 on 16 GPUs   c100 31.84  c0 31.78  p100 31.84  p0 31.78
 #: The large clusters, where time allows one or two variants, favour c100; the small ones run all four.
 STAGE2_VARIANTS = (("counted", 100.0), ("counted", 0.0), ("plain", 100.0), ("plain", 0.0))
+
+#: Most rounds of swaps, repacking and kind changes (each followed by re-insertions) in one stage-2 run.
+ROUNDS = 4
 
 
 def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, budget: Budget, gap: float,
@@ -148,10 +152,10 @@ def _stage2(assigner: Assigner, problem: Problem, kinds: list[list[Kind]], ids: 
             pins = fill.fill_starved(assigner, acc, mip_time)
             if not pins:
                 break
-            kept = dict(assigner.where)
+            kept = dict(assigner.where), dict(assigner.spread)
             filled, filled_acc = _assign_and_improve(assigner, chosen, kinds, weight, budget, pins)
             if not filled or filled_acc.step >= acc.step:
-                assigner.where = kept
+                assigner.where, assigner.spread = kept
                 break
             placements, acc = filled, filled_acc
         if placements and acc.step < best[1]:
@@ -164,16 +168,17 @@ def _assign_and_improve(assigner: Assigner, chosen: list[Kind], kinds: list[list
                         budget: Budget, pinned: dict[int, tuple[Kind, tuple]] | None = None
                         ) -> tuple[list[Placement], Accumulator]:
     """One stage-2 run: devices assigned (excess weight ``weight``, see assign.Assigner._scores; ``pinned``
-    first), then re-insertions, swaps and repacking in rounds while they change something."""
+    first), then re-insertions, swaps, repacking and kind changes (rekind.py) in rounds while they change
+    something."""
     assigner.excess_weight = weight
     placements, acc = assigner.assign_best(chosen, kinds, pinned)
     assigner.excess_weight = 0.0
     if placements:
         assigner.improve(placements, acc, budget)
-        for _ in range(3):  # swaps and repacking open room for re-insertions, and these for them
-            if not (assigner.swap(placements, acc, budget) + repack(assigner, placements, acc, budget)):
+        for _ in range(ROUNDS):  # swaps, repacking and kind changes open room for re-insertions, and these for them
+            if not (assigner.swap(placements, acc, budget) + repack(assigner, placements, acc, budget)
+                    + rekind(assigner, placements, acc, kinds, budget)):
                 break
-            if not assigner.improve(placements, acc, budget):
-                break
+            assigner.improve(placements, acc, budget)
         assigner.ctx.tracker.update(incumbent_s=acc.step + sum(assigner.model.fixed_latency_s.values()))
     return placements, acc
