@@ -11,10 +11,10 @@ Here each placed table tries every other kind of its table (Kind lists from kind
 kinds first (a single-device kind's loads on its own resources, best_key's step; an option over all GPUs' load
 per member of each class, which every member carries alike, on the class's busiest member): pricing exactly
 costs 10 ms on 128 GPUs, and only kinds whose estimate does not exceed the step now are priced in the
-Accumulator. The best change is kept when it lowers the step time, or keeps it and lowers the potential: the sum of squared loads, each
-relative to its phase's scale (stage 1's phase time). The potential is exact and global, so kept changes never
-cycle; it lets a table leave a column block for an emptier GPU while another phase still sets the step, which
-the next change then lowers (the chain above: four changes, each at the same or a lower step).
+Accumulator. The best change is kept when it lowers the step time, or keeps it and lowers the potential: the
+sum of squared loads, each relative to its phase's scale (stage 1's phase time). The potential is exact and
+global, so kept changes never cycle; it lets a table leave a column block for an emptier GPU while another phase
+still sets the step, which the next change then lowers.
 """
 from __future__ import annotations
 

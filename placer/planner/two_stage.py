@@ -11,7 +11,8 @@ one time Budget (budget.py):
    rows, so its bound bounds the full problem from below: the lower bound reported with the plan;
 3. stage 2, assign devices (assign.py): the chosen kinds onto devices, largest first, each where the predicted
    step time grows least among those where it fits, ties to the emptier device;
-4. improve: re-insertions and swaps (assign.py) and pairwise repacking (repack.py), in rounds while any of
+4. improve: re-insertions and swaps (assign.py), pairwise repacking (repack.py) and kind changes (rekind.py: a
+   table leaves stage 1's kind for another where no assignment balances the first), in rounds while any of
    them changes something; where multi-GPU options fill some GPUs in one phase and leave them idle in another,
    a MIP chooses what those GPUs hold and stage 2 assigns the rest around them (fill.py), kept if better.
    Stages 2 and 3 run once per variant of the balance measure while time is left (STAGE2_VARIANTS), and again
