@@ -371,7 +371,7 @@ class Assigner:
         best = int(tied[np.argmin(imbalance[tied])])
         if stay is not None:
             here = keys.index(stay)
-            if best == here or not _better((step[best], imbalance[best]), (step[here], imbalance[here])):
+            if best == here or not better((step[best], imbalance[best]), (step[here], imbalance[here])):
                 return None
         return keys[best], float(step[best])
 
@@ -389,7 +389,7 @@ class Assigner:
         return p, best[0]
 
 
-def _better(a: tuple[float, float], b: tuple[float, float]) -> bool:
-    """Lexicographic (step, imbalance) with a relative tolerance on the step."""
+def better(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """Lexicographic (step, imbalance) with a relative tolerance (1e-12) on the step (also rekind.py's test)."""
     tol = 1e-12 * max(abs(a[0]), abs(b[0]))
     return a[0] < b[0] - tol or (a[0] <= b[0] + tol and a[1] < b[1])

@@ -22,16 +22,15 @@ from collections import defaultdict
 
 import numpy as np
 
-from placer.cost import PHASES, Cost
+from placer.cost import Cost
 from placer.plan import Placement
 from placer.planner.accumulator import Accumulator
-from placer.planner.assign import Assigner
+from placer.planner.assign import Assigner, better
 from placer.planner.budget import Budget
 from placer.planner.kinds import Kind
 from placer.planner.symmetry import resource_class
 
-#: Relative tolerances: a step time within STEP_TOL counts as equal; a potential must fall by POTENTIAL_TOL.
-STEP_TOL = 1e-12
+#: Relative amount a potential must fall by at an equal step (assign.better's tolerance): float noise never counts.
 POTENTIAL_TOL = 1e-9
 
 
@@ -106,7 +105,7 @@ def _spread_estimate(acc: Accumulator, kind: Kind, classes: dict[str, np.ndarray
         if c in classes:
             busiest = float(acc.load_array[ph * width + classes[c]].max())
             new_max[ph] = max(new_max[ph], busiest + loads[0])
-    return sum(new_max[:len(PHASES)])
+    return sum(new_max)
 
 
 def _candidate(stage2: Assigner, acc: Accumulator, kind: Kind, classes: dict[str, np.ndarray],
@@ -129,6 +128,6 @@ def _candidate(stage2: Assigner, acc: Accumulator, kind: Kind, classes: dict[str
 
 
 def _lower(a: tuple[float, float], b: tuple[float, float]) -> bool:
-    """(step, potential) ``a`` below ``b``: a lower step, or an equal step and a lower potential."""
-    tol = STEP_TOL * max(a[0], b[0])
-    return a[0] < b[0] - tol or (a[0] <= b[0] + tol and a[1] < b[1] * (1 - POTENTIAL_TOL))
+    """(step, potential) ``a`` below ``b``: a lower step, or an equal step and a potential lower by more than
+    POTENTIAL_TOL (relative)."""
+    return better(a, (b[0], b[1] * (1 - POTENTIAL_TOL)))
