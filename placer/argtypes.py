@@ -6,6 +6,7 @@ A value out of range raises argparse.ArgumentTypeError, so argparse prints the u
 place, with their units:
 
 - solver time limit: seconds, finite, > 0 and at most MAX_TIME_LIMIT_S (one day);
+- solver work limit: work units (nominal milliseconds, planner/budget.py), > 0 and at most MAX_WORK_LIMIT;
 - seeds: integers in [0, 2**32) (what numpy's and torch's generators take everywhere);
 - thread counts: integers in [1, MAX_THREADS];
 - counts of steps, batches, processes, GPUs: integers with a lower bound and a generous upper bound (a typo
@@ -17,6 +18,7 @@ import argparse
 import math
 
 MAX_TIME_LIMIT_S = 86_400.0  # one day; longer solves are not what this tool is for
+MAX_WORK_LIMIT = 86_400_000.0  # work units: a nominal day
 MAX_SEED = 2**32 - 1
 MAX_THREADS = 1024
 MAX_STEPS = 10_000_000
@@ -83,6 +85,8 @@ def check(parse, value, flag: str):
 
 #: solver time limit, seconds
 time_limit = float_range(0.0, MAX_TIME_LIMIT_S, lo_open=True, what="the time limit in seconds")
+#: solver work limit, work units (nominal milliseconds)
+work_limit = float_range(0.0, MAX_WORK_LIMIT, lo_open=True, what="the work limit in work units")
 #: relative MIP gap, a fraction
 gap = float_range(0.0, 1.0, hi_open=True, what="the relative gap")
 seed = int_range(0, MAX_SEED, "a seed")

@@ -148,6 +148,12 @@ class SolverInfo(_PlanModel):
     #: wall seconds per stage of the solve (planner/budget.py), e.g. {"baselines": s, "stage 1": s, ...}; None in
     #: plans written before it was recorded, and for the baselines
     stage_times_s: dict[str, _Amount] | None = None
+    #: a solve under a work limit (planner/budget.py): the limit and the work used, in work units (nominal
+    #: milliseconds); None for solves under a time limit, whose plan can vary with the machine's speed
+    work_limit: _Amount | None = None
+    work_used: _Amount | None = None
+    #: ... and the work units charged per stage (stages as in stage_times_s)
+    stage_work: dict[str, _Amount] | None = None
 
 
 class Plan(_PlanModel):

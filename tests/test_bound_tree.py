@@ -3,7 +3,6 @@ the PuLP model, and a tree bound that never passes the true optimum while it ris
 from __future__ import annotations
 
 import itertools
-import time
 
 import numpy as np
 import pytest
@@ -12,6 +11,7 @@ from hypothesis import strategies as st
 
 from placer.planner import ilp
 from placer.planner.bound_tree import BoundTree
+from placer.planner.budget import Budget
 from placer.planner.lp import Relaxation
 from placer.planner.problem import CountRow, Problem
 from placer.planner.stage1 import peak_levels
@@ -102,7 +102,7 @@ def test_tree_bound_lies_between_the_relaxation_and_the_optimum(seed, gap):
     problem.levels = peak_levels(problem, count=4)
     best = brute_force(problem)
     _, root = Relaxation(problem).solve(10.0)
-    result = BoundTree(problem).run(incumbent_s=best * 1.02, deadline=time.perf_counter() + 20.0, gap=gap)
+    result = BoundTree(problem).run(incumbent_s=best * 1.02, budget=Budget(20.0), gap=gap)
     assert root - 1e-12 <= result.bound_s <= best * (1 + 1e-9)
     if result.chosen is not None:
         assert problem.fits(result.chosen)
@@ -117,7 +117,7 @@ def test_tree_closes_small_problems():
     best = brute_force(problem)
     _, root = Relaxation(problem).solve(10.0)
     assert root < best * 0.9  # a real gap to close (6.65 vs 8.45 ms)
-    result = BoundTree(problem, candidates=4).run(incumbent_s=best * 2, deadline=time.perf_counter() + 30.0)
+    result = BoundTree(problem, candidates=4).run(incumbent_s=best * 2, budget=Budget(30.0))
     assert result.nodes > 0
     assert result.bound_s == pytest.approx(best, rel=1e-6)
     assert result.objective_s == pytest.approx(best, rel=1e-6)
@@ -141,7 +141,7 @@ def test_tree_with_counts_stays_below_the_optimum(seed, gap):
     problem = _with_counts(seed)
     best = brute_force(problem)
     _, root = Relaxation(problem).solve(10.0)
-    result = BoundTree(problem).run(incumbent_s=best * 1.02, deadline=time.perf_counter() + 20.0, gap=gap)
+    result = BoundTree(problem).run(incumbent_s=best * 1.02, budget=Budget(20.0), gap=gap)
     assert root - 1e-12 <= result.bound_s <= best * (1 + 1e-9)
     if result.chosen is not None:
         assert result.objective_s == pytest.approx(problem.objective(result.chosen))
@@ -157,5 +157,5 @@ def test_tree_closes_the_rounding_of_counts():
     best = brute_force(problem)
     _, root = Relaxation(problem).solve(10.0)
     assert root < best * 0.95
-    result = BoundTree(problem, candidates=4).run(incumbent_s=best * 2, deadline=time.perf_counter() + 30.0)
+    result = BoundTree(problem, candidates=4).run(incumbent_s=best * 2, budget=Budget(30.0))
     assert result.bound_s == pytest.approx(best, rel=1e-6)

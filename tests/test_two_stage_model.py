@@ -3,7 +3,6 @@ the stream rows with their spread term (stage1._stream_rows) keep every bound va
 and the baselines computed beside the stages (planner/background.py) come back whole."""
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 
 import numpy as np
@@ -17,6 +16,7 @@ from placer.options import OptionConfig
 from placer.planner import ilp
 from placer.forked import Background
 from placer.planner.bound_tree import BoundTree
+from placer.planner.budget import Budget
 from placer.planner.context import Context
 from placer.planner.kinds import KindFolder
 from placer.planner.lp import Relaxation
@@ -65,7 +65,7 @@ def test_spread_rows_same_in_highs_and_pulp_and_below_the_optimum(seed):
     best = brute_force(problem)
     assert bound == pytest.approx(expected, rel=1e-6)
     assert bound <= best * (1 + 1e-9)
-    tree = BoundTree(problem).run(incumbent_s=best * 1.02, deadline=time.perf_counter() + 20.0)
+    tree = BoundTree(problem).run(incumbent_s=best * 1.02, budget=Budget(20.0))
     assert tree.bound_s <= best * (1 + 1e-9)
     result = ilp.solve(problem, time_limit_s=20.0, gap=0.0)
     assert result.objective_s == pytest.approx(best, rel=1e-6)

@@ -112,9 +112,12 @@ def solve_config(args, method: str | None = None) -> SolveConfig:
     again here for callers that build the namespace themselves)."""
     checks = (("--time-limit", args.time_limit, _args.time_limit), ("--gap", args.gap, _args.gap),
               ("--seed", args.seed, _args.seed), ("--threads", args.threads, _args.threads))
+    work_limit = getattr(args, "work_limit", None)  # solve's only
+    checks += (("--work-limit", work_limit, _args.work_limit),)
     for flag, value, parse in checks:
-        if value is not None or flag != "--threads":
+        if value is not None or flag not in ("--threads", "--work-limit"):
             _args.check(parse, value, flag)
     return SolveConfig(method=method or getattr(args, "method", "ilp"), solver=args.solver,
-                       time_limit_s=args.time_limit, gap=args.gap, threads=args.threads, seed=args.seed,
+                       time_limit_s=args.time_limit, work_limit=work_limit, gap=args.gap, threads=args.threads,
+                       seed=args.seed,
                        options=OptionConfig(fp16=not args.no_fp16))

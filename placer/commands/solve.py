@@ -7,6 +7,7 @@ import sys
 import time
 from contextlib import contextmanager
 
+from placer import argtypes as _args
 from placer.report import add_listing_arguments, make_console
 
 from placer.commands._common import add_hw_wl, add_solver_options, load_pair, solve_config
@@ -21,6 +22,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-q", "--quiet", action="store_true",
                    help="no progress on stderr while solving (stage, elapsed, best plan, bound, gap)")
     add_solver_options(p)
+    p.add_argument("--work-limit", type=_args.work_limit, default=None, metavar="UNITS",
+                   help="a deterministic budget for the ILP's search instead of --time-limit's: work units "
+                        "(counted solver iterations and nodes and stage-2 moves, each about a millisecond on a "
+                        "2-core machine), so the same specs give the same plan on any machine, however long it "
+                        f"takes there; > 0 and at most {_args.MAX_WORK_LIMIT:g}")
 
 
 @contextmanager

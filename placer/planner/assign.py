@@ -16,6 +16,7 @@ import numpy as np
 
 from placer.cost import PHASES, Cost, CostModel
 from placer.plan import Placement
+from placer.planner import effort
 from placer.planner.accumulator import Accumulator, load_index
 from placer.planner.budget import Budget
 from placer.planner.context import Context
@@ -35,7 +36,9 @@ ORDERS: dict[str, Callable[[Assigner, Kind], float]] = {
 
 class Assigner:
     """Stage 2's state for one Context: the balance measure (``scale``, per-phase seconds; ``excess_weight``,
-    see _scores) and ``where``: table -> (kind, symmetry key) of the assignment made last (``assign``)."""
+    see _scores) and ``where``: table -> (kind, symmetry key) of the assignment made last (``assign``).
+    ``budget`` is charged for the scoring and exact pricing done (``best_key``, ``price``; effort.py):
+    two_stage.py sets it to stage 2's; unlimited by default."""
 
     def __init__(self, ctx: Context):
         self.ctx = ctx
@@ -47,6 +50,13 @@ class Assigner:
         self._load_index = load_index(ctx.model)
         self._index_cache: dict[tuple, tuple[list[tuple], np.ndarray, np.ndarray]] = {}
         self._folder: KindFolder | None = None  # for ``place``, folding one placement at a time
+        self.budget = Budget.unlimited()
+
+    def price(self, p: Placement) -> Cost:
+        """``p``'s exact cost (model.placement_cost), charged to ``budget``."""
+        cost = self.model.placement_cost(p)
+        self.budget.charge(effort.PRICING_S_PER_LOAD * len(cost.loads))
+        return cost
 
     @property
     def model(self) -> CostModel:
@@ -114,14 +124,14 @@ class Assigner:
         self.where, self.spread = {}, {}
         for k in [k for k in chosen if k.family == "all"]:
             full = k.full_placement()
-            c = model.placement_cost(full)
+            c = self.price(full)
             if acc.fits(c):
                 acc.add(c)
                 placed[k.table] = full
                 self.spread[k.table] = k
         for ti, (k, key) in (pinned or {}).items():
             p = self.relabeled(k, key)
-            c = model.placement_cost(p)
+            c = self.price(p)
             if acc.fits(c):
                 acc.add(c)
                 placed[ti] = p
@@ -147,7 +157,7 @@ class Assigner:
         """Re-insert tables, hardest to fit first, each onto its best device (step time first, then balance), in
         sweeps until a sweep moves nothing or ``budget`` is spent. A move never makes the exact step time worse.
         Returns the number of moves; ``placements`` and ``acc`` are updated in place."""
-        model, moves = self.model, 0
+        moves = 0
         order = sorted(self.where, key=lambda ti: -self.size(self.where[ti][0]))
         costs: dict[int, Cost] = {}  # of the placements now, priced once
         moved = True
@@ -159,13 +169,13 @@ class Assigner:
                 kind, key = self.where[ti]
                 step = acc.step
                 if ti not in costs:
-                    costs[ti] = model.placement_cost(placements[ti])
+                    costs[ti] = self.price(placements[ti])
                 old_cost = costs[ti]
                 acc.remove(old_cost)
                 best = self.best_key(acc, kind, stay=key)
                 if best is not None:
                     p = self.relabeled(kind, best[0])
-                    c = model.placement_cost(p)
+                    c = self.price(p)
                     if acc.fits(c):
                         acc.add(c)
                         if acc.step <= step * (1 + 1e-12):
@@ -244,6 +254,7 @@ class Assigner:
                                 break
                         if ok and fits(u, kt, t) and fits(t, ku, u):
                             best = (gain, u)
+                    budget.charge(effort.SWAP_S_PER_PAIR * len(single))
                     if best is None:
                         continue
                     u = best[1]
@@ -267,14 +278,13 @@ class Assigner:
         """Move every table of ``moves`` ((table, symmetry key) pairs) onto its key, priced exactly in ``acc``;
         kept (``placements`` and ``where`` updated) if every new placement fits and ``keep()`` then holds, else
         undone. Returns whether it was kept."""
-        model = self.model
-        old = [model.placement_cost(placements[t]) for t, _ in moves]
+        old = [self.price(placements[t]) for t, _ in moves]
         new = [self.relabeled(self.where[t][0], key) for t, key in moves]
         for cost in old:
             acc.remove(cost)
         added: list[Cost] = []
         for p in new:
-            cost = model.placement_cost(p)
+            cost = self.price(p)
             if not acc.fits(cost):
                 break
             acc.add(cost)
@@ -364,6 +374,9 @@ class Assigner:
         relative) to the least imbalance; None if ``kind`` fits nowhere. With ``stay`` (a key): None also
         unless the best beats staying there (the tables already sit at their own positions)."""
         keys, step, imbalance = self._scores(acc, kind)
+        self.budget.charge(effort.SCORE_CALL_S
+                           + len(keys) * (effort.SCORE_S_PER_ENTRY * (len(kind.own) + len(kind.own_mem))
+                                          + effort.GROUP_S_PER_ENTRY * len(kind.groups)))
         least = step.min()
         if not np.isfinite(least):
             return None
@@ -382,7 +395,7 @@ class Assigner:
         if best is None:
             return None
         p = self.relabeled(kind, best[0])
-        c = self.model.placement_cost(p)
+        c = self.price(p)
         if not acc.fits(c):
             return None
         acc.add(c)

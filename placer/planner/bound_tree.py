@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from placer.planner.budget import Budget
 from placer.planner.lp import Relaxation
 from placer.planner.problem import Problem
 
@@ -72,17 +73,17 @@ class BoundTree:
         self.patience, self.min_gain = patience, min_gain
         self.solves = 0
 
-    def _solve(self, node: _Node, deadline: float) -> None:
-        """Solve ``node``'s LP in place (bound and values); on a time-out it keeps its parent's bound."""
+    def _solve(self, node: _Node, budget: Budget) -> None:
+        """Solve ``node``'s LP in place (bound and values) within ``budget``; when that runs out first it keeps
+        its parent's bound."""
         upper = node.upper * np.all(self.peaks <= node.box_hi[:, None] * (1 + 1e-12), axis=0)
         if np.any(node.lower > upper):  # an option forced and forbidden at once: no plan here
             node.bound_s, node.values = float("inf"), None
             return
-        left = deadline - time.perf_counter()
-        if left <= 0.05:
+        if budget.left() <= 0.05:
             return
         self.solves += 1
-        values, bound = self.lp.solve(left, upper=upper, lower=node.lower, phase_box=(node.box_lo, node.box_hi),
+        values, bound = self.lp.solve(budget, upper=upper, lower=node.lower, phase_box=(node.box_lo, node.box_hi),
                                       count_box=(node.count_lo, node.count_hi))
         if bound is not None:
             node.bound_s = max(node.bound_s, bound)
@@ -138,15 +139,15 @@ class BoundTree:
         return _Node(node.bound_s, node.lower.copy(), node.upper.copy(), node.box_lo.copy(), node.box_hi.copy(),
                      node.count_lo.copy(), node.count_hi.copy())
 
-    def run(self, incumbent_s: float, deadline: float, gap: float = 0.0) -> TreeResult:
-        """Split until ``deadline`` (perf_counter s), the tree proves ``incumbent_s`` within ``gap``, nothing
+    def run(self, incumbent_s: float, budget: Budget, gap: float = 0.0) -> TreeResult:
+        """Split until ``budget`` is spent, the tree proves ``incumbent_s`` within ``gap``, nothing
         is left to split, or the bound stalls (``patience``). The root is the relaxation as given (instant if its last solve was the root)."""
         t0 = time.perf_counter()
         phases, n = self.problem.num_phases, self.problem.num_options
         counts = len(self.problem.counts)
         root = _Node(0.0, np.zeros(n), np.ones(n), np.zeros(phases), np.full(phases, np.inf), np.zeros(counts),
                      np.full(counts, np.inf))
-        self._solve(root, deadline)
+        self._solve(root, budget)
         if root.values is None:
             return TreeResult(self.problem.simple_lower_bound(), None, None, 0, self.solves, time.perf_counter() - t0)
         chosen, objective = None, None
@@ -156,7 +157,7 @@ class BoundTree:
         prune_at = incumbent_s * (1 - gap)
         dropped = np.inf  # the least bound of the children left out for being within the gap of the incumbent
         last_gain = (root.bound_s, 0)  # (bound, split at which it last rose by min_gain)
-        while heap and heap[0][0] < prune_at and time.perf_counter() < deadline:
+        while heap and heap[0][0] < prune_at and not budget.expired():
             bound, _, node = heapq.heappop(heap)
             if node.values is None:  # its LP timed out: nothing more can be learnt in time
                 heapq.heappush(heap, (bound, next(tie), node))
@@ -172,8 +173,8 @@ class BoundTree:
                 continue
             best, best_score = None, -np.inf
             for a, b in pairs:
-                self._solve(a, deadline)
-                self._solve(b, deadline)
+                self._solve(a, budget)
+                self._solve(b, budget)
                 if a.values is None and a.bound_s == node.bound_s and b.values is None and b.bound_s == node.bound_s:
                     continue  # neither child solved (time is up)
                 score = min(a.bound_s, b.bound_s) + 1e-3 * max(a.bound_s, b.bound_s)

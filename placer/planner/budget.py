@@ -1,10 +1,21 @@
-"""One time budget, handed down from a solve to its stages instead of deadlines threaded as floats.
+"""One budget, of time or of work, handed down from a solve to its stages instead of deadlines threaded as floats.
 
-A Budget is a span of wall time on a monotonic clock (``time.perf_counter``, seconds) from its start: ``left()``
-and ``expired()`` ask about it, ``deadline`` is its end on that clock (for code that takes one, and for solvers
-given a time limit: ``left()``). ``child`` carves a sub-budget starting now; a child shares its parent's
-``stages``, the record of wall seconds per named stage (``with budget.stage("stage 1"):`` adds the time the
+A Budget is a span of seconds on a clock from its start: ``left()`` and ``expired()`` ask about it, ``deadline``
+is its end on that clock. ``child`` carves a sub-budget starting now; a child shares its parent's clock and
+``stages``, the record of wall seconds per named stage (``with budget.stage("stage 1"):`` adds the wall time the
 block took), so one record collects a whole solve for its plan (SolverInfo.stage_times_s).
+
+Two clocks:
+
+* time (``Budget(seconds)``): wall time on ``time.perf_counter``. A faster machine searches further, so the
+  same inputs can give a different plan and bound on another machine, or on a busy one.
+* work (``Budget.of_work(units)``): a WorkMeter, which moves only when a stage ``charge``s it for work it did,
+  counted (simplex iterations, branch-and-bound nodes, tables visited; effort.py) and weighted by nominal
+  seconds. Solvers get iteration and node limits instead of time limits (effort.py). The same inputs and the
+  same work limit give the same plan on any machine (CLI ``--work-limit``); a work unit is a nominal
+  millisecond (WORK_UNIT_S): about a millisecond of search on the reference machine, more on a slower one.
+
+In a time budget ``charge`` does nothing, so stages charge unconditionally.
 """
 from __future__ import annotations
 
@@ -13,16 +24,60 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 
+#: Nominal seconds one unit of a work limit stands for (a nominal millisecond).
+WORK_UNIT_S = 1e-3
+
+
+class WorkMeter:
+    """A deterministic clock: the nominal seconds of work charged to it so far (never the time)."""
+
+    def __init__(self):
+        self.used_s = 0.0
+
+    def __call__(self) -> float:
+        return self.used_s
+
+    def charge(self, seconds: float) -> None:
+        if seconds > 0:
+            self.used_s += float(seconds)
+
+
 class Budget:
-    """``seconds`` of wall time from ``start`` (default: now) on ``clock``; ``stages`` records wall seconds
-    per stage name (shared with every child)."""
+    """``seconds`` from ``start`` (default: now) on ``clock`` (wall time, or a WorkMeter: nominal seconds of
+    work); ``stages`` records wall seconds per stage name (shared with every child)."""
 
     def __init__(self, seconds: float, *, start: float | None = None, stages: dict[str, float] | None = None,
-                 clock: Callable[[], float] = time.perf_counter):
+                 clock: Callable[[], float] = time.perf_counter, stage_work: dict[str, float] | None = None):
         self.clock = clock
+        self.stage_work: dict[str, float] = {} if stage_work is None else stage_work  # work budgets: nominal s
         self.seconds = float(seconds)
         self.start = clock() if start is None else start
+        self.wall_start = self.start if clock is time.perf_counter else time.perf_counter()
         self.stages: dict[str, float] = {} if stages is None else stages
+
+    @classmethod
+    def of_work(cls, units: float, *, wall_start: float | None = None) -> Budget:
+        """A budget of ``units`` work units (nominal milliseconds, WORK_UNIT_S) on a fresh WorkMeter;
+        ``wall_start``: a ``time.perf_counter()`` reading its wall_elapsed counts from (default: now)."""
+        budget = cls(units * WORK_UNIT_S, clock=WorkMeter())
+        if wall_start is not None:
+            budget.wall_start = wall_start
+        return budget
+
+    @property
+    def deterministic(self) -> bool:
+        """True for a work budget: its clock moves only by what is charged to it."""
+        return isinstance(self.clock, WorkMeter)
+
+    def charge(self, seconds: float) -> None:
+        """Charge ``seconds`` of nominal work (a work budget's clock moves; a time budget ignores it)."""
+        if isinstance(self.clock, WorkMeter):
+            self.clock.charge(seconds)
+
+    def spend(self, seconds: float) -> bool:
+        """``charge(seconds)``, then whether the budget is spent: the check of a loop that just did that work."""
+        self.charge(seconds)
+        return self.expired()
 
     @classmethod
     def unlimited(cls) -> Budget:
@@ -38,6 +93,10 @@ class Budget:
         """Seconds since the start."""
         return self.clock() - self.start
 
+    def wall_elapsed(self) -> float:
+        """Wall seconds since the start, whatever the clock."""
+        return time.perf_counter() - self.wall_start
+
     def left(self) -> float:
         """Seconds until the deadline (negative once past it)."""
         return self.seconds - (self.clock() - self.start)
@@ -52,13 +111,16 @@ class Budget:
         if (seconds is None) == (fraction is None):
             raise ValueError("Budget.child takes seconds or fraction, not both or neither")
         length = seconds if seconds is not None else fraction * self.left()
-        return Budget(length, stages=self.stages, clock=self.clock)
+        return Budget(length, stages=self.stages, clock=self.clock, stage_work=self.stage_work)
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
-        """Add the wall seconds the block takes to ``stages[name]`` (a stage entered again adds up)."""
-        t0 = self.clock()
+        """Add the wall seconds the block takes to ``stages[name]`` (a stage entered again adds up), whatever
+        the budget's clock; in a work budget, also the nominal seconds charged meanwhile to ``stage_work``."""
+        t0, w0 = time.perf_counter(), self.clock()
         try:
             yield
         finally:
-            self.stages[name] = self.stages.get(name, 0.0) + (self.clock() - t0)
+            self.stages[name] = self.stages.get(name, 0.0) + (time.perf_counter() - t0)
+            if self.deterministic:
+                self.stage_work[name] = self.stage_work.get(name, 0.0) + (self.clock() - w0)

@@ -27,8 +27,10 @@ import highspy
 import numpy as np
 import scipy.sparse as sp
 
+from placer.planner import effort
 from placer.planner.accumulator import Accumulator
 from placer.planner.assign import Assigner
+from placer.planner.budget import Budget
 from placer.planner.kinds import Kind
 from placer.planner.repack import GpuFrame
 
@@ -54,11 +56,11 @@ MIP_TIME_S = 10.0
 MIN_MIP_TIME_S = 1.0
 
 
-def fill_starved(stage2: Assigner, acc: Accumulator, time_limit_s: float
+def fill_starved(stage2: Assigner, acc: Accumulator, budget: Budget, seconds: float
                  ) -> dict[int, tuple[Kind, tuple]] | None:
     """Pins (table -> (kind, symmetry key)) for assigning the plan in ``acc`` / ``stage2.where`` anew with its
-    starved GPUs filled (module docstring); None if it has none, or the MIP finds nothing in ``time_limit_s``
-    that it estimates MIN_GAIN better."""
+    starved GPUs filled (module docstring); None if it has none, or the MIP finds nothing in ``seconds`` of
+    ``budget`` (charged for its work) that it estimates MIN_GAIN better."""
     where = stage2.where
     tables = stage2.single_gpu_tables()
     if not tables:
@@ -114,7 +116,7 @@ def fill_starved(stage2: Assigner, acc: Accumulator, time_limit_s: float
     # the dimension that sets each starved phase: its busiest column
     busiest = {p: int(np.argmax(np.where(frame.phase == p, loads.max(axis=0), -np.inf))) for p in starved_phases}
     got = _choose(frame.phase, vec, mem, base, free, top, starved_phases, full_phases, busiest,
-                  loads[gpus].sum(axis=0), len(keys) - len(gpus), MIN_GAIN * acc.step, time_limit_s)
+                  loads[gpus].sum(axis=0), len(keys) - len(gpus), MIN_GAIN * acc.step, budget, seconds)
     if got is None or got[1] < MIN_GAIN * acc.step:
         return None
     held = got[0]
@@ -132,7 +134,7 @@ def fill_starved(stage2: Assigner, acc: Accumulator, time_limit_s: float
 
 def _choose(phase: np.ndarray, vec: np.ndarray, mem: np.ndarray, base: np.ndarray, free: np.ndarray,
             top: dict[int, float], starved: list[int], full: list[int], busiest: dict[int, int],
-            held_now: np.ndarray, others: int, least_gain_s: float, time_limit_s: float
+            held_now: np.ndarray, others: int, least_gain_s: float, budget: Budget, seconds: float
             ) -> tuple[np.ndarray, float] | None:
     """((tables, starved GPUs) 0/1, estimated gain s): which tables the starved GPUs hold, by a MIP that
     minimizes the estimated step time: each starved phase at the most of the starved GPUs' loads and of its
@@ -203,13 +205,18 @@ def _choose(phase: np.ndarray, vec: np.ndarray, mem: np.ndarray, base: np.ndarra
     h.setOptionValue("threads", 1)
     h.passModel(lp)  # first the relaxation: if even it gains too little, the MIP cannot
     h.run()
+    info = h.getInfo()
+    budget.charge(effort.lp_work(a.nnz, info.simplex_iteration_count, info.ipm_iteration_count,
+                                 info.crossover_iteration_count))
     now_ms = sum(top[p] for p in y_col) * 1e3
     if h.getModelStatus() != highspy.HighsModelStatus.kOptimal or \
             now_ms - h.getInfo().objective_function_value < least_gain_s * 1e3:
         return None
     h.changeColsIntegrality(n_x, np.arange(n_x, dtype=np.int32), np.full(n_x, highspy.HighsVarType.kInteger))
-    h.setOptionValue("time_limit", float(time_limit_s))
+    for option, value in effort.mip_limits(budget, seconds, a.nnz).items():
+        h.setOptionValue(option, value)
     h.run()
+    budget.charge(effort.mip_work(a.nnz, h.getInfo().mip_node_count))
     if h.getInfo().primal_solution_status != 2:
         return None
     gain_s = (now_ms - h.getInfo().objective_function_value) / 1e3

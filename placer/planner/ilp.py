@@ -20,6 +20,8 @@ import numpy as np
 import pulp
 
 from placer.errors import SolverError
+from placer.planner import effort
+from placer.planner.budget import Budget
 from placer.planner.problem import Problem
 from placer.planner.progress import CbcLogWatcher, Tracker
 
@@ -123,35 +125,75 @@ def _build(problem: Problem, relax: bool = False):
     return prob, x, y
 
 
-def lp_relaxation_bound(problem: Problem, time_limit_s: float = 30.0) -> float | None:
+def lp_relaxation_bound(problem: Problem, time_limit_s: float = 30.0, budget: Budget | None = None) -> float | None:
     """Optimal value of the LP relaxation (a valid lower bound on the step time), or None if not solved."""
-    return relaxation(problem, time_limit_s)[1]
+    return relaxation(problem, time_limit_s, budget)[1]
 
 
-def relaxation(problem: Problem, time_limit_s: float = 30.0) -> tuple[np.ndarray | None, float | None]:
+def relaxation(problem: Problem, time_limit_s: float = 30.0, budget: Budget | None = None
+               ) -> tuple[np.ndarray | None, float | None]:
     """(value of every option, optimal value in s) of the LP relaxation; (None, None) if not solved to
-    optimality."""
+    optimality. Within ``budget`` (default: ``time_limit_s`` of wall time); a work budget sets no limit on
+    an LP (it ends on its own) and is charged its iterations."""
+    budget = budget if budget is not None else Budget(_finite_limit(time_limit_s))
     prob, x, _ = _build(problem, relax=True)
-    prob.solve(pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s))
+    _run_cbc(prob, budget, budget.left())
     if pulp.LpStatus[prob.status] != "Optimal" or prob.sol_status != pulp.LpSolutionOptimal:
         return None, None
     values = np.array([v.varValue if v.varValue is not None else 0.0 for v in x])
     return values, float(pulp.value(prob.objective)) / TIME_SCALE + problem.fixed_s
 
 
-def complete_relaxation(problem: Problem, values: np.ndarray, time_limit_s: float,
-                        free: set[int] = frozenset()) -> list[int] | None:
+def complete_relaxation(problem: Problem, values: np.ndarray, time_limit_s: float = 30.0,
+                        free: set[int] = frozenset(), budget: Budget | None = None) -> list[int] | None:
     """A solution near the relaxation's: the groups it sets integrally stay as they are (except those in
     ``free``), and a small MIP chooses the rest (a rounding that respects memory and balances the loads).
-    None if that MIP finds nothing. Peak levels are left out: at integer points they add nothing."""
+    None if that MIP finds nothing within ``budget`` (default: ``time_limit_s`` of wall time). Peak levels are
+    left out: at integer points they add nothing."""
+    budget = budget if budget is not None else Budget(_finite_limit(time_limit_s))
     prob, x, _ = _build(dataclasses.replace(problem, levels=[]))
     for gi, group in enumerate(problem.groups):
         if gi not in free and values[group].max() >= 1 - 1e-6:
             for i in group:
                 x[i].lowBound = x[i].upBound = 1.0 if values[i] >= 1 - 1e-6 else 0.0
-    prob.solve(pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1.0, time_limit_s), gapRel=0.001))
+    _run_cbc(prob, budget, max(1.0, budget.left()), gapRel=0.001)
     chosen = _decode(problem, x)
     return chosen if chosen is not None and problem.fits(chosen) else None
+
+
+def _nonzeros(prob: pulp.LpProblem) -> int:
+    """Nonzeros of the model's constraint matrix (what a solve's work scales with)."""
+    return sum(len(c) for c in prob.constraints.values())
+
+
+def run_mip(prob: pulp.LpProblem, backend: str, budget: Budget, seconds: float, **options) -> None:
+    """Solve ``prob`` with ``backend`` (cbc | highs) for at most ``seconds`` of ``budget`` (a time limit, or in
+    a work budget a node limit), charging ``budget`` the work the solver reports. ``options``: PuLP's
+    (gapRel, threads, warmStart for CBC)."""
+    if backend == "cbc":
+        _run_cbc(prob, budget, seconds, **options)
+        return
+    options.pop("warmStart", None)
+    nonzeros = _nonzeros(prob)
+    limits = effort.mip_limits(budget, seconds, nonzeros)
+    prob.solve(pulp.HiGHS(msg=False, timeLimit=limits.pop("time_limit", None), **limits, **options))
+    budget.charge(effort.mip_work(nonzeros, prob.solverModel.getInfo().mip_node_count))
+
+
+def _run_cbc(prob: pulp.LpProblem, budget: Budget, seconds: float, **options) -> str:
+    """Solve ``prob`` with CBC, limited to ``seconds`` of ``budget`` (a time limit, or in a work budget a node
+    limit: effort.cbc_limits), and charge ``budget`` the work CBC reports; returns CBC's log."""
+    nonzeros = _nonzeros(prob)
+    limits = effort.cbc_limits(budget, seconds, nonzeros)
+    fd, log_path = tempfile.mkstemp(prefix="placer-cbc-", suffix=".log")
+    os.close(fd)
+    try:
+        prob.solve(pulp.PULP_CBC_CMD(msg=False, logPath=log_path, **limits, **options))
+        text = open(log_path, encoding="utf-8", errors="replace").read()
+    finally:
+        os.unlink(log_path)
+    budget.charge(effort.cbc_work(text, nonzeros))
+    return text
 
 
 _CBC_BOUND = re.compile(r"^Lower bound:\s*([-+0-9.eE]+)", re.MULTILINE)
@@ -161,12 +203,14 @@ _CBC_MIPSTART = re.compile(r"MIPStart provided solution with cost ([-+0-9.eE]+)"
 
 def solve(problem: Problem, *, backend: str = "cbc", time_limit_s: float = 60.0, gap: float = 0.005,
           threads: int | None = None, warm_start: list[int] | None = None, msg: bool = False,
-          tracker: Tracker | None = None) -> IlpResult:
-    """Solve the placement ILP. ``warm_start`` is a feasible choice (one option id per group). ``tracker``
-    hears CBC's incumbents and bounds while it runs (in seconds of step time)."""
+          tracker: Tracker | None = None, budget: Budget | None = None) -> IlpResult:
+    """Solve the placement ILP within ``budget`` (default: ``time_limit_s`` of wall time; a work budget gives
+    the solver a node limit and is charged the work it reports, effort.py). ``warm_start`` is a feasible
+    choice (one option id per group). ``tracker`` hears CBC's incumbents and bounds while it runs (in
+    seconds of step time)."""
     if backend not in SOLVERS:
         raise SolverError(f"unknown solver {backend!r}; choose one of {', '.join(SOLVERS)}")
-    time_limit_s = _finite_limit(time_limit_s)
+    budget = budget if budget is not None else Budget(_finite_limit(time_limit_s))
     gap = gap if np.isfinite(gap) and 0 <= gap < 1 else 0.005  # callers validate; a bad value never proves optimality
     t0 = time.perf_counter()
     prob, x, y = _build(problem)
@@ -175,19 +219,23 @@ def solve(problem: Problem, *, backend: str = "cbc", time_limit_s: float = 60.0,
         _set_start(problem, prob, x, y, warm_start)
         warm = "given to cbc" if backend == "cbc" else "highs objective cutoff at its step time"
     log_path = None
-    time_limit_s = max(1.0, time_limit_s - (time.perf_counter() - t0))  # the limit covers building the model
+    time_limit_s = _finite_limit(budget.left())  # the limit covers building the model
+    nonzeros = _nonzeros(prob)
     if backend == "cbc":
         fd, log_path = tempfile.mkstemp(prefix="placer-cbc-", suffix=".log")
         os.close(fd)
-        solver = pulp.PULP_CBC_CMD(msg=msg, timeLimit=time_limit_s, gapRel=gap, threads=threads,
-                                   warmStart=warm_start is not None, logPath=None if msg else log_path)
+        solver = pulp.PULP_CBC_CMD(msg=msg, gapRel=gap, threads=threads, warmStart=warm_start is not None,
+                                   logPath=None if msg else log_path,
+                                   **effort.cbc_limits(budget, time_limit_s, nonzeros))
     else:
         extra = {}
         if warm_start is not None:
             start = (problem.objective(warm_start) - problem.fixed_s) * TIME_SCALE
             extra["objective_bound"] = start * (1 + 1e-7) + 1e-9
-        solver = pulp.HiGHS(msg=msg, timeLimit=time_limit_s, gapRel=gap, threads=threads, **extra)
-    watchdog = _SolverWatchdog(time_limit_s * 1.5 + 10.0) if backend == "cbc" else None
+        limits = effort.mip_limits(budget, time_limit_s, nonzeros)
+        solver = pulp.HiGHS(msg=msg, timeLimit=limits.pop("time_limit", None), gapRel=gap, threads=threads,
+                            **limits, **extra)
+    watchdog = _SolverWatchdog(effort.watchdog_s(budget, time_limit_s)) if backend == "cbc" else None
     watcher = None
     if tracker is not None and backend == "cbc" and log_path and not msg:
         watcher = CbcLogWatcher(log_path, tracker, lambda v: v / TIME_SCALE + problem.fixed_s)
@@ -211,6 +259,7 @@ def solve(problem: Problem, *, backend: str = "cbc", time_limit_s: float = 60.0,
     if backend == "cbc" and log_path:
         text = open(log_path, encoding="utf-8", errors="replace").read()
         os.unlink(log_path)
+        budget.charge(effort.cbc_work(text, nonzeros))
         m = _CBC_BOUND.search(text)
         solver_bound = float(m.group(1)) / TIME_SCALE + problem.fixed_s if m else None
         r = _CBC_RESULT.search(text)
@@ -222,6 +271,7 @@ def solve(problem: Problem, *, backend: str = "cbc", time_limit_s: float = 60.0,
     elif backend == "highs":
         try:
             info = prob.solverModel.getInfo()
+            budget.charge(effort.mip_work(nonzeros, info.mip_node_count))
             bound = float(info.mip_dual_bound)
             solver_bound = bound / TIME_SCALE + problem.fixed_s if np.isfinite(bound) else None
         except Exception:  # older highspy: no info object
@@ -246,7 +296,7 @@ def solve(problem: Problem, *, backend: str = "cbc", time_limit_s: float = 60.0,
     if proven:  # the solver stopped because no node could beat the incumbent by more than the gap tolerance
         bounds.append((objective - problem.fixed_s) * (1 - gap) + problem.fixed_s)
     elif solver_bound is None:
-        lp = lp_relaxation_bound(problem, time_limit_s=max(5.0, time_limit_s / 4))
+        lp = lp_relaxation_bound(problem, budget=budget.child(max(5.0, time_limit_s / 4)))
         if lp is not None:
             bounds.append(lp)
     lower = min(max(bounds), objective)

@@ -12,6 +12,8 @@ import highspy
 import numpy as np
 import scipy.sparse as sp
 
+from placer.planner import effort
+from placer.planner.budget import Budget
 from placer.planner.ilp import MEM_SCALE, TIME_SCALE
 from placer.planner.problem import CountRow, Problem
 
@@ -95,7 +97,7 @@ class Relaxation:
             num_cols += 1
             upper_extra.append(INF)
             rows.add(np.concatenate([[spread_col[ph]], ids]), np.concatenate([[1.0], -coef * TIME_SCALE]), 0.0)
-        for key in problem.spread_rows:
+        for key in sorted(problem.spread_rows):  # sorted: a frozenset of strings iterates in hash order
             if key[0] in spread_col:
                 load_row(key, *problem.load_rows[key], extra_cols=[spread_col[key[0]]], extra_vals=[-1.0])
         self.count_cols: list[int] = []  # the count variable z of each pigeonhole row, in problem.counts order
@@ -125,6 +127,7 @@ class Relaxation:
         self.highs = highspy.Highs()
         self.highs.setOptionValue("output_flag", False)
         self.highs.passModel(lp)
+        self.nonzeros = int(a.nnz)  # grows with add_counts; what a simplex iteration costs scales with it
         self.solved_once = False
         self.iterations = 0
 
@@ -146,14 +149,17 @@ class Relaxation:
             self.count_cols.append(z)
             for cols, vals, lo in self._count_rows(row, z):
                 self.highs.addRow(lo, INF, len(cols), cols.astype(np.int32), vals)
+                self.nonzeros += len(cols)
 
-    def solve(self, time_limit_s: float, upper: np.ndarray | None = None, lower: np.ndarray | None = None,
+    def solve(self, budget: Budget | float, upper: np.ndarray | None = None, lower: np.ndarray | None = None,
               phase_box: tuple[np.ndarray, np.ndarray] | None = None,
               count_box: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray | None, float | None]:
         """(value of every option, optimal value in s) under option bounds ``lower``/``upper`` (arrays of
         num_options in [0, 1]; default [0, 1]), phase times in ``phase_box`` = (lowest, highest) s per phase
         (default: from the base loads up) and pigeonhole counts in ``count_box`` = (lowest, highest) per count
-        row (default: 0 up). (None, inf) if infeasible, (None, None) if not solved in time. The first solve
+        row (default: 0 up), within ``budget`` (or that many wall seconds): what it has left, as a time limit
+        or, in a work budget, as iteration limits (effort.py), charged with the iterations done. (None, inf)
+        if infeasible, (None, None) if not solved within the budget. The first solve
         uses the interior point method (with crossover, so later solves have a basis); later ones warm-start
         the dual simplex from the last basis."""
         h, n, phases = self.highs, self.n, self.phases
@@ -171,9 +177,16 @@ class Relaxation:
             lo[cols] = count_box[0]
             hi[cols] = np.where(np.isfinite(count_box[1]), count_box[1], INF)
         h.changeColsBounds(len(lo), np.arange(len(lo), dtype=np.int32), lo, hi)
-        h.setOptionValue("time_limit", h.getRunTime() + max(0.1, float(time_limit_s)))  # HiGHS counts all runs
+        if not isinstance(budget, Budget):
+            budget = Budget(float(budget))
+        for option, value in effort.lp_limits(budget, budget.left(), self.nonzeros).items():
+            h.setOptionValue(option, h.getRunTime() + value if option == "time_limit" else value)  # HiGHS counts
+            # the time of all runs, and the iterations of this one
         h.setOptionValue("solver", "simplex" if self.solved_once else "ipm")
         h.run()
+        info = h.getInfo()
+        budget.charge(effort.lp_work(self.nonzeros, info.simplex_iteration_count, info.ipm_iteration_count,
+                                     info.crossover_iteration_count))
         status = h.getModelStatus()
         if status == highspy.HighsModelStatus.kInfeasible:
             return None, float("inf")

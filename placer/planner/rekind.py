@@ -24,6 +24,7 @@ import numpy as np
 
 from placer.cost import Cost
 from placer.plan import Placement
+from placer.planner import effort
 from placer.planner.accumulator import Accumulator
 from placer.planner.assign import Assigner, better
 from placer.planner.budget import Budget
@@ -35,7 +36,9 @@ POTENTIAL_TOL = 1e-9
 
 
 def potential(stage2: Assigner, acc: Accumulator) -> float:
-    """Sum over every (phase, resource) of (load / the phase's scale)**2 (dimensionless)."""
+    """Sum over every (phase, resource) of (load / the phase's scale)**2 (dimensionless); charged to
+    ``stage2.budget``."""
+    stage2.budget.charge(effort.POTENTIAL_S_PER_LOAD * acc.load_array.size)
     width = acc.index.width
     scale = np.repeat(np.asarray(stage2.scale, dtype=np.float64), width)
     return float(((acc.load_array / scale) ** 2).sum())
@@ -46,7 +49,6 @@ def rekind(stage2: Assigner, placements: list[Placement], acc: Accumulator, kind
     """One sweep over the placed tables (most loaded kind first), each moved to its best other kind where that
     lowers (step time, potential) lexicographically (see the module docstring). Returns the number of changes;
     ``placements``, ``acc``, ``stage2.where`` and ``stage2.spread`` change in place."""
-    model = stage2.model
     classes = _class_positions(acc)
     current = {ti: kind for ti, (kind, _) in stage2.where.items()} | dict(stage2.spread)
     order = sorted(current, key=lambda ti: -stage2.size(current[ti]))
@@ -57,7 +59,7 @@ def rekind(stage2: Assigner, placements: list[Placement], acc: Accumulator, kind
         others = [k for k in kinds[ti] if k is not current[ti]]
         if not others:
             continue
-        old_cost = model.placement_cost(placements[ti])
+        old_cost = stage2.price(placements[ti])
         before = (acc.step, potential(stage2, acc))
         acc.remove(old_cost)
         best: tuple[tuple[float, float], Kind, tuple | None, Placement, Cost] | None = None
@@ -117,13 +119,13 @@ def _candidate(stage2: Assigner, acc: Accumulator, kind: Kind, classes: dict[str
         if _spread_estimate(acc, kind, classes) > limit:
             return None
         p = kind.full_placement()
-        cost = stage2.model.placement_cost(p)
+        cost = stage2.price(p)
         return (None, p, cost) if acc.fits(cost) else None
     best = stage2.best_key(acc, kind)
     if best is None or best[1] > limit:
         return None
     p = stage2.relabeled(kind, best[0])
-    cost = stage2.model.placement_cost(p)
+    cost = stage2.price(p)
     return (best[0], p, cost) if acc.fits(cost) else None
 
 

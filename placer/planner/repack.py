@@ -19,6 +19,7 @@ import numpy as np
 
 from placer.cost import PHASES
 from placer.plan import Placement
+from placer.planner import effort
 from placer.planner.accumulator import Accumulator
 from placer.planner.assign import Assigner
 from placer.planner.budget import Budget
@@ -86,6 +87,7 @@ def repack(stage2: Assigner, placements: list[Placement], acc: Accumulator, budg
             if g is None or level <= 0 or not on[g]:
                 continue
             best = _best_split(frame, acc, on, g, ph, level, scale)
+            budget.charge(effort.REPACK_S_PER_PARTNER * len(frame.keys))
             if best is not None and _apply(stage2, placements, acc, on, g, best, top, level):
                 done += 1
                 progress = True

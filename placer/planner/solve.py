@@ -11,10 +11,10 @@ from placer.errors import InfeasibleError, PlacerError, SpecError
 from placer.forked import Background
 from placer.options import OptionConfig, all_options
 from placer.plan import Placement, Plan, SolverInfo, SpecRef
-from placer.planner import ilp, infeasible, tiebreak, tiebreak_local
+from placer.planner import effort, ilp, infeasible, tiebreak, tiebreak_local
 from placer.planner.fit import with_fit_levels
 from placer.planner.baselines import BASELINES, EXTERNAL, run_baseline
-from placer.planner.budget import Budget
+from placer.planner.budget import WORK_UNIT_S, Budget
 from placer.planner.problem import Problem, build_problem
 from placer.planner.progress import Reporter, Tracker
 from placer.planner.symmetry import Symmetry
@@ -31,13 +31,16 @@ METHODS = ("ilp",) + BASELINES + EXTERNAL  # EXTERNAL: torchrec, when installed 
 class SolveConfig:
     """How to plan: ``method`` (ilp or a baseline), ``solver`` (cbc | highs), ``time_limit_s`` (seconds, in
     (0, 1e6]: the wall time of ``solve``, pricing the plan and its skew what-ifs included, counted from
-    ``started_s`` where given: a ``time.perf_counter()`` reading, the CLI's start), ``gap`` (relative,
+    ``started_s`` where given: a ``time.perf_counter()`` reading, the CLI's start), ``work_limit`` (work units
+    in (0, 1e9], or None: instead of the time limit, a deterministic budget of the ILP's search, budget.py:
+    the same inputs give the same plan on any machine, in whatever time that takes), ``gap`` (relative,
     [0, 1)), ``threads`` (>= 1, None: the solver's default), ``seed`` (>= 0, for the random baseline). Checked
     on construction: a bad field raises SpecError naming it."""
 
     method: str = "ilp"
     solver: str = "cbc"
     time_limit_s: float = 60.0
+    work_limit: float | None = None
     gap: float = 0.005
     threads: int | None = None
     seed: int = 0
@@ -52,6 +55,8 @@ class SolveConfig:
 
 #: Longest time limit accepted, seconds (about 11.6 days): longer limits are surely typos, and timers overflow.
 MAX_TIME_LIMIT_S = 1e6
+#: Largest work limit accepted, work units (nominal milliseconds: about 11.6 days of search).
+MAX_WORK_LIMIT = 1e9
 
 
 def check_solve_config(c: "SolveConfig") -> None:
@@ -67,6 +72,9 @@ def check_solve_config(c: "SolveConfig") -> None:
     if not _real(c.time_limit_s) or not 0 < c.time_limit_s <= MAX_TIME_LIMIT_S:
         bad("time_limit_s", f"time limit must be a number of seconds in (0, {MAX_TIME_LIMIT_S:g}], "
                             f"got {c.time_limit_s!r}")
+    if c.work_limit is not None and (not _real(c.work_limit) or not 0 < c.work_limit <= MAX_WORK_LIMIT):
+        bad("work_limit", f"work limit must be a number of work units in (0, {MAX_WORK_LIMIT:g}], "
+                          f"got {c.work_limit!r}")
     if not _real(c.gap) or not 0 <= c.gap < 1:
         bad("gap", f"relative gap must be a fraction in [0, 1), got {c.gap!r}")
     if c.threads is not None and (not _integer(c.threads) or c.threads < 1):
@@ -148,7 +156,8 @@ BASELINES_NICE = 10
 
 def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
     # its stages' wall seconds go to the plan: solver.stage_times_s
-    budget = Budget(config.time_limit_s, start=config.started_s)
+    budget = (Budget.of_work(config.work_limit, wall_start=config.started_s) if config.work_limit is not None
+              else Budget(config.time_limit_s, start=config.started_s))
     tracker = Tracker(config.progress)
     gpus = len(model.topo.gpus)
     if gpus > FULL_ILP_MAX_GPUS or (gpus > 1 and gpus * len(model.wl.tables) > FULL_ILP_MAX_PAIRS):
@@ -182,14 +191,14 @@ def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
     tracker.update(f"{config.solver}: branch and bound", incumbent_s=best[0] if best else None,
                    bound_s=problem.simple_lower_bound())
     with budget.stage("branch and bound"):
-        result = ilp.solve(problem, backend=config.solver, time_limit_s=config.time_limit_s, gap=config.gap,
-                           threads=config.threads, warm_start=warm, msg=config.msg, tracker=tracker)
+        result = ilp.solve(problem, backend=config.solver, gap=config.gap, threads=config.threads, warm_start=warm,
+                           msg=config.msg, tracker=tracker, budget=budget.child(budget.seconds))
     if result.chosen is None:
         if result.status == "infeasible":
             raise infeasible.after_solver(model, problem, cfg)
         if warm is None:
-            raise PlacerError(f"{config.solver} found no solution within {config.time_limit_s:g} s "
-                              f"(try a longer --time-limit)")
+            raise PlacerError(f"{config.solver} found no solution within {_limit_text(config)} "
+                              f"(try a longer {'--work-limit' if config.work_limit is not None else '--time-limit'})")
         result.chosen, result.objective_s = warm, problem.objective(warm)  # the best baseline stands
         result.status = "feasible"
     tie = None
@@ -197,7 +206,8 @@ def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
     if result.status == "optimal" or first_gap <= max(2 * config.gap, TIE_BREAK_MAX_GAP):
         tracker.update("tie-break: fewest lookups from slow memory")
         with budget.stage("tie-break"):
-            problem, tie = _tie_break(model, config, problem, options, costs, result, best[0] if best else None)
+            problem, tie = _tie_break(model, config, problem, options, costs, result, best[0] if best else None,
+                                      tiebreak.budget_of(budget))
     offset = {n: problem.groups[i][0] for i, n in enumerate(names)}
     placements = [options[n][oid - offset[n]] for n, oid in zip(names, result.chosen)]
     gap = (result.objective_s - result.lower_bound_s) / result.objective_s if result.objective_s else 0.0
@@ -205,17 +215,35 @@ def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
     info = SolverInfo(
         backend=config.solver, status=result.status, objective_step_time_s=result.objective_s,
         lower_bound_step_time_s=result.lower_bound_s, gap=max(gap, 0.0), gap_tolerance=config.gap,
-        time_limit_s=config.time_limit_s, wall_s=budget.elapsed(), num_variables=result.num_variables,
+        time_limit_s=config.time_limit_s, wall_s=budget.wall_elapsed(), num_variables=result.num_variables,
         num_constraints=result.num_constraints, tie_break=tie,
         warm_start=f"{warm_name}, {result.warm_start}" if warm_name else "none",
         note=("optimal = proven within gap_tolerance of the solver's bound" if result.status == "optimal"
-              else "time limit reached: feasible, gap to the best valid lower bound"),
-        stage_times_s=dict(budget.stages))
+              else f"{'work' if budget.deterministic else 'time'} limit reached: feasible, gap to the best valid "
+                   f"lower bound"),
+        stage_times_s=dict(budget.stages), **_work_record(config, budget))
     return make_plan(model, "ilp", placements, info)
 
 
+def _limit_text(config: SolveConfig) -> str:
+    """The limit a solve ran under, in words."""
+    if config.work_limit is not None:
+        return f"{config.work_limit:g} work units"
+    return f"{config.time_limit_s:g} s"
+
+
+def _work_record(config: SolveConfig, budget: Budget) -> dict:
+    """SolverInfo fields of a solve under a work limit: the limit, the work units used, and those per stage;
+    none otherwise."""
+    if not budget.deterministic:
+        return {}
+    return {"work_limit": config.work_limit, "work_used": round(budget.elapsed() / WORK_UNIT_S, 3),
+            "stage_work": {k: round(v / WORK_UNIT_S, 3) for k, v in budget.stage_work.items()}}
+
+
 def _tie_break(model: CostModel, config: SolveConfig, problem: Problem, options: dict[str, list[Placement]],
-               costs: list[list], result: ilp.IlpResult, ceiling_s: float | None) -> tuple[Problem, dict]:
+               costs: list[list], result: ilp.IlpResult, ceiling_s: float | None, budget: Budget
+               ) -> tuple[Problem, dict]:
     """The single-stage tie-break (planner/tiebreak.py) of ``result`` (its ``chosen`` and ``objective_s``
     updated in place): (the problem, with the levels that fill the first plan's free HBM; the tie-break's
     record). ``options`` and ``costs`` gain those levels."""
@@ -232,8 +260,7 @@ def _tie_break(model: CostModel, config: SolveConfig, problem: Problem, options:
         result.chosen = [problem.groups[i][k] for i, k in enumerate(pos)]
     result.chosen, tie = tiebreak.tie_break(
         model, problem, [options[n] for n in names], result.chosen, result.lower_bound_s, config.gap,
-        backend=config.solver, time_limit_s=tiebreak.time_limit(config.time_limit_s), threads=config.threads,
-        ceiling_s=ceiling_s)
+        backend=config.solver, threads=config.threads, ceiling_s=ceiling_s, budget=budget)
     result.objective_s = problem.objective(result.chosen)
     tie["fill_levels_added"] = sum(len(v) for v in fill.values())
     return problem, tie
@@ -287,6 +314,8 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, budge
     try:
         with budget.stage("option kinds"):
             cfg = with_fit_levels(model, config.options)
+        # a work budget is charged for the setup (deterministic) as a time budget spends it (effort.py)
+        budget.charge(effort.SETUP_S_PER_PAIR * len(model.wl.tables) * len(model.topo.gpus))
         seconds = max(10.0, budget.left() - TWO_STAGE_RESERVE_S - after_solve_s(model))
         placements, bound, stage1, _ = solve_two_stage(model, sym, cfg, budget=budget.child(seconds),
                                                        gap=config.gap, backend=config.solver,
@@ -312,7 +341,7 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, budge
     with budget.stage("tie-break"):
         best, tie = tiebreak_local.local_tie_break(
             model, best, tiebreak_local.step_cap(step, bound, config.gap, ceiling), cfg,
-            time_limit_s=tiebreak.time_limit(config.time_limit_s))
+            budget=tiebreak.budget_of(budget))
     step = tie["step_time_after_s"]
     gap = max(0.0, (step - bound) / step)
     tracker.update("done", incumbent_s=step, bound_s=min(bound, step))
@@ -320,11 +349,11 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, budge
     info = SolverInfo(
         backend=f"{config.solver} (two-stage)", status=status, objective_step_time_s=step,
         lower_bound_step_time_s=min(bound, step), gap=gap, gap_tolerance=config.gap,
-        time_limit_s=config.time_limit_s, wall_s=budget.elapsed(),
+        time_limit_s=config.time_limit_s, wall_s=budget.wall_elapsed(),
         num_variables=stage1.num_variables, num_constraints=stage1.num_constraints, warm_start="none",
         tie_break=tie,
         note=(f"two-stage: aggregated ILP over symmetry classes ({stage1.status}) gives the bound; "
               f"plan from {source}" + ("; optimal = within gap_tolerance of that bound" if status == "optimal"
                                        else "")),
-        stage_times_s=dict(budget.stages))
+        stage_times_s=dict(budget.stages), **_work_record(config, budget))
     return make_plan(model, "ilp", best, info)

@@ -71,21 +71,20 @@ def solve_stage1(ctx: Context, kinds: list[list[Kind]], budget: Budget, gap: flo
     tracker.update("stage 1: relaxation", bound_s=problem.simple_lower_bound())
     lp_time = max(time_limit_s / 5, 10.0)  # everything after needs a relaxation: let it finish
     relaxation = Relaxation(problem)
-    values, lp_bound = relaxation.solve(lp_time)
+    values, lp_bound = relaxation.solve(budget.child(lp_time))
     if values is not None:
         tracker.update(bound_s=lp_bound)
     if values is not None and left() > 0.5 * time_limit_s:  # again, with the levels where it puts the phases
         problem.levels = peak_levels(problem, 64, cap=2 * problem.phase_times(values))
         second = Relaxation(problem)
-        again, bound = second.solve(lp_time)
+        again, bound = second.solve(budget.child(lp_time))
         if again is not None:
             values, lp_bound, relaxation = again, max(lp_bound, bound), second
             tracker.update(bound_s=lp_bound)
     tracker.update("stage 1: rounding")
     if values is None:
-        return Stage1(ilp.solve(problem, backend=backend, time_limit_s=max(1.0, left()), gap=gap, threads=threads),
-                      problem, [])
-    chosen = ilp.complete_relaxation(problem, values, time_limit_s=max(1.0, left() * 0.6))
+        return Stage1(ilp.solve(problem, backend=backend, gap=gap, threads=threads, budget=budget), problem, [])
+    chosen = ilp.complete_relaxation(problem, values, budget=budget.child(max(1.0, left() * 0.6)))
     found = [chosen] if chosen is not None else []  # every choice stage 1 makes on the way
     flat = [k for ks in kinds for k in ks]
     group_of = {i: gi for gi, g in enumerate(problem.groups) for i in g}
@@ -102,7 +101,7 @@ def solve_stage1(ctx: Context, kinds: list[list[Kind]], budget: Budget, gap: flo
         free = {group_of[int(i)] for row in rows for i in row.ids if x[i] > 0}
         if len(free) > len(problem.groups) / 3:  # that rounding would be the whole MIP again
             break
-        again = ilp.complete_relaxation(problem, values, free=free, time_limit_s=max(1.0, left() * 0.6))
+        again = ilp.complete_relaxation(problem, values, free=free, budget=budget.child(max(1.0, left() * 0.6)))
         if again is None or problem.objective(again) >= problem.objective(chosen):
             break
         chosen = again
@@ -111,7 +110,7 @@ def solve_stage1(ctx: Context, kinds: list[list[Kind]], budget: Budget, gap: flo
     if chosen is not None and left() > 0.5:  # a second of splits raises the bound (0.6 ms on production-856)
         tracker.update("stage 1: branch and bound on the bound")
         # no gap: the plan lands above stage 1's incumbent, so leaves within the gap of it still matter
-        tree = BoundTree(problem, relaxation).run(problem.objective(chosen), deadline=budget.deadline)
+        tree = BoundTree(problem, relaxation).run(problem.objective(chosen), budget)
         lp_bound = max(lp_bound, tree.bound_s)
         tracker.update(bound_s=lp_bound)
         if tree.chosen is not None:

@@ -30,6 +30,7 @@ import pulp
 from placer.cost import CostModel
 from placer.plan import Placement
 from placer.planner import ilp
+from placer.planner.budget import Budget
 from placer.planner.problem import Problem
 
 OBJECTIVE = "expected lookups per step served from host DRAM or UVM"
@@ -40,6 +41,11 @@ STEP_WEIGHT = 1e-4
 def time_limit(main_limit_s: float) -> float:
     """Seconds for the second solve: 20% of the main limit, between 1 and 10 s."""
     return min(10.0, max(1.0, 0.2 * main_limit_s))
+
+
+def budget_of(main: Budget) -> Budget:
+    """The second solve's budget, on the main budget's clock: time_limit of the main budget's length."""
+    return main.child(time_limit(main.seconds))
 
 
 def slow_lookups(model: CostModel, p: Placement) -> float:
@@ -62,11 +68,14 @@ def slow_lookups(model: CostModel, p: Placement) -> float:
 
 def tie_break(model: CostModel, problem: Problem, option_lists: list[list[Placement]], chosen: list[int],
               lower_bound_s: float, gap: float, *, backend: str = "cbc", time_limit_s: float = 10.0,
-              threads: int | None = None, ceiling_s: float | None = None) -> tuple[list[int], dict]:
+              threads: int | None = None, ceiling_s: float | None = None, budget: Budget | None = None
+              ) -> tuple[list[int], dict]:
     """(choice, record): the first plan ``chosen`` (one option id per group of ``problem``; ``option_lists[i]``
     the placements of group i in order) or a plan at most as slow as the cap (module docstring) that serves
-    fewer lookups from slow memory. The record is the plan's ``solver.tie_break`` block."""
+    fewer lookups from slow memory, found within ``budget`` (default: ``time_limit_s`` of wall time). The
+    record is the plan's ``solver.tie_break`` block."""
     t0 = time.perf_counter()
+    budget = budget if budget is not None else Budget(time_limit_s)
     slow = np.zeros(problem.num_options)
     for group, opts in zip(problem.groups, option_lists):
         for oid, p in zip(group, opts):
@@ -89,13 +98,8 @@ def tie_break(model: CostModel, problem: Problem, option_lists: list[list[Placem
                                               + [(v, 100.0 * STEP_WEIGHT / scale_ms) for v in y]))
     prob += pulp.lpSum(y) <= (cap - problem.fixed_s) * ilp.TIME_SCALE, "tie_break_step_cap"
     ilp._set_start(problem, prob, x, y, chosen)
-    limit = max(1.0, time_limit_s - (time.perf_counter() - t0))
-    if backend == "cbc":
-        solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=limit, gapRel=0.001, threads=threads, warmStart=True)
-    else:
-        solver = pulp.HiGHS(msg=False, timeLimit=limit, gapRel=0.001, threads=threads)
     try:
-        prob.solve(solver)
+        ilp.run_mip(prob, backend, budget, max(1.0, budget.left()), gapRel=0.001, threads=threads, warmStart=True)
         new = ilp._decode(problem, x)
     except (pulp.PulpSolverError, OSError) as exc:
         record.update(result=f"second solve failed ({exc}); first plan kept", wall_s=time.perf_counter() - t0)
@@ -109,7 +113,8 @@ def tie_break(model: CostModel, problem: Problem, option_lists: list[list[Placem
         record.update(result="no better plan under the cap; first plan kept", wall_s=time.perf_counter() - t0)
         return chosen, record
     record.update(after=after, share_after=after / total, step_time_after_s=step,
-                  result="optimal" if proven else "time limit: improved, not proven best",
+                  result="optimal" if proven else
+                  f"{'work' if budget.deterministic else 'time'} limit: improved, not proven best",
                   wall_s=time.perf_counter() - t0)
     return new, record
 

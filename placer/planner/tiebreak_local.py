@@ -32,6 +32,8 @@ from placer.cost import Cost, CostModel
 from placer.explain import Explainer
 from placer.options import OptionConfig, table_options
 from placer.plan import Placement, Plan
+from placer.planner import effort
+from placer.planner.budget import Budget
 from placer.planner.tiebreak import OBJECTIVE, slow_lookups
 from placer.simulate import memory_overflows, phase_times, total_cost
 
@@ -147,11 +149,13 @@ def candidates(model: CostModel, p: Placement, cfg: OptionConfig, free: dict[str
 
 
 def local_tie_break(model: CostModel, placements: list[Placement], cap_s: float, cfg: OptionConfig, *,
-                    time_limit_s: float = 10.0) -> tuple[list[Placement], dict]:
+                    time_limit_s: float = 10.0, budget: Budget | None = None) -> tuple[list[Placement], dict]:
     """(placements, record): ``placements`` or a plan that serves fewer lookups from slow memory with step time
-    at most ``cap_s`` (module docstring). The record is the plan's ``solver.tie_break`` block."""
+    at most ``cap_s`` (module docstring), searched within ``budget`` (default: ``time_limit_s`` of wall time;
+    a work budget is charged per option priced, effort.py). The record is the plan's ``solver.tie_break``
+    block."""
     t0 = time.perf_counter()
-    deadline = t0 + time_limit_s
+    budget = budget if budget is not None else Budget(time_limit_s)
     first = list(placements)
     total = sum(model.B * model.wl.lookups_per_sample(t.name) for t in model.wl.tables) or 1.0
     slow = {p.table: slow_lookups(model, p) for p in first}
@@ -170,7 +174,7 @@ def local_tie_break(model: CostModel, placements: list[Placement], cap_s: float,
     tried = priced = 0
     timed_out = False
     for p in order:
-        if time.perf_counter() >= deadline:
+        if budget.expired():
             timed_out = True
             break
         tried += 1
@@ -183,11 +187,12 @@ def local_tie_break(model: CostModel, placements: list[Placement], cap_s: float,
         for s, _, q in opts:
             if best is not None and s > best[0] * (1 + REL) + 1e-12:
                 break  # every later option serves more from slow memory than the move found
-            if time.perf_counter() >= deadline:
+            if budget.expired():
                 timed_out = True
                 break
             priced += 1
             cost = model.placement_cost(q)
+            budget.charge(effort.TIE_BREAK_OPTION_S + effort.PRICING_S_PER_LOAD * len(cost.loads))
             step, _, over = ex.swap(p.table, cost)
             if over or step > cap_s * (1 + REL):
                 continue
@@ -202,7 +207,7 @@ def local_tie_break(model: CostModel, placements: list[Placement], cap_s: float,
             break
     record.update(tables_tried=tried, tables_with_slow_lookups=len(order), options_priced=priced)
     if not record["moves"]:
-        record.update(result=("time limit: no move found" if timed_out else "no better plan under the cap; "
+        record.update(result=(f"{_limit(budget)}: no move found" if timed_out else "no better plan under the cap; "
                               "first plan kept"), wall_s=time.perf_counter() - t0)
         return first, record
     # exact re-pricing of the whole plan, from scratch
@@ -214,7 +219,12 @@ def local_tie_break(model: CostModel, placements: list[Placement], cap_s: float,
                       wall_s=time.perf_counter() - t0)
         return first, record
     record.update(after=after, share_after=after / total, step_time_after_s=step,
-                  result=(f"time limit: {len(record['moves'])} moves, {tried} of {len(order)} tables tried"
+                  result=(f"{_limit(budget)}: {len(record['moves'])} moves, {tried} of {len(order)} tables tried"
                           if timed_out else f"{len(record['moves'])} moves; every table tried"),
                   wall_s=time.perf_counter() - t0)
     return cur, record
+
+
+def _limit(budget: Budget) -> str:
+    """What stopped a search that ran out of ``budget``."""
+    return "work limit" if budget.deterministic else "time limit"
