@@ -42,17 +42,22 @@ class WorkMeter:
             self.used_s += float(seconds)
 
 
+def wall_clock() -> float:
+    """``time.perf_counter()``, looked up at each call (so a test can stand in a slower machine's clock)."""
+    return time.perf_counter()
+
+
 class Budget:
     """``seconds`` from ``start`` (default: now) on ``clock`` (wall time, or a WorkMeter: nominal seconds of
     work); ``stages`` records wall seconds per stage name (shared with every child)."""
 
     def __init__(self, seconds: float, *, start: float | None = None, stages: dict[str, float] | None = None,
-                 clock: Callable[[], float] = time.perf_counter, stage_work: dict[str, float] | None = None):
+                 clock: Callable[[], float] = wall_clock, stage_work: dict[str, float] | None = None):
         self.clock = clock
         self.stage_work: dict[str, float] = {} if stage_work is None else stage_work  # work budgets: nominal s
         self.seconds = float(seconds)
         self.start = clock() if start is None else start
-        self.wall_start = self.start if clock is time.perf_counter else time.perf_counter()
+        self.wall_start = self.start if clock is wall_clock else time.perf_counter()
         self.stages: dict[str, float] = {} if stages is None else stages
 
     @classmethod

@@ -1,0 +1,123 @@
+"""A work limit (planner/budget.py, effort.py, ``placer solve --work-limit``): the clock moves only by charged
+work, so the same inputs give the same plan and bound however fast the machine runs or however Python hashes
+strings. Timing itself is a benchmark (validation/); these check that nothing in the search reads the clock."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from placer.errors import SpecError
+from placer.planner import effort
+from placer.planner.budget import WORK_UNIT_S, Budget
+from placer.planner.solve import SolveConfig, solve
+from tests.conftest import ROOT, shipped_pair
+
+HW_DIR, WL_DIR = ROOT / "hardware_specs", ROOT / "workloads"
+#: the CLI, as the README runs it (an installed console script; ``python -m placer`` has no __main__)
+CLI = [sys.executable, "-c", "import sys; from placer.cli import main; sys.exit(main())"]
+
+
+def _essence(plan) -> tuple:
+    """What must not vary: the placements, the step and bound, the work used."""
+    s = plan.solver
+    return (tuple(p.model_dump_json() for p in plan.placements), s.objective_step_time_s,
+            s.lower_bound_step_time_s, s.status, s.work_used, tuple(sorted((s.stage_work or {}).items())))
+
+
+def test_a_work_budget_moves_only_by_what_is_charged():
+    b = Budget.of_work(100)  # 100 units = 0.1 nominal s
+    assert b.deterministic and b.seconds == pytest.approx(100 * WORK_UNIT_S)
+    time.sleep(0.01)
+    assert b.elapsed() == 0.0 and not b.expired()
+    child = b.child(0.05)
+    assert not child.spend(0.03)
+    assert child.spend(0.03)  # 0.06 of the child's 0.05
+    assert b.elapsed() == pytest.approx(0.06) and not b.expired()  # the child's work is the parent's
+    b.charge(0.05)
+    assert b.expired()
+    with b.stage("x"):
+        b.charge(0.01)
+    assert b.stage_work["x"] == pytest.approx(0.01) and b.stages["x"] >= 0.0
+
+
+def test_a_time_budget_ignores_charges():
+    b = Budget(10.0)
+    b.charge(100.0)
+    assert not b.deterministic and not b.expired() and b.left() > 9.0
+
+
+def test_solver_limits_are_iterations_and_nodes_in_a_work_budget():
+    work, wall = Budget.of_work(1000), Budget(5.0)
+    assert effort.lp_limits(wall, 5.0, 1000) == {"time_limit": 5.0}
+    lim = effort.lp_limits(work, 1.0, 1000)
+    assert set(lim) == {"simplex_iteration_limit", "ipm_iteration_limit"} and lim["simplex_iteration_limit"] >= 1
+    assert effort.cbc_limits(work, 1.0, 1000)["timeLimit"] is None
+    assert effort.cbc_limits(work, 1.0, 1000)["maxNodes"] >= 1
+    assert effort.cbc_limits(wall, 0.2, 1000) == {"timeLimit": 1.0, "maxNodes": None}
+    assert effort.mip_limits(work, 0.0, 10**9) == {"mip_max_nodes": 1}  # never zero: the solver needs one node
+    log = "Enumerated nodes:               22\nTotal iterations:               700\n"
+    assert effort.cbc_work(log, 1000) > effort.cbc_work("", 1000) > 0
+
+
+class _FastClock:
+    """time.perf_counter running ``factor`` times as fast: a machine that much slower, as the planner sees it."""
+
+    def __init__(self, factor: float):
+        self.factor, self.t0 = factor, time.perf_counter()
+        self.real = time.perf_counter
+
+    def __call__(self) -> float:
+        return self.t0 + (self.real() - self.t0) * self.factor
+
+
+@pytest.mark.parametrize("hw,wl,units", [("pcie-4gpu-workstation", "tiny", 3000),  # single-stage ILP
+                                         ("dgx-h100-2node", "mlperf-dlrm-v2", 8000)])  # two stages
+def test_the_same_plan_on_a_slower_machine(monkeypatch, hw, wl, units):
+    topo, w = shipped_pair(hw, wl)
+    first = solve(topo, w, SolveConfig(work_limit=units))
+    assert first.solver.work_limit == units and 0 < first.solver.work_used
+    monkeypatch.setattr(time, "perf_counter", _FastClock(20.0))  # every wall reading 20x later
+    wall = Budget(1.0)
+    time.sleep(0.06)
+    assert wall.expired()  # the stand-in reaches every wall-time budget: a time limit would search less here
+    again = solve(topo, w, SolveConfig(work_limit=units))
+    assert _essence(again) == _essence(first)
+
+
+def test_the_same_plan_whatever_the_hash_seed(tmp_path):
+    out = []
+    for seed in ("1", "2"):
+        path = tmp_path / f"plan{seed}.json"
+        run = subprocess.run(CLI + ["solve", str(HW_DIR / "dgx-h100-2node.yaml"),
+                              str(WL_DIR / "mlperf-dlrm-v2.yaml"), "-q", "--work-limit", "8000", "-o", str(path)],
+                             capture_output=True, text=True, env={**_env(), "PYTHONHASHSEED": seed}, timeout=600)
+        assert run.returncode == 0, run.stderr
+        assert "work " in run.stdout and "units (deterministic)" in run.stdout
+        plan = json.loads(path.read_text())
+        out.append((plan["placements"], plan["solver"]["lower_bound_step_time_s"], plan["solver"]["work_used"]))
+    assert out[0] == out[1]
+
+
+def _env() -> dict:
+    import os
+
+    return dict(os.environ)
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "1e12", "lots"])
+def test_a_bad_work_limit_exits_2_naming_the_flag(value):
+    run = subprocess.run(CLI + ["solve", str(HW_DIR / "pcie-4gpu-workstation.yaml"),
+                          str(WL_DIR / "tiny.yaml"), "-q", "--work-limit", value], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 2 and "--work-limit" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_solve_config_checks_the_work_limit():
+    with pytest.raises(SpecError, match="work limit"):
+        SolveConfig(work_limit=0)
+    with pytest.raises(SpecError, match="work limit"):
+        SolveConfig(work_limit=float("inf"))
