@@ -34,8 +34,10 @@ def test_a_work_budget_moves_only_by_what_is_charged():
     time.sleep(0.01)
     assert b.elapsed() == 0.0 and not b.expired()
     child = b.child(0.05)
-    assert not child.spend(0.03)
-    assert child.spend(0.03)  # 0.06 of the child's 0.05
+    child.charge(0.03)
+    assert not child.expired()
+    child.charge(0.03)
+    assert child.expired()  # 0.06 of the child's 0.05
     assert b.elapsed() == pytest.approx(0.06) and not b.expired()  # the child's work is the parent's
     b.charge(0.05)
     assert b.expired()

@@ -56,3 +56,12 @@ def write_json(path: Path, data: dict) -> None:
     tmp.replace(path)
 
 
+def parse_case(text: str, limit: str = "SECONDS") -> tuple[str, str, float]:
+    """(workload, hardware, limit) of a --cases entry WORKLOAD@HARDWARE:LIMIT (``limit`` names its unit in the
+    message); SystemExit naming --cases when it is not one."""
+    try:
+        pair, value = text.rsplit(":", 1)
+        wl, hw = pair.split("@")
+        return wl, hw, float(value)
+    except ValueError:
+        raise SystemExit(f"--cases: expected WORKLOAD@HARDWARE:{limit}, got {text!r}") from None

@@ -23,21 +23,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from validation.common import ROOT, environment, write_json  # noqa: E402  (after the path is set)
+from validation.common import ROOT, environment, parse_case, write_json  # noqa: E402  (after the path is set)
 
 TIME_BIN = "/usr/bin/time"  # GNU time: peak memory of the command (absent: not recorded)
 #: workload@hardware:limit_s, the targets of issue 19
 DEFAULT_CASES = ("production-856@dgx-h100-16node:30", "production-856@dgx-h100-16node:60",
                  "synthetic-1000@dgx-h100-32node:60")
-
-
-def parse_case(text: str) -> tuple[str, str, float]:
-    try:
-        pair, limit = text.rsplit(":", 1)
-        wl, hw = pair.split("@")
-        return wl, hw, float(limit)
-    except ValueError:
-        raise SystemExit(f"--cases: expected WORKLOAD@HARDWARE:SECONDS, got {text!r}") from None
 
 
 def run_once(wl: str, hw: str, limit: float) -> dict:

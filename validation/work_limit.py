@@ -26,19 +26,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from validation.common import ROOT, environment, write_json  # noqa: E402  (after the path is set)
+from validation.common import ROOT, environment, parse_case, write_json  # noqa: E402  (after the path is set)
 
 #: workload@hardware:work units
 DEFAULT_CASES = ("production-856@dgx-h100-16node:30000", "mlperf-dlrm-v2@dgx-h100-2node:30000")
-
-
-def parse_case(text: str) -> tuple[str, str, float]:
-    try:
-        pair, units = text.rsplit(":", 1)
-        wl, hw = pair.split("@")
-        return wl, hw, float(units)
-    except ValueError:
-        raise SystemExit(f"--cases: expected WORKLOAD@HARDWARE:UNITS, got {text!r}") from None
 
 
 def _spin() -> None:
@@ -80,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     seed = 0
     for case in args.cases:
-        wl, hw, units = parse_case(case)
+        wl, hw, units = parse_case(case, "UNITS")
         for busy in (False, True):
             spinners = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(os.cpu_count() or 1)] \
                 if busy else []

@@ -74,15 +74,15 @@ class Budget:
         """True for a work budget: its clock moves only by what is charged to it."""
         return isinstance(self.clock, WorkMeter)
 
+    @property
+    def limit_name(self) -> str:
+        """What stops a search that runs out of this budget, in words: "work limit" or "time limit"."""
+        return "work limit" if self.deterministic else "time limit"
+
     def charge(self, seconds: float) -> None:
         """Charge ``seconds`` of nominal work (a work budget's clock moves; a time budget ignores it)."""
-        if isinstance(self.clock, WorkMeter):
+        if self.deterministic:
             self.clock.charge(seconds)
-
-    def spend(self, seconds: float) -> bool:
-        """``charge(seconds)``, then whether the budget is spent: the check of a loop that just did that work."""
-        self.charge(seconds)
-        return self.expired()
 
     @classmethod
     def unlimited(cls) -> Budget:

@@ -193,9 +193,9 @@ class Relaxation:
         if status != highspy.HighsModelStatus.kOptimal:
             return None, None
         self.solved_once = True
-        self.iterations += h.getInfo().simplex_iteration_count
+        self.iterations += info.simplex_iteration_count
         values = np.clip(np.asarray(h.getSolution().col_value[:n]), 0.0, 1.0)
-        return values, h.getInfo().objective_function_value / TIME_SCALE + self.problem.fixed_s
+        return values, info.objective_function_value / TIME_SCALE + self.problem.fixed_s
 
     def counts(self) -> np.ndarray:
         """The pigeonhole counts z of the last solve, in problem.counts order."""

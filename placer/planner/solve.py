@@ -219,8 +219,7 @@ def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
         num_constraints=result.num_constraints, tie_break=tie,
         warm_start=f"{warm_name}, {result.warm_start}" if warm_name else "none",
         note=("optimal = proven within gap_tolerance of the solver's bound" if result.status == "optimal"
-              else f"{'work' if budget.deterministic else 'time'} limit reached: feasible, gap to the best valid "
-                   f"lower bound"),
+              else f"{budget.limit_name} reached: feasible, gap to the best valid lower bound"),
         stage_times_s=dict(budget.stages), **_work_record(config, budget))
     return make_plan(model, "ilp", placements, info)
 

@@ -113,8 +113,7 @@ def tie_break(model: CostModel, problem: Problem, option_lists: list[list[Placem
         record.update(result="no better plan under the cap; first plan kept", wall_s=time.perf_counter() - t0)
         return chosen, record
     record.update(after=after, share_after=after / total, step_time_after_s=step,
-                  result="optimal" if proven else
-                  f"{'work' if budget.deterministic else 'time'} limit: improved, not proven best",
+                  result="optimal" if proven else f"{budget.limit_name}: improved, not proven best",
                   wall_s=time.perf_counter() - t0)
     return new, record
 

@@ -207,7 +207,7 @@ def local_tie_break(model: CostModel, placements: list[Placement], cap_s: float,
             break
     record.update(tables_tried=tried, tables_with_slow_lookups=len(order), options_priced=priced)
     if not record["moves"]:
-        record.update(result=(f"{_limit(budget)}: no move found" if timed_out else "no better plan under the cap; "
+        record.update(result=(f"{budget.limit_name}: no move found" if timed_out else "no better plan under the cap; "
                               "first plan kept"), wall_s=time.perf_counter() - t0)
         return first, record
     # exact re-pricing of the whole plan, from scratch
@@ -219,12 +219,7 @@ def local_tie_break(model: CostModel, placements: list[Placement], cap_s: float,
                       wall_s=time.perf_counter() - t0)
         return first, record
     record.update(after=after, share_after=after / total, step_time_after_s=step,
-                  result=(f"{_limit(budget)}: {len(record['moves'])} moves, {tried} of {len(order)} tables tried"
+                  result=(f"{budget.limit_name}: {len(record['moves'])} moves, {tried} of {len(order)} tables tried"
                           if timed_out else f"{len(record['moves'])} moves; every table tried"),
                   wall_s=time.perf_counter() - t0)
     return cur, record
-
-
-def _limit(budget: Budget) -> str:
-    """What stopped a search that ran out of ``budget``."""
-    return "work limit" if budget.deterministic else "time limit"
