@@ -39,6 +39,7 @@ class Cost:
     once: dict[GroupKey, dict[tuple[int, str], float]] = field(default_factory=dict)
 
     def __iadd__(self, other: "Cost") -> "Cost":
+        self.__dict__.pop("_accumulator_indexed", None)  # an Accumulator's index of the loads (accumulator.py)
         for k, v in other.loads.items():
             self.loads[k] += v
         for k, v in other.memory.items():

@@ -312,7 +312,7 @@ def test_fae_budgets_what_its_hot_cold_splits_add_to_the_gpu():
 @pytest.mark.parametrize("move, hardware, order, gain", [("swap", "dgx-h100-2node", "weight", 0.001),
                                                        ("repack", "dgx-h100-16node", "size", 0.0)])
 def test_stage2_moves_lower_the_step_and_keep_the_books_exact(move, hardware, order, gain):
-    """Swaps (assign.Assigner.swap) and pairwise repacking (repack.repack), each from a plain greedy
+    """Swaps (swap.swap) and pairwise repacking (repack.repack), each from a plain greedy
     assignment of production-856, lower the step, the incremental loads stay those of the placements priced
     afresh, and memory still fits. Measured on the step-program model (2026-11-23): swaps on 16 GPUs 56.1 ->
     55.8 ms (61.29 -> 61.17 ms once stage 1 priced options over all GPUs exactly and stage 2 saw the fixed
@@ -328,6 +328,7 @@ def test_stage2_moves_lower_the_step_and_keep_the_books_exact(move, hardware, or
     from placer.planner.context import Context
     from placer.planner.kinds import KindFolder
     from placer.planner.repack import repack
+    from placer.planner.swap import swap
     from placer.planner.stage1 import solve_stage1
     from placer.planner.symmetry import Symmetry
 
@@ -357,7 +358,7 @@ def test_stage2_moves_lower_the_step_and_keep_the_books_exact(move, hardware, or
         acc.add(model.placement_cost(placements[ti]))
     before = acc.step
     if move == "swap":
-        assert planner.swap(placements, acc, Budget.unlimited()) > 0
+        assert swap(planner, placements, acc, Budget.unlimited()) > 0
     else:
         assert repack(planner, placements, acc, Budget.unlimited()) > 0
     fresh = Accumulator(model)

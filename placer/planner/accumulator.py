@@ -26,10 +26,18 @@ class LoadIndex:
         self.mem_names = list(model.usable_memory)
         self.mem_of = {m: i for i, m in enumerate(self.mem_names)}
         self.usable = np.array([model.usable_memory[m] for m in self.mem_names], dtype=np.float64)
+        self.group_ids: dict = {}  # fused group -> its number, given as groups are first met (group_id)
+
+    def group_id(self, group) -> int:
+        """A fused group's number (Accumulator.users_of reads the users of many at once)."""
+        return self.group_ids.setdefault(group, len(self.group_ids))
 
     def phase(self, p: int) -> slice:
         return slice(p * self.width, (p + 1) * self.width)
 
+
+#: The attribute under which a Cost keeps its indexed form (Accumulator._indexed).
+_INDEXED = "_accumulator_indexed"
 
 _INDEXES: "weakref.WeakKeyDictionary[CostModel, LoadIndex]" = weakref.WeakKeyDictionary()
 
@@ -71,6 +79,7 @@ class Accumulator:
         self.loads = _ArrayView(self.load_array, index.of, index.keys)
         self.memory = _ArrayView(self.memory_array, index.mem_of, index.mem_names)
         self.group_users: dict = {}  # fused group -> placements added that use it
+        self._users = np.zeros(64, dtype=np.int64)  # the same by group number (LoadIndex.group_id)
         for key, v in model.base_cost.total_loads().items():
             self.load_array[index.of[key]] += v
         self.phase_max = [float(self.load_array[index.phase(p)].max()) for p in range(len(PHASES))]
@@ -102,6 +111,7 @@ class Accumulator:
         at, values, phases = self._shift(self._effective(cost, True), 1.0)
         for g in cost.once:
             self.group_users[g] = self.group_users.get(g, 0) + 1
+        self._count_users(cost, 1)
         for p, cols in phases.items():
             if (values[cols] < 0).any():  # a correction (a replica is not exchanged) may lower the maximum
                 self.phase_max[p] = float(self.load_array[self.index.phase(p)].max())
@@ -113,10 +123,25 @@ class Accumulator:
         at, values, phases = self._shift(self._effective(cost, False), -1.0)
         for g in cost.once:
             self.group_users[g] -= 1
+        self._count_users(cost, -1)
         for p, cols in phases.items():  # a load at the maximum left (or a correction was taken back): recompute
             if (values[cols] < 0).any() or \
                     (self.load_array[at[cols]] + values[cols] >= self.phase_max[p] * (1 - 1e-12)).any():
                 self.phase_max[p] = float(self.load_array[self.index.phase(p)].max())
+
+    def _count_users(self, cost: Cost, sign: int) -> None:
+        if cost.once:
+            ids = [self.index.group_id(g) for g in cost.once]
+            if max(ids) >= len(self._users):
+                self._users = np.concatenate([self._users, np.zeros(max(ids) + 64, dtype=np.int64)])
+            self._users[ids] += sign
+
+    def users_of(self, ids: np.ndarray) -> np.ndarray:
+        """How many placements added use each fused group of ``ids`` (numbers from LoadIndex.group_id)."""
+        out = np.zeros(len(ids), dtype=np.int64)
+        known = ids < len(self._users)
+        out[known] = self._users[ids[known]]
+        return out
 
     def busiest(self, phase: int) -> tuple[tuple[int, str], float]:
         """The (phase, resource) key with the largest load in ``phase``, and that load (s)."""
@@ -126,17 +151,30 @@ class Accumulator:
 
     def _shift(self, cost: Cost, sign: float):
         """Add ``sign`` x the cost's loads and memory; returns (load indices, loads, {phase: positions})."""
+        at, values, mem_at, mem_values, phases = self._indexed(cost)
+        self.load_array[at] += sign * values  # a cost's keys are distinct
+        if len(mem_at):
+            self.memory_array[mem_at] += sign * mem_values
+        return at, values, phases
+
+    def _indexed(self, cost: Cost):
+        """(load indices, loads, memory indices, bytes, {phase: positions in the loads}) of ``cost``, kept on
+        the cost for the next add or remove of the same object (stage 2 adds and removes each many times;
+        Cost.__iadd__ drops it)."""
+        kept = cost.__dict__.get(_INDEXED)
+        if kept is not None and kept[0] is self.index:
+            return kept[1]
         of, n = self.index.of, len(cost.loads)
         at = np.fromiter((of[k] for k in cost.loads), np.int64, n)
         values = np.fromiter(cost.loads.values(), np.float64, n)
-        self.load_array[at] += sign * values  # a cost's keys are distinct
-        if cost.memory:
-            mem_of = self.index.mem_of
-            self.memory_array[[mem_of[m] for m in cost.memory]] += sign * np.fromiter(
-                cost.memory.values(), np.float64, len(cost.memory))
+        mem_of = self.index.mem_of
+        mem_at = np.fromiter((mem_of[m] for m in cost.memory), np.int64, len(cost.memory))
+        mem_values = np.fromiter(cost.memory.values(), np.float64, len(cost.memory))
         phase_of = at // self.index.width
         phases = {int(p): np.flatnonzero(phase_of == p) for p in np.unique(phase_of)}
-        return at, values, phases
+        out = (at, values, mem_at, mem_values, phases)
+        cost.__dict__[_INDEXED] = (self.index, out)
+        return out
 
     @property
     def step(self) -> float:

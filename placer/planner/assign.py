@@ -4,12 +4,11 @@ Kinds are assigned largest first, each onto the device where the predicted step 
 where it fits (the loads on the device's own resources are compared exactly; the spread part of its exchange
 is the same wherever it goes), ties going to the emptier device (sum of squared loads relative to stage 1's
 phase times). Then ``improve`` re-inserts tables the same way in sweeps while that helps and ``swap``
-exchanges pairs of tables where a phase's busiest resource can only come down that way; repack.py and fill.py
-move tables through ``move_exactly`` and read ``where``, the kind and symmetry key of every table placed.
+exchanges pairs of tables where a phase's busiest resource can only come down that way; swap.py, repack.py and
+fill.py move tables through ``move_exactly`` and read ``where``, the kind and symmetry key of every table placed.
 """
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Callable
 
 import numpy as np
@@ -49,6 +48,7 @@ class Assigner:
         self.spread: dict[int, Kind] = {}  # table -> its kind over all GPUs, of the assignment made last
         self._load_index = load_index(ctx.model)
         self._index_cache: dict[tuple, tuple[list[tuple], np.ndarray, np.ndarray]] = {}
+        self._group_id_cache: dict[tuple, np.ndarray] = {}  # see _group_ids
         self._folder: KindFolder | None = None  # for ``place``, folding one placement at a time
         self.budget = Budget.unlimited()
 
@@ -188,87 +188,6 @@ class Assigner:
                 acc.add(old_cost)
         return moves
 
-    def swap(self, placements: list[Placement], acc: Accumulator, budget: Budget) -> int:
-        """Swap two single-GPU tables between their GPUs where that lowers a phase's busiest resource: single
-        moves cannot, once another phase is packed to its maximum everywhere (synthetic-1000 on 256 GPUs: the
-        exchange within 0.2%, so no table can leave the GPUs that a column-wise block fills in the forward).
-        For each phase's busiest resource, the tables loading it are tried against every single-GPU table
-        elsewhere: first on both GPUs' own resources (no load may reach the one being lowered, nor pass another
-        phase's maximum), then exactly. Returns the number of swaps; ``placements`` and ``acc`` change in place."""
-        model, rl = self.model, self.sym.relabel
-        swaps = 0
-        own_at: dict[tuple[int, tuple], dict[tuple[int, str], float]] = {}
-
-        def own(ti: int, key: tuple) -> dict[tuple[int, str], float]:
-            kind = self.where[ti][0]
-            if (ti, key) not in own_at:
-                at: dict[tuple[int, str], float] = defaultdict(float)
-                for ph, r, v in kind.own:
-                    at[(ph, rl(key, r))] += v
-                own_at[(ti, key)] = at
-            return own_at[(ti, key)]
-
-        def fits(ti: int, key: tuple, leaving: int) -> bool:
-            for m, b in self.where[ti][0].own_mem:
-                name = rl(key, m)
-                freed = sum(b2 for m2, b2 in self.where[leaving][0].own_mem if rl(self.where[leaving][1], m2) == name)
-                if acc.memory[name] - freed + b > model.usable_memory[name]:
-                    return False
-            return True
-
-        single = self.single_gpu_tables()
-        progress = True
-        while progress and not budget.expired():
-            progress = False
-            for ph in sorted(range(len(PHASES)), key=lambda p: -acc.phase_max[p] / self.scale[p]):
-                if budget.expired():
-                    break
-                top, level = acc.busiest(ph)
-                if level <= 0:
-                    continue
-                holders = sorted((ti for ti in single if own(ti, self.where[ti][1]).get(top, 0.0) > 0),
-                                 key=lambda ti: -own(ti, self.where[ti][1])[top])
-                done = False
-                for t in holders:
-                    kt = self.where[t][1]
-                    load_t = own(t, kt)
-                    best = None
-                    for u in single:
-                        ku = self.where[u][1]
-                        if ku == kt:
-                            continue
-                        load_u = own(u, ku)
-                        t_there, u_here = own(t, ku), own(u, kt)
-                        gain = load_t[top] - u_here.get(top, 0.0)
-                        if gain <= 0 or (best is not None and gain <= best[0]):
-                            continue
-                        ok = True
-                        for moved_in, moved_out in ((u_here, load_t), (t_there, load_u)):
-                            for key, v in moved_in.items():
-                                new = acc.loads[key] + v - moved_out.get(key, 0.0)
-                                limit = level if key[0] == ph else acc.phase_max[key[0]]
-                                if new > limit * (1 - 1e-12) and new > acc.loads[key] + 1e-18:
-                                    ok = False
-                                    break
-                            if not ok:
-                                break
-                        if ok and fits(u, kt, t) and fits(t, ku, u):
-                            best = (gain, u)
-                    budget.charge(effort.SWAP_S_PER_PAIR * len(single))
-                    if best is None:
-                        continue
-                    u = best[1]
-                    step = acc.step
-                    if self.move_exactly(placements, acc, [(t, self.where[u][1]), (u, kt)],
-                                         keep=lambda: acc.step <= step * (1 + 1e-12)
-                                         and acc.loads[top] < level * (1 - 1e-12)):
-                        swaps += 1
-                        progress = done = True
-                        break
-                if done:
-                    break
-        return swaps
-
     def single_gpu_tables(self) -> list[int]:
         """The tables placed (``where``) with a single-GPU kind: those swaps, repacking and fill.py move."""
         return [ti for ti, (kind, _) in self.where.items() if kind.family == "gpu"]
@@ -344,15 +263,22 @@ class Assigner:
         """(candidates, own resources): the fixed costs (s) of the fused groups ``kind`` would open on each
         candidate device, where no table placed there uses them yet: zero where it joins open groups."""
         extra = np.zeros((len(keys), len(kind.own)))
-        if not kind.groups:
-            return extra
-        rl, users = self.sym.relabel, acc.group_users
-        for i, key in enumerate(keys):
-            for g, charges in kind.groups:
-                if not users.get(GroupKey(rl(key, g.device), g.location, g.dtype, g.width)):
-                    for pos, seconds in charges:
-                        extra[i, pos] += seconds
+        for g, charges in kind.groups:
+            closed = acc.users_of(self._group_ids(acc, g, kind, keys)) == 0
+            for pos, seconds in charges:
+                extra[closed, pos] += seconds
         return extra
+
+    def _group_ids(self, acc: Accumulator, g: GroupKey, kind: Kind, keys: list[tuple]) -> np.ndarray:
+        """The numbers (LoadIndex.group_id) of the canonical fused group ``g`` on each candidate device ``keys``
+        of ``kind`` (cached: the candidates depend only on the kind's family and number of shards)."""
+        cache_key = (g, kind.family, len(kind.placement.shards))
+        if cache_key not in self._group_id_cache:
+            rl = self.sym.relabel
+            self._group_id_cache[cache_key] = np.array(
+                [acc.index.group_id(GroupKey(rl(key, g.device), g.location, g.dtype, g.width)) for key in keys],
+                dtype=np.int64)
+        return self._group_id_cache[cache_key]
 
     def _own_indices(self, kind: Kind) -> tuple[list[tuple], np.ndarray, np.ndarray]:
         """(candidate keys, (candidates, own loads) indices into Accumulator.load_array, (candidates, own

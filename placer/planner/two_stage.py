@@ -11,7 +11,7 @@ one time Budget (budget.py):
    rows, so its bound bounds the full problem from below: the lower bound reported with the plan;
 3. stage 2, assign devices (assign.py): the chosen kinds onto devices, largest first, each where the predicted
    step time grows least among those where it fits, ties to the emptier device;
-4. improve: re-insertions and swaps (assign.py), pairwise repacking (repack.py) and kind changes (rekind.py: a
+4. improve: swaps (swap.py), re-insertions (assign.py), pairwise repacking (repack.py) and kind changes (rekind.py: a
    table leaves stage 1's kind for another where no assignment balances the first), in rounds while any of
    them changes something; where multi-GPU options fill some GPUs in one phase and leave them idle in another,
    a MIP chooses what those GPUs hold and stage 2 assigns the rest around them (fill.py), kept if better.
@@ -41,6 +41,7 @@ from placer.planner.progress import Tracker
 from placer.planner.rekind import rekind
 from placer.planner.repack import repack
 from placer.planner.stage1 import solve_stage1, without_stream_rows
+from placer.planner.swap import swap
 from placer.planner.symmetry import Symmetry
 
 #: Stage 2's portfolio: it assigns devices once per variant while time is left (the next only if the time left
@@ -168,16 +169,19 @@ def _assign_and_improve(assigner: Assigner, chosen: list[Kind], kinds: list[list
                         budget: Budget, pinned: dict[int, tuple[Kind, tuple]] | None = None
                         ) -> tuple[list[Placement], Accumulator]:
     """One stage-2 run: devices assigned (excess weight ``weight``, see assign.Assigner._scores; ``pinned``
-    first), then re-insertions, swaps, repacking and kind changes (rekind.py) in rounds while they change
-    something."""
+    first), then swaps (swap.py) and re-insertions, then swaps, repacking and kind changes (rekind.py) in rounds
+    while they change something, each round followed by re-insertions."""
     assigner.excess_weight = weight
     assigner.budget = budget  # charged for its scoring and pricing (a work budget's clock)
     placements, acc = assigner.assign_best(chosen, kinds, pinned)
     assigner.excess_weight = 0.0
     if placements:
+        # swaps first: on production-856 on 128 GPUs they take the assignment from 23.043 to 22.955 ms in 1.0 s,
+        # where re-insertions first took it to 23.036 ms in 2.2 s
+        swap(assigner, placements, acc, budget)
         assigner.improve(placements, acc, budget)
         for _ in range(ROUNDS):  # swaps, repacking and kind changes open room for re-insertions, and these for them
-            if not (assigner.swap(placements, acc, budget) + repack(assigner, placements, acc, budget)
+            if not (swap(assigner, placements, acc, budget) + repack(assigner, placements, acc, budget)
                     + rekind(assigner, placements, acc, kinds, budget)):
                 break
             assigner.improve(placements, acc, budget)
