@@ -18,12 +18,16 @@ import re
 
 from placer.planner.budget import Budget
 
-#: HiGHS: nominal seconds per LP solve, and per iteration per nonzero of the constraint matrix: dual simplex (and
-#: crossover), interior point. Measured: IPM 41 iterations on 326,691 nonzeros 3.16 s (2.4e-7), 30 on 13,885
-#: 0.061 s (1.5e-7); simplex 75 iterations on 13,886 nonzeros 5 ms (4.8e-9).
+#: HiGHS: nominal seconds per LP solve; per dual simplex (or crossover) iteration, SIMPLEX_S_AT_10K at 10,000
+#: nonzeros in the constraint matrix, growing as (nonzeros / 10,000) ** SIMPLEX_GROWTH (an iteration touches a
+#: sparse part of it); per interior point iteration per nonzero. Measured: simplex 75 iterations on 13,886
+#: nonzeros 5 ms (67 us each), 1,626 on 326,708 0.65 s and the branch-and-bound splits' re-solves on 326,874
+#: 0.3-0.4 ms each; IPM 45 iterations (and 29 of crossover) on 281,229 nonzeros 1.37 s (1.0e-7), 30 on 13,885
+#: 0.061 s (1.5e-7).
 LP_CALL_S = 1e-3
-SIMPLEX_S_PER_NONZERO = 5e-9
-IPM_S_PER_NONZERO = 2e-7
+SIMPLEX_S_AT_10K = 5.6e-5
+SIMPLEX_GROWTH = 0.55
+IPM_S_PER_NONZERO = 1.1e-7
 #: CBC (a subprocess via PuLP): nominal seconds per call (start, files), per nonzero (written, read, presolved),
 #: per simplex iteration per nonzero, and per branch-and-bound node per nonzero (its iterations counted apart).
 #: Measured: 281,233 nonzeros, 5 nodes, 395 iterations 0.91 s; 11,258 nonzeros, 49 iterations 0.095 s.
@@ -40,11 +44,11 @@ MIP_ROOT_S_PER_NONZERO = 2e-6
 #: mlperf-dlrm-v2 @ dgx-h100-2node before the per-call term.
 SCORE_CALL_S = 2e-5
 SCORE_S_PER_ENTRY = 2e-7
-GROUP_S_PER_ENTRY = 2e-6
+GROUP_S_PER_ENTRY = 4e-7
 PRICING_S_PER_LOAD = 1e-6
-#: Stage 2's searches: nominal seconds per pair of tables compared (assign.py swap), per partner GPU of a
-#: repacking (repack.py), and per potential computed (rekind.py), per resource load.
-SWAP_S_PER_PAIR = 5e-6
+#: Stage 2's searches: nominal seconds per pair of tables compared (swap.py, in numpy since be0e6b9: 3.3x faster than pair by pair),
+#: per partner GPU of a repacking (repack.py), and per potential computed (rekind.py), per resource load.
+SWAP_S_PER_PAIR = 7.5e-7
 REPACK_S_PER_PARTNER = 1e-4
 POTENTIAL_S_PER_LOAD = 1e-8
 #: The local tie-break (tiebreak_local.py): nominal seconds per option priced.
@@ -72,13 +76,18 @@ def lp_limits(budget: Budget, seconds: float, nonzeros: int) -> dict[str, float 
     """HiGHS options for an LP that may spend ``seconds`` (nominal in a work budget) of ``budget``."""
     if not budget.deterministic:
         return {"time_limit": max(0.1, float(seconds))}
-    return {"simplex_iteration_limit": _count(seconds, SIMPLEX_S_PER_NONZERO * max(nonzeros, 1)),
+    return {"simplex_iteration_limit": _count(seconds, simplex_iteration_s(nonzeros)),
             "ipm_iteration_limit": _count(seconds, IPM_S_PER_NONZERO * max(nonzeros, 1))}
+
+
+def simplex_iteration_s(nonzeros: int) -> float:
+    """Nominal seconds of one simplex iteration on a constraint matrix of ``nonzeros`` nonzeros."""
+    return SIMPLEX_S_AT_10K * (max(nonzeros, 1) / 1e4) ** SIMPLEX_GROWTH
 
 
 def lp_work(nonzeros: int, simplex: int, ipm: int = 0, crossover: int = 0) -> float:
     """Nominal seconds of an LP solve that took those iterations."""
-    return LP_CALL_S + max(nonzeros, 1) * ((simplex + crossover) * SIMPLEX_S_PER_NONZERO + ipm * IPM_S_PER_NONZERO)
+    return LP_CALL_S + (simplex + crossover) * simplex_iteration_s(nonzeros) + ipm * IPM_S_PER_NONZERO * max(nonzeros, 1)
 
 
 def cbc_limits(budget: Budget, seconds: float, nonzeros: int) -> dict[str, float | int | None]:
