@@ -78,8 +78,8 @@ class Accumulator:
         self.memory_array = np.zeros(len(index.mem_names))
         self.loads = _ArrayView(self.load_array, index.of, index.keys)
         self.memory = _ArrayView(self.memory_array, index.mem_of, index.mem_names)
-        self.group_users: dict = {}  # fused group -> placements added that use it
-        self._users = np.zeros(64, dtype=np.int64)  # the same by group number (LoadIndex.group_id)
+        self._users = np.zeros(64, dtype=np.int64)  # placements added that use each fused group, by its number
+        # (LoadIndex.group_id)
         for key, v in model.base_cost.total_loads().items():
             self.load_array[index.of[key]] += v
         self.phase_max = [float(self.load_array[index.phase(p)].max()) for p in range(len(PHASES))]
@@ -90,7 +90,7 @@ class Accumulator:
 
     def _effective(self, cost: Cost, adding: bool) -> Cost:
         """``cost`` with the fixed costs of the groups it opens (adding) or closes (removing) as loads."""
-        flips = [g for g in cost.once if self.group_users.get(g, 0) == (0 if adding else 1)]
+        flips = [g for g in cost.once if self.users(g) == (0 if adding else 1)]
         if not flips:
             return cost
         loads = dict(cost.loads)
@@ -109,8 +109,6 @@ class Accumulator:
 
     def add(self, cost: Cost) -> None:
         at, values, phases = self._shift(self._effective(cost, True), 1.0)
-        for g in cost.once:
-            self.group_users[g] = self.group_users.get(g, 0) + 1
         self._count_users(cost, 1)
         for p, cols in phases.items():
             if (values[cols] < 0).any():  # a correction (a replica is not exchanged) may lower the maximum
@@ -121,8 +119,6 @@ class Accumulator:
     def remove(self, cost: Cost) -> None:
         """Take a placement's cost back out (phase maxima recomputed for the phases it touched)."""
         at, values, phases = self._shift(self._effective(cost, False), -1.0)
-        for g in cost.once:
-            self.group_users[g] -= 1
         self._count_users(cost, -1)
         for p, cols in phases.items():  # a load at the maximum left (or a correction was taken back): recompute
             if (values[cols] < 0).any() or \
@@ -135,6 +131,11 @@ class Accumulator:
             if max(ids) >= len(self._users):
                 self._users = np.concatenate([self._users, np.zeros(max(ids) + 64, dtype=np.int64)])
             self._users[ids] += sign
+
+    def users(self, group) -> int:
+        """How many placements added use the fused group ``group``."""
+        i = self.index.group_id(group)
+        return int(self._users[i]) if i < len(self._users) else 0
 
     def users_of(self, ids: np.ndarray) -> np.ndarray:
         """How many placements added use each fused group of ``ids`` (numbers from LoadIndex.group_id)."""

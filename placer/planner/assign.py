@@ -3,9 +3,9 @@
 Kinds are assigned largest first, each onto the device where the predicted step time grows least among those
 where it fits (the loads on the device's own resources are compared exactly; the spread part of its exchange
 is the same wherever it goes), ties going to the emptier device (sum of squared loads relative to stage 1's
-phase times). Then ``improve`` re-inserts tables the same way in sweeps while that helps and ``swap``
-exchanges pairs of tables where a phase's busiest resource can only come down that way; swap.py, repack.py and
-fill.py move tables through ``move_exactly`` and read ``where``, the kind and symmetry key of every table placed.
+phase times). Then ``improve`` re-inserts tables the same way in sweeps while that helps; swap.py (pairs of
+tables exchanged), repack.py and fill.py move tables through ``move_exactly`` and read ``where``, the kind and
+symmetry key of every table placed.
 """
 from __future__ import annotations
 

@@ -4,8 +4,8 @@ In a work budget the clock moves only by what the stages charge: counted effort 
 bound nodes, tables visited, options priced) times a rate in nominal seconds. The rates are the wall seconds that
 effort took on the reference machine (the project's 2-core VM), fitted to the solves of production-856 @
 dgx-h100-16node and mlperf-dlrm-v2 @ dgx-h100-2node (a plan solved under a work limit records both per stage:
-solver.stage_work in units, solver.stage_times_s in wall seconds); they need not be exact, only deterministic and roughly proportional to the time, so that a work
-limit of N units searches about as far as N milliseconds do there.
+solver.stage_work in units, solver.stage_times_s in wall seconds); they need not be exact, only deterministic and
+roughly proportional to the time, so that a work limit of N units searches about as far as N milliseconds do there.
 
 For the solvers, ``lp_limits``, ``cbc_limits`` and ``mip_limits`` turn the nominal seconds a stage may spend into
 the solver's own options: a time limit in a time budget; iteration or node limits (and no time limit) in a work
@@ -46,8 +46,9 @@ SCORE_CALL_S = 2e-5
 SCORE_S_PER_ENTRY = 2e-7
 GROUP_S_PER_ENTRY = 4e-7
 PRICING_S_PER_LOAD = 1e-6
-#: Stage 2's searches: nominal seconds per pair of tables compared (swap.py, in numpy since be0e6b9: 3.3x faster than pair by pair),
-#: per partner GPU of a repacking (repack.py), and per potential computed (rekind.py), per resource load.
+#: Stage 2's searches: nominal seconds per pair of tables compared (swap.py, in numpy since be0e6b9: 3.3x faster
+#: than pair by pair), per partner GPU of a repacking (repack.py), and per potential computed (rekind.py), per
+#: resource load.
 SWAP_S_PER_PAIR = 7.5e-7
 REPACK_S_PER_PARTNER = 1e-4
 POTENTIAL_S_PER_LOAD = 1e-8
@@ -87,7 +88,8 @@ def simplex_iteration_s(nonzeros: int) -> float:
 
 def lp_work(nonzeros: int, simplex: int, ipm: int = 0, crossover: int = 0) -> float:
     """Nominal seconds of an LP solve that took those iterations."""
-    return LP_CALL_S + (simplex + crossover) * simplex_iteration_s(nonzeros) + ipm * IPM_S_PER_NONZERO * max(nonzeros, 1)
+    return (LP_CALL_S + (simplex + crossover) * simplex_iteration_s(nonzeros)
+            + ipm * IPM_S_PER_NONZERO * max(nonzeros, 1))
 
 
 def cbc_limits(budget: Budget, seconds: float, nonzeros: int) -> dict[str, float | int | None]:

@@ -163,8 +163,8 @@ class Relaxation:
         if not rows.lo:
             return
         a = rows.matrix(len(self.col_lower))
-        self.highs.addRows(a.shape[0], np.asarray(rows.lo), np.asarray(rows.hi), a.nnz, a.indptr[:-1].astype(np.int32),
-                           a.indices.astype(np.int32), a.data)
+        self.highs.addRows(a.shape[0], np.asarray(rows.lo), np.asarray(rows.hi), a.nnz,
+                           a.indptr[:-1].astype(np.int32), a.indices.astype(np.int32), a.data)
         self.nonzeros += int(a.nnz)
 
     def add_counts(self, counts: list[CountRow]) -> None:

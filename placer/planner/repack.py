@@ -70,7 +70,8 @@ class GpuFrame:
 
 def repack(stage2: Assigner, placements: list[Placement], acc: Accumulator, budget: Budget) -> int:
     """Repack pairs of GPUs (module docstring) while the busiest resource of some phase comes down, the step
-    time does too at least once in PATIENCE repacks, and ``budget`` lasts. Returns the number of pairs repacked; ``placements``, ``acc`` and ``stage2.where`` change in place."""
+    time does too at least once in PATIENCE repacks, and ``budget`` lasts. Returns the number of pairs repacked;
+    ``placements``, ``acc`` and ``stage2.where`` change in place."""
     tables = stage2.single_gpu_tables()
     if not tables:
         return 0

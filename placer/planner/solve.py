@@ -339,13 +339,12 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, budge
     step, source, best = min(candidates, key=lambda c: c[0])
     tracker.update("tie-break: fewest lookups from slow memory (local search)")
     ceiling = min((c[0] for c in candidates if c[1] != "two_stage"), default=None)
-    # a time budget: at most what the limit leaves after pricing the plan (synthetic-1000 @ dgx-h100-32node has
-    # tables in host memory to try for 10 s, which ran the command 7 s past a 60 s limit)
-    tie_budget = tiebreak.budget_of(budget) if budget.deterministic else budget.child(
-        max(0.5, min(tiebreak.time_limit(budget.seconds), budget.left() - after_solve_s(model))))
+    # at most what the limit leaves after pricing the plan (synthetic-1000 @ dgx-h100-32node has tables in host
+    # memory to try for 10 s, which ran the command 7 s past a 60 s limit)
     with budget.stage("tie-break"):
         best, tie = tiebreak_local.local_tie_break(
-            model, best, tiebreak_local.step_cap(step, bound, config.gap, ceiling), cfg, budget=tie_budget)
+            model, best, tiebreak_local.step_cap(step, bound, config.gap, ceiling), cfg,
+            budget=tiebreak.budget_of(budget, keep_s=after_solve_s(model)))
     step = tie["step_time_after_s"]
     gap = max(0.0, (step - bound) / step)
     tracker.update("done", incumbent_s=step, bound_s=min(bound, step))

@@ -54,7 +54,8 @@ class SwapFrame:
 
 def swap(stage2: Assigner, placements: list[Placement], acc: Accumulator, budget: Budget) -> int:
     """Swap pairs of single-GPU tables (module docstring) while some phase's busiest resource comes down, the
-    step time does too at least once in PATIENCE swaps, and ``budget`` lasts. Returns the number of swaps; ``placements``, ``acc`` and ``stage2.where`` change in place."""
+    step time does too at least once in PATIENCE swaps, and ``budget`` lasts. Returns the number of swaps;
+    ``placements``, ``acc`` and ``stage2.where`` change in place."""
     single = stage2.single_gpu_tables()
     if len(single) < 2:
         return 0

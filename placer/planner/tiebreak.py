@@ -43,9 +43,13 @@ def time_limit(main_limit_s: float) -> float:
     return min(10.0, max(1.0, 0.2 * main_limit_s))
 
 
-def budget_of(main: Budget) -> Budget:
-    """The second solve's budget, on the main budget's clock: time_limit of the main budget's length."""
-    return main.child(time_limit(main.seconds))
+def budget_of(main: Budget, keep_s: float | None = None) -> Budget:
+    """The second solve's budget, on the main budget's clock: time_limit of the main budget's length; with
+    ``keep_s``, a time budget gets at most what ``main`` has left less ``keep_s`` seconds (at least 0.5 s)."""
+    seconds = time_limit(main.seconds)
+    if keep_s is not None and not main.deterministic:
+        seconds = max(0.5, min(seconds, main.left() - keep_s))
+    return main.child(seconds)
 
 
 def slow_lookups(model: CostModel, p: Placement) -> float:
