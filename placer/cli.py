@@ -60,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = args._run(args)
     except PlacerError as exc:
-        Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(str(exc))}", markup=True)
+        Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(str(exc))}",
+                                                                    markup=True)
         code = exc.exit_code
     except KeyboardInterrupt:
         code = 130

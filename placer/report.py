@@ -95,7 +95,8 @@ def plan_summary(plan: Plan, workload, console: Console, max_tables: int = 12, m
     if show_all or tables:
         largest = [p for p in largest if table_matches(p, tables)]
         max_tables = len(largest)
-        title = (f"tables matching {escape(repr(tables))}, largest first ({len(largest)} of {len(plan.placements)}: {counts})"
+        title = (f"tables matching {escape(repr(tables))}, largest first "
+                 f"({len(largest)} of {len(plan.placements)}: {counts})"
                  if tables else f"every table, largest first ({counts})")
     tt = Table(title=title, title_justify="left")
     tt.add_column("table")

@@ -106,7 +106,8 @@ def test_top_n(two_gpu_path, three_tables_path, tiny_plan, capsys):
 def _table_rows(out: str) -> list[str]:
     """Names in the first column of the tables listing (rows after the 'largest'/'every'/'matching' title)."""
     lines = out.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith(("largest tables", "every table", "tables matching")))
+    heads = ("largest tables", "every table", "tables matching")
+    start = next(i for i, line in enumerate(lines) if line.startswith(heads))
     return [line.split("│")[1].strip() for line in lines[start:] if line.startswith("│")]
 
 

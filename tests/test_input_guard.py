@@ -89,7 +89,8 @@ def test_utf8_byte_order_mark_is_accepted(tmp_path):
 
 
 @pytest.mark.parametrize("text", ["a: " + "[" * 20000 + "]" * 20000, "a: " + "{b: " * 300000 + "}" * 300000,
-                                  "- " * 300000 + "x", "".join(f"{' ' * i}k{i}:\n" for i in range(150)) + " " * 150 + "v"],
+                                  "- " * 300000 + "x",
+                                  "".join(f"{' ' * i}k{i}:\n" for i in range(150)) + " " * 150 + "v"],
                          ids=["flow-20000", "flow-300000", "block-seq-300000", "block-map-150"])
 def test_deep_nesting(tmp_path, capsys, text):
     path = tmp_path / "deep.yaml"

@@ -249,7 +249,8 @@ def test_peak_levels_keep_the_optimum_and_tighten_the_relaxation(seed):
     load_rows[(1, "link")] = (ids, rng.uniform(0.0, 2.0, oid) * 1e-3)
     mem = rng.uniform(1.0, 3.0, oid) * 2**30
     problem = Problem(groups=groups, num_phases=2, load_rows=load_rows, load_base={(1, "link"): 1e-4},
-                      mem_rows={"hbm": (ids, mem)}, mem_capacity={"hbm": float(sum(mem[g].min() for g in groups)) * 1.3})
+                      mem_rows={"hbm": (ids, mem)},
+                      mem_capacity={"hbm": float(sum(mem[g].min() for g in groups)) * 1.3})
     best = _brute_force(problem)
     plain_lp = ilp.lp_relaxation_bound(problem)
     problem.levels = peak_levels(problem, count=4)

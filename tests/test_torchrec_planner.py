@@ -51,7 +51,8 @@ def test_torchrec_plan_fits_and_prices(hw, wl):
     if wl == "tiny":
         best = solve(topo, w, SolveConfig(method="ilp", time_limit_s=30))
         if best.solver.status == "optimal":
-            assert best.predicted["step_time_s"] <= plan.predicted["step_time_s"] * (1 + best.solver.gap_tolerance) + 1e-12
+            assert (best.predicted["step_time_s"]
+                    <= plan.predicted["step_time_s"] * (1 + best.solver.gap_tolerance) + 1e-12)
 
 
 def test_planner_inputs_from_the_specs():

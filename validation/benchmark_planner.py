@@ -250,7 +250,8 @@ def run_case(wl_name: str, hw_name: str, methods: list[str], args, run_id: str, 
     base = {"workload": wl_name, "hardware": hw_name, "run": run_id}
     if not wl.exists() or not hw.exists():
         missing = wl if not wl.exists() else hw
-        return [dict(base, method=m, status="skipped", note=f"file not found: {missing.relative_to(ROOT) if missing.is_relative_to(ROOT) else missing}")
+        shown = missing.relative_to(ROOT) if missing.is_relative_to(ROOT) else missing
+        return [dict(base, method=m, status="skipped", note=f"file not found: {shown}")
                 for m in methods]
     try:
         facts, reason = fit_check(hw, wl)
@@ -351,7 +352,8 @@ def main_parent(args) -> int:
                                     [os.path.relpath(Path(__file__).resolve(), ROOT)] + sys.argv[1:])
     run = {"id": run_id, "command": command, "date": run_id, "time_limit_s": args.time_limit,
            "case_timeout_s": args.case_timeout,
-           "baseline_timeout_s": args.baseline_timeout, "max_minutes": args.max_minutes, "gap": args.gap, "solver": args.solver, "threads": args.threads,
+           "baseline_timeout_s": args.baseline_timeout, "max_minutes": args.max_minutes, "gap": args.gap,
+           "solver": args.solver, "threads": args.threads,
            "methods": methods, "cases": [f"{w}@{h}" for w, h in cases], **environment()}
     data["runs"].append(run)
     done = {(r["workload"], r["hardware"], r["method"]) for r in data["rows"]
@@ -528,7 +530,8 @@ def render_markdown(data: dict) -> str:
     if best:
         g = geomean([b[2] for b in best])
         better = [b for b in best if b[2] > 1.005]
-        lines.append(f"- ILP over the **best baseline of each case**: geometric mean **{g:.3f}x** over {len(best)} cases; "
+        lines.append(f"- ILP over the **best baseline of each case**: geometric mean **{g:.3f}x** "
+                     f"over {len(best)} cases; "
                      f"more than 0.5% better in {len(better)}"
                      + (": " + ", ".join(f"{w} @ {h} {x:.2f}x ({m})" for w, h, x, m in
                                          sorted(better, key=lambda b: -b[2])) if better else ""))
@@ -541,7 +544,8 @@ def render_markdown(data: dict) -> str:
     solved = [r for r in ilp if r["status"] in SOLVED]
     if solved:
         big = max(solved, key=lambda r: (r.get("gpus", 0) * r.get("tables", 0), r.get("solve_wall_s", 0)))
-        lines.append(f"- largest case the ILP solved: {big['workload']} @ {big['hardware']} ({big.get('tables')} tables "
+        lines.append(f"- largest case the ILP solved: {big['workload']} @ {big['hardware']} "
+                     f"({big.get('tables')} tables "
                      f"x {big.get('gpus')} GPUs): {big['status']}, gap {big.get('gap') or 0:.2%}, "
                      f"{big.get('solve_wall_s', 0):.0f} s, peak RSS {_bytes(big.get('peak_rss_bytes'))}")
         most = max(solved, key=lambda r: (r.get("gpus", 0), r.get("tables", 0)))
@@ -565,7 +569,8 @@ def render_markdown(data: dict) -> str:
         for x in tr:
             sp = f"{x['speedup']:.3f}x" if x["speedup"] else "-"
             lines.append(f"| {x['workload']} | {x['hardware']} | {x['gpus']} | {x['tables']} | "
-                         f"{_ms(x['ilp_step'])} | {_ms(x['torchrec_step']) if x['torchrec_step'] else x['torchrec_status']} | "
+                         f"{_ms(x['ilp_step'])} | "
+                         f"{_ms(x['torchrec_step']) if x['torchrec_step'] else x['torchrec_status']} | "
                          f"{sp} | {x['ilp_status']} | {_secs(x['ilp_wall'])} | {_secs(x['torchrec_wall'])} |")
         lines.append("")
 
@@ -594,7 +599,8 @@ def render_markdown(data: dict) -> str:
         gap = f"{r['gap']:.2%}" if r.get("gap") is not None else "-"
         wall = f"{r['solve_wall_s']:.1f}" if r.get("solve_wall_s") is not None else "-"
         lines.append(f"| {w} | {h} | {any_row.get('gpus', '-')} | {any_row.get('tables', '-')} | "
-                     f"{_ms(r.get('step_time_s'))} | {r.get('status', '-')} | {gap} | {wall} | " + " | ".join(cells) + " |")
+                     f"{_ms(r.get('step_time_s'))} | {r.get('status', '-')} | {gap} | {wall} | "
+                     + " | ".join(cells) + " |")
     lines.append("")
 
     lines += ["## ILP solve time vs problem size", "",
@@ -607,7 +613,8 @@ def render_markdown(data: dict) -> str:
             continue
         gap = f"{r['gap']:.2%}" if r.get("gap") is not None else "-"
         wall = f"{r['solve_wall_s']:.1f}" if r.get("solve_wall_s") is not None else "-"
-        lines.append(f"| {r['tables']} | {r['gpus']} | {r['tables'] * r['gpus']:,} | {r['workload']} | {r['hardware']} | "
+        lines.append(f"| {r['tables']} | {r['gpus']} | {r['tables'] * r['gpus']:,} | {r['workload']} | "
+                     f"{r['hardware']} | "
                      f"{r.get('num_variables') or '-'} | {r.get('num_constraints') or '-'} | {wall} | "
                      f"{_bytes(r.get('peak_rss_bytes'))} | {r['status']} | {gap} |")
     lines.append("")

@@ -119,7 +119,8 @@ def measure_loopback(world: int, reps: int = 20) -> dict:
     bw = 1.0 / slope
     return {"world": world, "rows": rows, "latency_s": latency, "bw_Bps": bw,
             "how": (f"gloo all_to_all_single between {world} processes over loopback (1 torch thread each), after a "
-                    f"barrier, preallocated buffers, max over ranks, median of {ROUNDS} rounds of repeats; latency = median time at 4 B..16 KiB per peer "
+                    f"barrier, preallocated buffers, max over ranks, median of {ROUNDS} rounds of repeats; "
+                    "latency = median time at 4 B..16 KiB per peer "
                     f"({latency * 1e6:.0f} us), bw = 1 / slope of a least-squares line of time over the bytes one "
                     f"rank sends to the others at 256 KiB..4 MiB per peer ("
                     + ", ".join(f"{r['per_peer_bytes'] >> 10} KiB {r['median_s'] * 1e3:.2f} ms" for r in big) + ")")}
@@ -266,7 +267,8 @@ def plans_for(hw, wl) -> dict:
 
 def workloads(tmp: Path) -> dict[str, Path]:
     text = TINY.read_text(encoding="utf-8")
-    big = text.replace("batch_size: 256 ", f"batch_size: {BIG_BATCH} ").replace("name: tiny\n", f"name: tiny-b{BIG_BATCH}\n")
+    big = text.replace("batch_size: 256 ", f"batch_size: {BIG_BATCH} ")
+    big = big.replace("name: tiny\n", f"name: tiny-b{BIG_BATCH}\n")
     assert f"batch_size: {BIG_BATCH}" in big
     path = tmp / f"tiny-b{BIG_BATCH}.yaml"
     path.write_text(big, encoding="utf-8")
@@ -397,7 +399,8 @@ def main(argv=None) -> int:
     ap.add_argument("--nprocs", type=int, nargs="+", default=[2, 4], help="process counts to validate (default 2 4)")
     ap.add_argument("--steps", type=int, default=30, help="timed and instrumented steps per case (default 30)")
     ap.add_argument("--quick", action="store_true", help="placer calibrate --quick")
-    ap.add_argument("-o", "--output", default=None, help="results JSON (default validation/results/exchange-cpu-<date>.json)")
+    ap.add_argument("-o", "--output", default=None,
+                    help="results JSON (default validation/results/exchange-cpu-<date>.json)")
     args = ap.parse_args(argv)
     command = "python3 validation/exchange_cpu.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     calib = None

@@ -1,6 +1,7 @@
 """Hostile inputs for placer: mutated copies of the shipped specs, workloads, plans and a TorchRec export,
 hostile files, hostile id samples for ``profile`` and hostile command-line arguments. Shared by the fuzz
-campaign (validation/fuzz_inputs.py) and the suite's fuzz test (tests/test_fuzz.py). Every mutation is drawn from a ``random.Random``, so a case is reproduced by its seed.
+campaign (validation/fuzz_inputs.py) and the suite's fuzz test (tests/test_fuzz.py). Every mutation is drawn
+from a ``random.Random``, so a case is reproduced by its seed.
 
 A *case* is a command line for ``placer`` plus the files it needs, written into a scratch folder:
 ``Case(command, argv, files, note)``. ``make_case(rng, folder, bases)`` draws one.
@@ -326,7 +327,8 @@ def _document(rng: random.Random, folder: Path, name: str, doc: dict, mutate: bo
     suffix = rng.choice([".yaml", ".yaml", ".json"]) if not name.startswith("plan") else ".json"
     if not mutate:
         return _write(folder, name + suffix, dump(doc, suffix)), ""
-    how = rng.choices(["doc", "text", "file", "access_file"], weights=[8, 2, 1, 1 if isinstance(doc.get("tables"), list) else 0])[0]
+    has_tables = isinstance(doc.get("tables"), list)
+    how = rng.choices(["doc", "text", "file", "access_file"], weights=[8, 2, 1, 1 if has_tables else 0])[0]
     if how == "access_file":  # a table's access read from a .npy beside the workload: hostile file or array
         doc = copy.deepcopy(doc)
         i = rng.randrange(len(doc["tables"]))

@@ -158,7 +158,8 @@ def measure(gemms: list[Gemm], device: torch.device, sizes: Sizes, entries: OpCo
         for g in gs:
             z = {"dtype": dtype, "batch": g.batch, "m": g.m, "k": g.k, "n": g.n, "layout": g.layout}
             add(Sample("gemm", {**z, "warm": True} if warm else z, times[g],
-                       f"{g.op} {g.batch}x{g.m}x{g.k}x{g.n} {g.layout} {dtype} ({g.source})" + (", warm" if warm else ""),
+                       f"{g.op} {g.batch}x{g.m}x{g.k}x{g.n} {g.layout} {dtype} ({g.source})"
+                       + (", warm" if warm else ""),
                        side, defines=(f"{field_name}.{dtype}.{key}",), exact=exact and len(gs) == 1))
     return times
 

@@ -189,9 +189,10 @@ def price(s: Sample, costs) -> float:
 
 def dense_base_s(z: dict, costs) -> float:
     """Seconds of a traced dense step (sizes ``z`` as dense.py's ``step_sizes`` writes them) WITHOUT
-    ``dense_op``, warm or cold by its memory (``memory_bytes``) against the caches as build.py decides: each GEMM fixed(gemm) + its FLOPs at the rate of its shape and operand layout, each view
-    fixed(view), each other op fixed(elementwise) + its bytes at the stream rate for that many bytes
-    (``elementwise_bytes``: [bytes, ops of that size] pairs), as placer/program/build.py's ``_dense_ops``."""
+    ``dense_op``, warm or cold by its memory (``memory_bytes``) against the caches as build.py decides: each GEMM
+    fixed(gemm) + its FLOPs at the rate of its shape and operand layout, each view fixed(view),
+    each other op fixed(elementwise) + its bytes at the stream rate for that many bytes (``elementwise_bytes``:
+    [bytes, ops of that size] pairs), as placer/program/build.py's ``_dense_ops``."""
     warm = costs.warm(z.get("memory_bytes", math.inf))
     gemms = sum(costs.fixed("gemm") + costs.gemm_s(z["dtype"], m, k, n, b, layout, warm)
                 for b, m, k, n, layout in z["gemms"])

@@ -224,5 +224,6 @@ def to_yaml(cal: Calibration, name: str | None = None, gpus: int = 1) -> str:
               f"description: measured by placer calibrate on {cal.device_name} ({cal.date})", "templates:"]
     tree = [Item("local", children=_template_items(cal, gpus, _checks(cal)))]
     lines += render(tree, 2)
-    lines += ["nodes:", "  - template: local", "    count: 1".ljust(COMMENT_COLUMN) + f"# {src}: the one machine measured"]
+    lines += ["nodes:", "  - template: local",
+              "    count: 1".ljust(COMMENT_COLUMN) + f"# {src}: the one machine measured"]
     return "\n".join(lines) + "\n"

@@ -82,7 +82,8 @@ class _progress:
     def __enter__(self):
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self.bar = Progress(TextColumn("profiling {task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+        self.bar = Progress(TextColumn("profiling {task.description}"), BarColumn(),
+                            TextColumn("{task.percentage:>3.0f}%"),
                             TimeElapsedColumn(), console=self.console, transient=True,
                             disable=not self.console.is_terminal)
         self.bar.__enter__()

@@ -141,7 +141,8 @@ class BoundTree:
 
     def run(self, incumbent_s: float, budget: Budget, gap: float = 0.0) -> TreeResult:
         """Split until ``budget`` is spent, the tree proves ``incumbent_s`` within ``gap``, nothing
-        is left to split, or the bound stalls (``patience``). The root is the relaxation as given (instant if its last solve was the root)."""
+        is left to split, or the bound stalls (``patience``). The root is the relaxation as given (instant if its
+        last solve was the root)."""
         t0 = time.perf_counter()
         phases, n = self.problem.num_phases, self.problem.num_options
         counts = len(self.problem.counts)

@@ -139,9 +139,9 @@ def _choose(phase: np.ndarray, vec: np.ndarray, mem: np.ndarray, base: np.ndarra
     """((tables, starved GPUs) 0/1, estimated gain s): which tables the starved GPUs hold, by a MIP that
     minimizes the estimated step time: each starved phase at the most of the starved GPUs' loads and of its
     maximum now less what every other GPU sheds on average (``held_now``: the starved GPUs' loads now, summed;
-    ``others``: how many other GPUs), each full phase at the most of the starved GPUs' loads and its maximum now (growing at most
-    MAX_GROWTH), every other phase within its maximum; memory within ``free``. None if it found nothing at
-    least ``least_gain_s`` better than the plan now."""
+    ``others``: how many other GPUs), each full phase at the most of the starved GPUs' loads and its maximum now
+    (growing at most MAX_GROWTH), every other phase within its maximum; memory within ``free``. None if it found
+    nothing at least ``least_gain_s`` better than the plan now."""
     n_t, n_g = vec.shape[0], base.shape[0]
     n_x = n_t * n_g
     y_col = {p: n_x + i for i, p in enumerate(starved + full)}

@@ -117,7 +117,8 @@ def _build(problem: Problem, relax: bool = False):
         prob += (pulp.LpAffineExpression([(y[row.phase], 1.0), (z, -row.size_s * TIME_SCALE)]
                                          + [(x[i], -c * TIME_SCALE) for i, c in zip(row.spread_ids, row.spread_coefs)])
                  >= row.base_s * TIME_SCALE), f"count_{n}"
-        prob += (pulp.LpAffineExpression([(z, float(row.slots))] + [(x[i], -float(c)) for i, c in zip(row.ids, row.counts)])
+        prob += (pulp.LpAffineExpression([(z, float(row.slots))]
+                                         + [(x[i], -float(c)) for i, c in zip(row.ids, row.counts)])
                  >= 0), f"slots_{n}"
     for n, (m, (ids, b)) in enumerate(problem.mem_rows.items()):
         prob += (pulp.LpAffineExpression([(x[i], v * MEM_SCALE) for i, v in zip(ids, b)])
@@ -287,7 +288,8 @@ def solve(problem: Problem, *, backend: str = "cbc", time_limit_s: float = 60.0,
             chosen, proven = list(warm_start), infeasible
         else:
             return IlpResult(None, "infeasible" if infeasible else "no_solution", None,
-                             problem.simple_lower_bound(), time.perf_counter() - t0, len(x) + len(y), len(prob.constraints), warm,
+                             problem.simple_lower_bound(), time.perf_counter() - t0, len(x) + len(y),
+                             len(prob.constraints), warm,
                              backend)
     objective = problem.objective(chosen)
     bounds = [problem.simple_lower_bound()]

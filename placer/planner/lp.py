@@ -153,31 +153,38 @@ class Relaxation:
         where the interior point method on the same LP built afresh took 2.9 s)."""
         rows = _Rows()
         for lv in levels:
-            count, w0 = len(lv.steps_s), len(self.col_lower)
-            self.highs.addCols(count, np.zeros(count), np.zeros(count), np.ones(count), 0,
-                               np.zeros(count, dtype=np.int32), np.zeros(0, dtype=np.int32), np.zeros(0))
-            self.col_lower = np.append(self.col_lower, np.zeros(count))
-            self.col_upper = np.append(self.col_upper, np.ones(count))
+            w0 = self._add_cols(len(lv.steps_s), 1.0)
             for cols, vals, lo in _level_rows(lv, self.n, w0):
                 rows.add(cols, vals, lo)
+        self._add_rows(rows)
+
+    def add_counts(self, counts: list[CountRow]) -> None:
+        """Add pigeonhole rows (as the problem gains them) without losing the basis, as add_levels does."""
+        rows = _Rows()
+        for row in counts:
+            z = self._add_cols(1, INF)
+            self.count_cols.append(z)
+            for cols, vals, lo in self._count_rows(row, z):
+                rows.add(cols, vals, lo)
+        self._add_rows(rows)
+
+    def _add_cols(self, count: int, upper: float) -> int:
+        """Append ``count`` columns in [0, ``upper``] of zero cost and no entries yet; returns the first one."""
+        first = len(self.col_lower)
+        self.highs.addCols(count, np.zeros(count), np.zeros(count), np.full(count, upper), 0,
+                           np.zeros(count, dtype=np.int32), np.zeros(0, dtype=np.int32), np.zeros(0))
+        self.col_lower = np.append(self.col_lower, np.zeros(count))
+        self.col_upper = np.append(self.col_upper, np.full(count, upper))
+        return first
+
+    def _add_rows(self, rows: _Rows) -> None:
+        """Append ``rows`` (over the columns there are now) to the model in one call."""
         if not rows.lo:
             return
         a = rows.matrix(len(self.col_lower))
         self.highs.addRows(a.shape[0], np.asarray(rows.lo), np.asarray(rows.hi), a.nnz,
                            a.indptr[:-1].astype(np.int32), a.indices.astype(np.int32), a.data)
         self.nonzeros += int(a.nnz)
-
-    def add_counts(self, counts: list[CountRow]) -> None:
-        """Add pigeonhole rows (as the problem gains them) without losing the basis."""
-        for row in counts:
-            z = len(self.col_lower)
-            self.highs.addCol(0.0, 0.0, INF, 0, np.zeros(0, dtype=np.int32), np.zeros(0))
-            self.col_lower = np.append(self.col_lower, 0.0)
-            self.col_upper = np.append(self.col_upper, INF)
-            self.count_cols.append(z)
-            for cols, vals, lo in self._count_rows(row, z):
-                self.highs.addRow(lo, INF, len(cols), cols.astype(np.int32), vals)
-                self.nonzeros += len(cols)
 
     def solve(self, budget: Budget | float, upper: np.ndarray | None = None, lower: np.ndarray | None = None,
               phase_box: tuple[np.ndarray, np.ndarray] | None = None,

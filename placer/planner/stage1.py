@@ -309,7 +309,8 @@ def peak_levels(problem: Problem, count: int, cap: np.ndarray | None = None) -> 
             above = above[above <= cap[ph]]
         levels = np.unique(np.append(np.quantile(above, np.linspace(0, 1, count)), top))
         members: list[list[np.ndarray]] = [[] for _ in levels]
-        for g in problem.groups:  # a group's row at level j only where its set changes above j (the chain does the rest)
+        # a group's row at level j only where its set changes above j (the chain does the rest)
+        for g in problem.groups:
             g_peaks = pk[g]
             reach = [frozenset(np.asarray(g)[g_peaks >= level * (1 - 1e-12)].tolist()) for level in levels]
             for j, ids in enumerate(reach):

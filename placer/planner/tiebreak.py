@@ -12,8 +12,9 @@ same options and constraints:
 
 with ``cap = max(first plan's step time, min(min(lower bound, first step) * (1 + gap), ceiling))``: every
 plan it may return is within the gap tolerance of the best valid lower bound, as the first plan was (or no
-slower than the first plan), and no slower than ``ceiling`` (the best baseline's step: ILP <= every baseline). It starts from the first plan (a CBC MIP start) with a short time limit, and the result is taken
-only when it fits, keeps the cap (re-priced exactly) and serves fewer lookups from slow memory.
+slower than the first plan), and no slower than ``ceiling`` (the best baseline's step: ILP <= every baseline).
+It starts from the first plan (a CBC MIP start) with a short time limit, and the result is taken only when it
+fits, keeps the cap (re-priced exactly) and serves fewer lookups from slow memory.
 
 Slow lookups of an option (row ids are spread evenly over a table, so a shard of n of N rows gets n/N of
 the lookups, and its hottest ``hbm_rows`` rows get coverage(hbm_rows / n) of those):

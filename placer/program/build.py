@@ -214,7 +214,8 @@ class ProgramBuilder:
                        key, m.table, sizes={"rows": m.rows})]
         else:
             rmw = row_bytes + state
-            ops.append(Op("update", BWD, st, costs.update_s(self.optimizer, key.dtype, rmw, m.unique_rows, host), key, m.table,
+            update_s = costs.update_s(self.optimizer, key.dtype, rmw, m.unique_rows, host)
+            ops.append(Op("update", BWD, st, update_s, key, m.table,
                           traffic=self._row_traffic(key, m.unique_rows * rmw, both_ways=True),
                           sizes={"rows": m.unique_rows, "row_bytes": rmw}))
         if copies:
@@ -440,7 +441,8 @@ class ProgramBuilder:
             if key.location == "replica":
                 out.append(Buffer(runs_in, "dense gradient", m.rows * c * POOLED_BYTES))
             if m.part == "hot":
-                out.append(Buffer(mem(self.topo.host_of(key.device)), "slot map", (m.local_ids[1] - m.local_ids[0]) * 4))
+                slots = m.local_ids[1] - m.local_ids[0]
+                out.append(Buffer(mem(self.topo.host_of(key.device)), "slot map", slots * 4))
             if key.location == "cpu" and not self.topo.is_unified(key.device):
                 out.append(Buffer(EVERY_GPU, "pooled outputs and gradients (copies)",
                                   2 * self.exchange_bytes_per_gpu(m.table, c)))

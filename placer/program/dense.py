@@ -22,7 +22,8 @@ from functools import lru_cache
 GEMM_OPS = {"aten.mm.default", "aten.addmm.default", "aten.bmm.default", "aten.baddbmm.default"}
 #: ops that read or write elements at positions an index tensor gives (the dot interaction's triangle and its
 #: backward): priced at the ``indexed`` rate
-INDEXED_OPS = {"aten.index.Tensor", "aten.index_put.default", "aten.index_put_.default", "aten._index_put_impl_.default",
+INDEXED_OPS = {"aten.index.Tensor", "aten.index_put.default", "aten.index_put_.default",
+               "aten._index_put_impl_.default",
                "aten.gather.default", "aten.scatter.src", "aten.scatter_add.default", "aten.index_select.default",
                "aten.index_add.default", "aten.index_add_.default"}
 IGNORED_PREFIX = ("profiler.",)

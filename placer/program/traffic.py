@@ -45,7 +45,8 @@ class Traffic:
             return []
         key = (src, dst)
         if key not in self._send_cache:
-            self._send_cache[key] = [(link, share / self._rate[link]) for link, share in self.topo.route_shares(src, dst)]
+            self._send_cache[key] = [(link, share / self._rate[link])
+                                     for link, share in self.topo.route_shares(src, dst)]
         return [(link, spb * n_bytes) for link, spb in self._send_cache[key]]
 
     def path_Bps(self, src: str, dst: str) -> float:

@@ -6,8 +6,8 @@ outputs and gradients, the backward's per-lookup workspace, replicas' dense grad
 the step's input ids; plus what the runner holds per member beyond them (the pooled gradient autograd hands
 over before it is packed, and a fixed allowance per member for its Python objects: a plan of 20,000 one-row
 shards must not be under-counted); plus the dense model at the whole batch, the batch pool on the device and
-its CPU copy, and the build's transient rank permutations. A margin is added (MARGIN_FRACTION + MARGIN_BYTES). On a CPU run,
-device and host needs both come out of RAM.
+its CPU copy, and the build's transient rank permutations. A margin is added (MARGIN_FRACTION + MARGIN_BYTES).
+On a CPU run, device and host needs both come out of RAM.
 """
 from __future__ import annotations
 

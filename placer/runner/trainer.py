@@ -265,7 +265,8 @@ class Trainer(GroupOwner):
         mark("embedding_forward")
         for k, g in self.groups.items():  # rows looked up by the CPU: their outputs to the device
             if g.on_cpu and self.device.type == "cuda":
-                outs[k] = timer.run("copy_h2d", self.dense_stream, lambda o=outs[k]: o.to(self.device, non_blocking=True))
+                outs[k] = timer.run("copy_h2d", self.dense_stream,
+                                    lambda o=outs[k]: o.to(self.device, non_blocking=True))
         sums.update(self._split_sums(outs, timer, copied=True))
         tables = self._assemble(outs, sums, timer)
         leaves = timer.run("elementwise", self.dense_stream, lambda: self._leaves(tables))

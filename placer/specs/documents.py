@@ -348,8 +348,8 @@ def _parse_yaml_composed(text: str, file: str) -> Any:
         raise SpecError(f"YAML syntax error{where}: {problem}", file=file) from None
     except (ValueError, OverflowError, KeyError, TypeError, AttributeError, IndexError) as exc:
         # a value its tag cannot construct: 4,301 digits, '!!bool maybe', '!!timestamp 12 GiB', ...
-        tagged = " (an explicit !!tag on a value it does not fit?)" if not isinstance(exc, (ValueError, OverflowError)) \
-            else ""
+        fits = isinstance(exc, (ValueError, OverflowError))
+        tagged = "" if fits else " (an explicit !!tag on a value it does not fit?)"
         raise SpecError(f"YAML value cannot be read{tagged}: {type(exc).__name__}: {exc}", file=file) from None
     finally:
         loader.dispose()

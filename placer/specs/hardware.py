@@ -108,7 +108,8 @@ class GpuSpec(StrictModel):
     hbm_GiB: L.CapacityGiB = Field(description="HBM capacity per GPU, GiB")
     hbm_bw_GBps: L.BandwidthGBps = Field(description="HBM streaming bandwidth, GB/s (datasheet or measured copy)")
     hbm_gather_efficiency: L.Efficiency = Field(description="fraction of hbm_bw_GBps reached by random row gathers")
-    hbm_reserve_GiB: L.ReserveGiB = Field(default=4.0, description="HBM kept for CUDA context, allocator, workspace, GiB")
+    hbm_reserve_GiB: L.ReserveGiB = Field(default=4.0,
+                                          description="HBM kept for CUDA context, allocator, workspace, GiB")
     peak_TFLOPs: dict[Literal["fp32", "tf32", "bf16", "fp16"], L.TFLOPs] = Field(
         min_length=1, description="datasheet peak per dense dtype, TFLOP/s")
     compute_efficiency: L.Efficiency = Field(description="achievable fraction of peak_TFLOPs for MLP GEMMs")

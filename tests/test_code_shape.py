@@ -1,0 +1,97 @@
+"""The house rules on the code's shape, checked: modules under 600 lines, lines of at most 120 characters, and no
+import circles between placer's modules (imports at module level; those inside functions are the deliberate
+late ones)."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "placer"
+MAX_MODULE_LINES = 600
+MAX_LINE = 120
+
+
+def _sources(*folders: str) -> list[Path]:
+    return sorted(p for f in folders for p in (ROOT / f).rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _top_level_imports(path: Path, root: Path = ROOT) -> set[str]:
+    """The placer modules ``path`` imports when it is loaded (not inside functions, not under TYPE_CHECKING)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    name = _module_name(path, root)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: set[str] = set()
+
+    def visit(nodes) -> None:
+        for node in nodes:
+            if isinstance(node, ast.Import):
+                out.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")
+                    base = ".".join(parts[:len(parts) - (node.level - 1)] + ([base] if base else []))
+                out.add(base)
+                out.update(f"{base}.{a.name}" for a in node.names)  # `from placer.x import module`
+            elif isinstance(node, ast.If) and "TYPE_CHECKING" not in ast.unparse(node.test):
+                visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.Try):
+                visit(node.body)
+
+    visit(tree.body)
+    return {m for m in out if m.split(".")[0] == "placer"}
+
+
+def import_circles(root: Path) -> list[list[str]]:
+    """The circles of module-level imports between the modules of the placer package under ``root``."""
+    modules = {_module_name(p, root): p for p in sorted((root / "placer").rglob("*.py"))
+               if "__pycache__" not in p.parts}
+    graph = nx.DiGraph()
+    graph.add_nodes_from(modules)
+    for name, path in modules.items():
+        for target in _top_level_imports(path, root):
+            if target in modules and target != name:
+                graph.add_edge(name, target)
+    return [c for c in nx.simple_cycles(graph) if len(c) > 1]
+
+
+@pytest.mark.parametrize("path", _sources("placer"), ids=lambda p: str(p.relative_to(ROOT)))
+def test_module_is_small(path):
+    lines = len(path.read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_MODULE_LINES, f"{path.relative_to(ROOT)} has {lines} lines (at most {MAX_MODULE_LINES})"
+
+
+def test_lines_are_short():
+    long = [f"{p.relative_to(ROOT)}:{i}" for p in _sources("placer", "validation", "tests")
+            for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if len(line) > MAX_LINE]
+    assert not long, f"lines over {MAX_LINE} characters: {long}"
+
+
+def test_no_import_circles():
+    circles = import_circles(ROOT)
+    assert not circles, f"import circles: {circles[:5]}"
+
+
+def test_the_circle_check_finds_one(tmp_path):
+    """The check itself can fail: a.py imports b (absolute), b.py imports a (relative); c.py imports a only
+    inside a function, which is no circle."""
+    package = tmp_path / "placer" / "sub"
+    package.mkdir(parents=True)
+    (tmp_path / "placer" / "__init__.py").write_text("", encoding="utf-8")
+    (package / "__init__.py").write_text("", encoding="utf-8")
+    (package / "a.py").write_text("from placer.sub import b\n", encoding="utf-8")
+    (package / "b.py").write_text("from . import a\n", encoding="utf-8")
+    (package / "c.py").write_text("def f():\n    from placer.sub import a\n", encoding="utf-8")
+    (package / "d.py").write_text("from placer.sub.c import f\n", encoding="utf-8")
+    circles = import_circles(tmp_path)
+    assert sorted(map(sorted, circles)) == [["placer.sub.a", "placer.sub.b"]]
