@@ -24,8 +24,10 @@ def _module_name(path: Path, root: Path = ROOT) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _top_level_imports(path: Path, root: Path = ROOT) -> set[str]:
-    """The placer modules ``path`` imports when it is loaded (not inside functions, not under TYPE_CHECKING)."""
+def _top_level_imports(path: Path, modules: set[str], root: Path = ROOT) -> set[str]:
+    """The placer modules (of ``modules``) ``path`` imports when it is loaded (not inside functions, not under
+    TYPE_CHECKING): ``from package import name`` imports the module package.name where there is one, else the
+    package's __init__."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     name = _module_name(path, root)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
@@ -40,8 +42,7 @@ def _top_level_imports(path: Path, root: Path = ROOT) -> set[str]:
                 if node.level:
                     parts = package.split(".")
                     base = ".".join(parts[:len(parts) - (node.level - 1)] + ([base] if base else []))
-                out.add(base)
-                out.update(f"{base}.{a.name}" for a in node.names)  # `from placer.x import module`
+                out.update(f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names)
             elif isinstance(node, ast.If) and "TYPE_CHECKING" not in ast.unparse(node.test):
                 visit(node.body)
                 visit(node.orelse)
@@ -49,7 +50,7 @@ def _top_level_imports(path: Path, root: Path = ROOT) -> set[str]:
                 visit(node.body)
 
     visit(tree.body)
-    return {m for m in out if m.split(".")[0] == "placer"}
+    return out & modules
 
 
 def import_circles(root: Path) -> list[list[str]]:
@@ -59,8 +60,8 @@ def import_circles(root: Path) -> list[list[str]]:
     graph = nx.DiGraph()
     graph.add_nodes_from(modules)
     for name, path in modules.items():
-        for target in _top_level_imports(path, root):
-            if target in modules and target != name:
+        for target in _top_level_imports(path, set(modules), root):
+            if target != name:
                 graph.add_edge(name, target)
     return [c for c in nx.simple_cycles(graph) if len(c) > 1]
 
