@@ -148,12 +148,17 @@ class SolverInfo(_PlanModel):
     #: wall seconds per stage of the solve (planner/budget.py), e.g. {"baselines": s, "stage 1": s, ...}; None in
     #: plans written before it was recorded, and for the baselines
     stage_times_s: dict[str, _Amount] | None = None
-    #: a solve under a work limit (planner/budget.py): the limit and the work used, in work units (nominal
-    #: milliseconds); None for solves under a time limit, whose plan can vary with the machine's speed
+    #: a solve under a work limit (planner/budget.py): the limit, in work units (nominal milliseconds); None for
+    #: solves under a time limit, whose plan can vary with the machine's speed
     work_limit: _Amount | None = None
+    #: the search's counted work, in work units, under either limit (two plans of the same inputs made under a time
+    #: limit on different machines show here how much each searched)
     work_used: _Amount | None = None
-    #: ... and the work units charged per stage (stages as in stage_times_s)
+    #: ... and the work units counted per stage (stages as in stage_times_s)
     stage_work: dict[str, _Amount] | None = None
+    #: the stages whose search stopped because the limit was spent (planner/budget.py): under a time limit, those
+    #: whose result a faster or busier machine can change; [] if none did; None in plans written before
+    ran_out: list[str] | None = None
 
 
 class Plan(_PlanModel):

@@ -118,6 +118,10 @@ def plan_summary(plan: Plan, workload, console: Console, max_tables: int = 12, m
             parts.append(f"wall {s.wall_s:.2f} s")
         if s.work_limit is not None and s.work_used is not None:
             parts.append(f"work {s.work_used:,.0f} of {s.work_limit:,.0f} units (deterministic)")
+        elif s.work_used is not None:
+            parts.append(f"work {s.work_used:,.0f} units")
+        if s.ran_out:
+            parts.append(f"{'work' if s.work_limit is not None else 'time'} limit cut: {', '.join(s.ran_out)}")
         if s.warm_start and s.warm_start != "none":
             parts.append(f"warm start {s.warm_start}")
         console.print(", ".join(parts))

@@ -25,7 +25,8 @@ def _essence(plan) -> tuple:
     """What must not vary: the placements, the step and bound, the work used."""
     s = plan.solver
     return (tuple(p.model_dump_json() for p in plan.placements), s.objective_step_time_s,
-            s.lower_bound_step_time_s, s.status, s.work_used, tuple(sorted((s.stage_work or {}).items())))
+            s.lower_bound_step_time_s, s.status, s.work_used, tuple(sorted((s.stage_work or {}).items())),
+            tuple(s.ran_out or ()))
 
 
 def test_a_work_budget_moves_only_by_what_is_charged():
@@ -46,10 +47,26 @@ def test_a_work_budget_moves_only_by_what_is_charged():
     assert b.stage_work["x"] == pytest.approx(0.01) and b.stages["x"] >= 0.0
 
 
-def test_a_time_budget_ignores_charges():
+def test_a_time_budget_counts_charges_without_moving_its_clock():
     b = Budget(10.0)
-    b.charge(100.0)
+    with b.stage("x"):
+        b.child(5.0).charge(100.0)
     assert not b.deterministic and not b.expired() and b.left() > 9.0
+    assert b.counted() == pytest.approx(100.0) and b.stage_work == {"x": pytest.approx(100.0)}
+    assert b.ran_out == {}
+
+
+def test_a_spent_budget_is_noted_in_the_stage_that_found_it():
+    b = Budget(10.0)
+    with b.stage("stage 1"):
+        assert b.child(0.0).expired()  # a child with nothing left, found spent inside stage 1
+        with b.stage("stage 2"):
+            assert b.child(-1.0).left() < 0
+            assert b.child(5.0).left() > 0  # not spent: not noted
+    spent = Budget.of_work(1)
+    spent.charge(1.0)
+    assert spent.expired()  # outside any stage
+    assert b.ran_out == {"stage 1": 1, "stage 2": 1} and spent.ran_out == {"solve": 1}
 
 
 def test_solver_limits_are_iterations_and_nodes_in_a_work_budget():
@@ -88,6 +105,18 @@ def test_the_same_plan_on_a_slower_machine(monkeypatch, hw, wl, units):
     assert wall.expired()  # the stand-in reaches every wall-time budget: a time limit would search less here
     again = solve(topo, w, SolveConfig(work_limit=units))
     assert _essence(again) == _essence(first)
+
+
+def test_a_time_limited_plan_says_which_stages_the_clock_cut():
+    topo, w = shipped_pair("pcie-4gpu-workstation", "tiny")
+    done = solve(topo, w, SolveConfig(time_limit_s=60))  # proven optimal long before the limit
+    assert done.solver.status == "optimal" and done.solver.ran_out == [] and done.solver.work_used > 0
+    assert done.solver.work_limit is None and "cut" not in done.solver.note
+    topo, w = shipped_pair("dgx-h100-2node", "mlperf-dlrm-v2")
+    short = solve(topo, w, SolveConfig(time_limit_s=10))  # two stages: stage 1's CBC pass needs 30 s left
+    assert "stage 1" in short.solver.ran_out and set(short.solver.ran_out) <= set(short.solver.stage_times_s)
+    assert f"time limit cut: {', '.join(short.solver.ran_out)}" in short.solver.note
+    assert short.solver.stage_work and set(short.solver.stage_work) == set(short.solver.stage_times_s)
 
 
 def test_the_same_plan_whatever_the_hash_seed(tmp_path):

@@ -80,7 +80,7 @@ class BoundTree:
         if np.any(node.lower > upper):  # an option forced and forbidden at once: no plan here
             node.bound_s, node.values = float("inf"), None
             return
-        if budget.left() <= 0.05:
+        if not budget.allows(0.05):
             return
         self.solves += 1
         values, bound = self.lp.solve(budget, upper=upper, lower=node.lower, phase_box=(node.box_lo, node.box_hi),

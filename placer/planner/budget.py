@@ -15,7 +15,11 @@ Two clocks:
   same work limit give the same plan on any machine (CLI ``--work-limit``); a work unit is a nominal
   millisecond (WORK_UNIT_S): about a millisecond of search on the reference machine, more on a slower one.
 
-In a time budget ``charge`` does nothing, so stages charge unconditionally.
+Stages charge unconditionally: in a time budget the charges do not move the clock, but they are counted all the
+same (``counted``, and per stage ``stage_work``), so two plans of the same inputs made under a time limit on
+different machines show how much search each stage did. Where a stage finds its budget spent (``left()`` at or
+below 0, ``expired()``, or a solver stopped by its limit: ``note_ran_out``), the stage is named in ``ran_out``:
+its result depends on how far the limit let it search (under a time limit, on the machine's speed).
 """
 from __future__ import annotations
 
@@ -52,13 +56,33 @@ class Budget:
     work); ``stages`` records wall seconds per stage name (shared with every child)."""
 
     def __init__(self, seconds: float, *, start: float | None = None, stages: dict[str, float] | None = None,
-                 clock: Callable[[], float] = wall_clock, stage_work: dict[str, float] | None = None):
+                 clock: Callable[[], float] = wall_clock, stage_work: dict[str, float] | None = None,
+                 shared: _Shared | None = None):
         self.clock = clock
-        self.stage_work: dict[str, float] = {} if stage_work is None else stage_work  # work budgets: nominal s
+        self.stage_work: dict[str, float] = {} if stage_work is None else stage_work  # nominal s per stage
         self.seconds = float(seconds)
         self.start = clock() if start is None else start
         self.wall_start = self.start if clock is wall_clock else time.perf_counter()
         self.stages: dict[str, float] = {} if stages is None else stages
+        # what a solve's budgets share: the counted work (a work budget's clock is that count), the stages open
+        # now (innermost last) and how often each found its budget spent
+        self.shared = shared if shared is not None else _Shared(clock if isinstance(clock, WorkMeter) else WorkMeter())
+
+    @property
+    def counted(self) -> WorkMeter:
+        """The nominal seconds of work charged so far to this budget, its parents and its children."""
+        return self.shared.counted
+
+    @property
+    def ran_out(self) -> dict[str, int]:
+        """Stage name -> how many times a search in it found its budget spent ("solve": outside any stage)."""
+        return self.shared.ran_out
+
+    def note_ran_out(self, stage: str | None = None) -> None:
+        """Record that a search stopped because its budget was spent, in ``stage`` (default: the innermost stage
+        open now)."""
+        name = stage or (self.shared.open[-1] if self.shared.open else "solve")
+        self.shared.ran_out[name] = self.shared.ran_out.get(name, 0) + 1
 
     @classmethod
     def of_work(cls, units: float, *, wall_start: float | None = None) -> Budget:
@@ -80,9 +104,8 @@ class Budget:
         return "work limit" if self.deterministic else "time limit"
 
     def charge(self, seconds: float) -> None:
-        """Charge ``seconds`` of nominal work (a work budget's clock moves; a time budget ignores it)."""
-        if self.deterministic:
-            self.clock.charge(seconds)
+        """Charge ``seconds`` of nominal work: counted in either budget; a work budget's clock is that count."""
+        self.shared.counted.charge(seconds)
 
     @classmethod
     def unlimited(cls) -> Budget:
@@ -103,11 +126,23 @@ class Budget:
         return time.perf_counter() - self.wall_start
 
     def left(self) -> float:
-        """Seconds until the deadline (negative once past it)."""
-        return self.seconds - (self.clock() - self.start)
+        """Seconds until the deadline (negative once past it: noted in ``ran_out``)."""
+        left = self.seconds - (self.clock() - self.start)
+        if left <= 0:
+            self.note_ran_out()
+        return left
+
+    def allows(self, seconds: float, stage: str | None = None) -> bool:
+        """Whether more than ``seconds`` are left, for a step that needs that long; if not, the step is skipped
+        for want of time, which is noted in ``ran_out`` (under ``stage``, default the innermost stage open)."""
+        if self.seconds - (self.clock() - self.start) > seconds:
+            return True
+        self.note_ran_out(stage)
+        return False
 
     def expired(self) -> bool:
-        return self.clock() >= self.deadline
+        """Whether the deadline has passed (noted in ``ran_out`` if so)."""
+        return self.left() <= 0
 
     def child(self, seconds: float | None = None, *, fraction: float | None = None) -> Budget:
         """A budget starting now of ``seconds``, or of ``fraction`` of the time left here (one of the two),
@@ -116,16 +151,27 @@ class Budget:
         if (seconds is None) == (fraction is None):
             raise ValueError("Budget.child takes seconds or fraction, not both or neither")
         length = seconds if seconds is not None else fraction * self.left()
-        return Budget(length, stages=self.stages, clock=self.clock, stage_work=self.stage_work)
+        return Budget(length, stages=self.stages, clock=self.clock, stage_work=self.stage_work, shared=self.shared)
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
         """Add the wall seconds the block takes to ``stages[name]`` (a stage entered again adds up), whatever
-        the budget's clock; in a work budget, also the nominal seconds charged meanwhile to ``stage_work``."""
-        t0, w0 = time.perf_counter(), self.clock()
+        the budget's clock, and the nominal seconds of work charged meanwhile to ``stage_work[name]``; a budget
+        found spent inside the block is noted under ``name`` in ``ran_out``."""
+        t0, w0 = time.perf_counter(), self.counted()
+        self.shared.open.append(name)
         try:
             yield
         finally:
+            self.shared.open.pop()
             self.stages[name] = self.stages.get(name, 0.0) + (time.perf_counter() - t0)
-            if self.deterministic:
-                self.stage_work[name] = self.stage_work.get(name, 0.0) + (self.clock() - w0)
+            self.stage_work[name] = self.stage_work.get(name, 0.0) + (self.counted() - w0)
+
+
+class _Shared:
+    """What every budget of one solve shares (Budget.shared)."""
+
+    def __init__(self, counted: WorkMeter):
+        self.counted = counted
+        self.open: list[str] = []
+        self.ran_out: dict[str, int] = {}

@@ -253,6 +253,7 @@ def solve(problem: Problem, *, backend: str = "cbc", time_limit_s: float = 60.0,
     if watchdog is not None and watchdog.fired:  # CBC ran far past its own limit and was stopped
         if log_path and os.path.exists(log_path):
             os.unlink(log_path)
+        budget.note_ran_out()
         return IlpResult(None, "no_solution", None, problem.simple_lower_bound(), time.perf_counter() - t0,
                          len(x) + len(y), len(prob.constraints), warm + "; cbc stopped by the watchdog", backend)
     solver_bound = None
@@ -287,6 +288,8 @@ def solve(problem: Problem, *, backend: str = "cbc", time_limit_s: float = 60.0,
             # the cutoff excluded every solution: none beats the start by more than the cutoff's slack
             chosen, proven = list(warm_start), infeasible
         else:
+            if not infeasible:
+                budget.note_ran_out()  # stopped by its limit before it found a plan
             return IlpResult(None, "infeasible" if infeasible else "no_solution", None,
                              problem.simple_lower_bound(), time.perf_counter() - t0, len(x) + len(y),
                              len(prob.constraints), warm,
@@ -302,6 +305,8 @@ def solve(problem: Problem, *, backend: str = "cbc", time_limit_s: float = 60.0,
         if lp is not None:
             bounds.append(lp)
     lower = min(max(bounds), objective)
+    if not proven:
+        budget.note_ran_out()  # stopped by its limit before it proved the plan within the gap
     return IlpResult(chosen, "optimal" if proven else "feasible", objective, lower, time.perf_counter() - t0,
                      len(x) + len(y), len(prob.constraints), warm, backend)
 

@@ -226,6 +226,7 @@ class Relaxation:
         if status == highspy.HighsModelStatus.kInfeasible:
             return None, float("inf")
         if status != highspy.HighsModelStatus.kOptimal:
+            budget.note_ran_out()  # stopped by its time or iteration limit
             return None, None
         self.solved_once = True
         self.iterations += info.simplex_iteration_count

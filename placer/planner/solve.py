@@ -221,7 +221,7 @@ def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
         num_constraints=result.num_constraints, tie_break=tie,
         warm_start=f"{warm_name}, {result.warm_start}" if warm_name else "none",
         note=("optimal = proven within gap_tolerance of the solver's bound" if result.status == "optimal"
-              else f"{budget.limit_name} reached: feasible, gap to the best valid lower bound"),
+              else f"{budget.limit_name} reached: feasible, gap to the best valid lower bound") + _limit_note(budget),
         stage_times_s=dict(budget.stages), **_work_record(config, budget))
     return make_plan(model, "ilp", placements, info)
 
@@ -234,12 +234,23 @@ def _limit_text(config: SolveConfig) -> str:
 
 
 def _work_record(config: SolveConfig, budget: Budget) -> dict:
-    """SolverInfo fields of a solve under a work limit: the limit, the work units used, and those per stage;
-    none otherwise."""
-    if not budget.deterministic:
-        return {}
-    return {"work_limit": config.work_limit, "work_used": round(budget.elapsed() / WORK_UNIT_S, 3),
-            "stage_work": {k: round(v / WORK_UNIT_S, 3) for k, v in budget.stage_work.items()}}
+    """SolverInfo fields of the search a solve did: the work units counted (in total and per stage; under a work
+    limit also the limit, which they are measured against) and the stages whose budget ran out (``ran_out``:
+    under a time limit, where a faster or busier machine can change the plan)."""
+    return {"work_limit": config.work_limit, "work_used": round(budget.counted() / WORK_UNIT_S, 3),
+            "stage_work": {k: round(v / WORK_UNIT_S, 3) for k, v in budget.stage_work.items()},
+            "ran_out": sorted(budget.ran_out)}
+
+
+def _limit_note(budget: Budget) -> str:
+    """What the plan's note says of the stages the limit cut ("" if none)."""
+    if not budget.ran_out:
+        return ""
+    names = ", ".join(sorted(budget.ran_out))
+    if budget.deterministic:
+        return f"; the work limit cut: {names}"
+    return (f"; the time limit cut: {names} (a faster or busier machine can give another plan and bound; "
+            "--work-limit gives the same on any machine)")
 
 
 def _tie_break(model: CostModel, config: SolveConfig, problem: Problem, options: dict[str, list[Placement]],
@@ -357,6 +368,6 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, budge
         tie_break=tie,
         note=(f"two-stage: aggregated ILP over symmetry classes ({stage1.status}) gives the bound; "
               f"plan from {source}" + ("; optimal = within gap_tolerance of that bound" if status == "optimal"
-                                       else "")),
+                                       else "") + _limit_note(budget)),
         stage_times_s=dict(budget.stages), **_work_record(config, budget))
     return make_plan(model, "ilp", best, info)

@@ -92,7 +92,7 @@ def solve_stage1(ctx: Context, kinds: list[list[Kind]], budget: Budget, gap: flo
     found = [chosen] if chosen is not None else []  # every choice stage 1 makes on the way
     flat = [k for ks in kinds for k in ks]
     group_of = {i: gi for gi, g in enumerate(problem.groups) for i in g}
-    while chosen is not None and left() > time_limit_s * 0.2:
+    while chosen is not None and budget.allows(time_limit_s * 0.2):
         # pigeonhole: N loads of s seconds on m identical resources put ceil(N/m) of them on one; where
         # the rounding ignores that, add the row and round again, freeing the tables that carry such loads
         x = np.zeros(problem.num_options)
@@ -111,7 +111,7 @@ def solve_stage1(ctx: Context, kinds: list[list[Kind]], budget: Budget, gap: flo
         chosen = again
         found.append(chosen)
     tree = None
-    if chosen is not None and left() > 0.5:  # a second of splits raises the bound (0.6 ms on production-856)
+    if chosen is not None and budget.allows(0.5):  # a second of splits raises the bound (0.6 ms on production-856)
         tracker.update("stage 1: branch and bound on the bound")
         # no gap: the plan lands above stage 1's incumbent, so leaves within the gap of it still matter
         tree = BoundTree(problem, relaxation).run(problem.objective(chosen), budget)

@@ -93,10 +93,10 @@ def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, budge
     place(result.chosen)
     took = stage2.elapsed() - started  # wall seconds, or nominal ones in a work budget
     for ids in stage1.other_choices:  # stage 1's other choices (the first rounding's, ...): stage 2 may do better
-        if stage2.left() < took:
+        if not stage2.allows(took, "stage 2"):
             break
         place(ids)
-    if stage2.left() > 30.0:  # time left: branch and bound on stage 1, from the rounding
+    if stage2.allows(30.0, "stage 1"):  # time left: branch and bound on stage 1, from the rounding
         plain = dataclasses.replace(stage1.problem, levels=[])  # levels + a start crash CBC
         tracker.update(f"stage 1: {backend} branch and bound")
         with budget.stage("stage 1"):
@@ -113,7 +113,7 @@ def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, budge
     # the groups a column-wise block opens on the same GPU, and can steer stage 1 to choices stage 2 cannot
     # realise (mlperf-dlrm-v1 @ dgx-h100-2node: 1.81 ms with them, 1.71 ms without). With time left, stage 2
     # also places that choice; the bound stays stage 1's own.
-    if stage2.left() > 3 * took + 2.0:
+    if stage2.allows(3 * took + 2.0, "stage 1"):
         with budget.stage("stage 1"):
             plain = solve_stage1(ctx, kinds, budget.child(min(stage2.left() / 2, max(5.0, 3 * took))), gap=gap,
                                  backend=backend, threads=threads, problem=without_stream_rows(stage1.problem))
@@ -139,7 +139,7 @@ def _stage2(assigner: Assigner, problem: Problem, kinds: list[list[Kind]], ids: 
         variant = (tuple(scales[scale_from]), weight)
         if variant in tried:  # no pigeonhole rows: "plain" is "counted"
             continue
-        if best[0] and budget.left() < took:
+        if best[0] and not budget.allows(took):
             break
         tried.add(variant)
         t0 = budget.elapsed()
@@ -149,6 +149,7 @@ def _stage2(assigner: Assigner, problem: Problem, kinds: list[list[Kind]], ids: 
         while placements:  # starved GPUs filled first, while that helps; the MIP gets what the run leaves
             mip_time = min(fill.MIP_TIME_S, budget.left() - run_took)
             if mip_time < fill.MIN_MIP_TIME_S:
+                budget.note_ran_out()
                 break
             pins = fill.fill_starved(assigner, acc, budget, mip_time)
             if not pins:
