@@ -8,10 +8,12 @@ import subprocess
 import sys
 import time
 
+import numpy as np
+import pulp
 import pytest
 
 from placer.errors import SpecError
-from placer.planner import effort
+from placer.planner import effort, ilp
 from placer.planner.budget import WORK_UNIT_S, Budget
 from placer.planner.solve import SolveConfig, solve
 from tests.conftest import ROOT, shipped_pair
@@ -152,3 +154,29 @@ def test_solve_config_checks_the_work_limit():
         SolveConfig(work_limit=0)
     with pytest.raises(SpecError, match="work limit"):
         SolveConfig(work_limit=float("inf"))
+
+
+def _knapsack() -> tuple[pulp.LpProblem, list]:
+    """A 40-item, 5-constraint knapsack that CBC and HiGHS do not close at the root."""
+    rng = np.random.default_rng(0)
+    w, v = rng.integers(10, 100, (5, 40)), rng.integers(10, 100, 40)
+    prob = pulp.LpProblem("knapsack", pulp.LpMaximize)
+    x = [pulp.LpVariable(f"x{i}", cat="Binary") for i in range(40)]
+    prob += pulp.lpSum(int(v[i]) * x[i] for i in range(40))
+    for j in range(5):
+        prob += pulp.lpSum(int(w[j, i]) * x[i] for i in range(40)) <= int(w[j].sum() // 2)
+    return prob, x
+
+
+@pytest.mark.parametrize("backend", ["cbc", "highs"])
+def test_a_mip_stopped_by_its_node_limit_keeps_its_solution_and_is_noted(backend):
+    prob, x = _knapsack()
+    spent = Budget.of_work(0.001)  # one node
+    with spent.stage("tie-break"):
+        ilp.run_mip(prob, backend, spent, 1e-6)  # HiGHS's node-limit status once raised KeyError inside PuLP
+    assert spent.ran_out == {"tie-break": 1} and prob.sol_status == pulp.LpSolutionIntegerFeasible
+    assert all(xi.varValue in (0.0, 1.0) for xi in x)
+    prob, _ = _knapsack()
+    ample = Budget(60.0)
+    ilp.run_mip(prob, backend, ample, 30.0)
+    assert ample.ran_out == {} and prob.sol_status == pulp.LpSolutionOptimal

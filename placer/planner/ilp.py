@@ -16,6 +16,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+import highspy
 import numpy as np
 import pulp
 
@@ -177,8 +178,28 @@ def run_mip(prob: pulp.LpProblem, backend: str, budget: Budget, seconds: float, 
     options.pop("warmStart", None)
     nonzeros = _nonzeros(prob)
     limits = effort.mip_limits(budget, seconds, nonzeros)
-    prob.solve(pulp.HiGHS(msg=False, timeLimit=limits.pop("time_limit", None), **limits, **options))
+    _solve(prob, pulp.HiGHS(msg=False, timeLimit=limits.pop("time_limit", None), **limits, **options))
     budget.charge(effort.mip_work(nonzeros, prob.solverModel.getInfo().mip_node_count))
+    if prob.solverModel.getModelStatus() in _HIGHS_LIMITS:
+        budget.note_ran_out()  # stopped by its time, node or iteration limit
+
+
+def _solve(prob: pulp.LpProblem, solver) -> None:
+    """``prob.solve(solver)``, but a HiGHS MIP stopped by its node or solution limit (a work budget's limit:
+    PuLP 3.3 has no status for it and raises KeyError) keeps HiGHS's best solution, if any, as integer feasible
+    (not proven), as a MIP stopped by its time limit does."""
+    try:
+        prob.solve(solver)
+    except KeyError:
+        model = getattr(prob, "solverModel", None)
+        if not isinstance(solver, pulp.HiGHS) or model is None or model.getModelStatus() not in _HIGHS_LIMITS:
+            raise
+        solution = model.getSolution()
+        found = bool(solution.value_valid)
+        for var in prob.variables():
+            var.varValue = solution.col_value[var.index] if found else None
+        prob.status = pulp.LpStatusNotSolved
+        prob.sol_status = pulp.LpSolutionIntegerFeasible if found else pulp.LpSolutionNoSolutionFound
 
 
 def _run_cbc(prob: pulp.LpProblem, budget: Budget, seconds: float, **options) -> str:
@@ -194,11 +215,17 @@ def _run_cbc(prob: pulp.LpProblem, budget: Budget, seconds: float, **options) ->
     finally:
         os.unlink(log_path)
     budget.charge(effort.cbc_work(text, nonzeros))
+    result = _CBC_RESULT.search(text)
+    if result and result.group(1).startswith("Stopped"):
+        budget.note_ran_out()  # "Stopped on time limit", "... on node limit", ...
     return text
 
 
 _CBC_BOUND = re.compile(r"^Lower bound:\s*([-+0-9.eE]+)", re.MULTILINE)
 _CBC_RESULT = re.compile(r"^Result - (.*)$", re.MULTILINE)
+#: HiGHS statuses of a MIP stopped by a limit before it finished
+_HIGHS_LIMITS = frozenset({highspy.HighsModelStatus.kTimeLimit, highspy.HighsModelStatus.kIterationLimit,
+                           highspy.HighsModelStatus.kSolutionLimit})
 _CBC_MIPSTART = re.compile(r"MIPStart provided solution with cost ([-+0-9.eE]+)")
 
 
@@ -241,7 +268,7 @@ def solve(problem: Problem, *, backend: str = "cbc", time_limit_s: float = 60.0,
     if tracker is not None and backend == "cbc" and log_path and not msg:
         watcher = CbcLogWatcher(log_path, tracker, lambda v: v / TIME_SCALE + problem.fixed_s)
     try:
-        prob.solve(solver)
+        _solve(prob, solver)
     except pulp.PulpSolverError as exc:
         if watchdog is None or not watchdog.fired:
             raise SolverError(f"{backend} failed: {exc}") from None
