@@ -10,13 +10,12 @@ import networkx as nx
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = ROOT / "placer"
 MAX_MODULE_LINES = 600
 MAX_LINE = 120
 
 
-def _sources(*folders: str) -> list[Path]:
-    return sorted(p for f in folders for p in (ROOT / f).rglob("*.py") if "__pycache__" not in p.parts)
+def _sources(*folders: str, root: Path = ROOT) -> list[Path]:
+    return sorted(p for f in folders for p in (root / f).rglob("*.py") if "__pycache__" not in p.parts)
 
 
 def _module_name(path: Path, root: Path = ROOT) -> str:
@@ -55,8 +54,7 @@ def _top_level_imports(path: Path, modules: set[str], root: Path = ROOT) -> set[
 
 def import_circles(root: Path) -> list[list[str]]:
     """The circles of module-level imports between the modules of the placer package under ``root``."""
-    modules = {_module_name(p, root): p for p in sorted((root / "placer").rglob("*.py"))
-               if "__pycache__" not in p.parts}
+    modules = {_module_name(p, root): p for p in _sources("placer", root=root)}
     graph = nx.DiGraph()
     graph.add_nodes_from(modules)
     for name, path in modules.items():

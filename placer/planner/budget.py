@@ -127,15 +127,19 @@ class Budget:
 
     def left(self) -> float:
         """Seconds until the deadline (negative once past it: noted in ``ran_out``)."""
-        left = self.seconds - (self.clock() - self.start)
+        left = self._remaining()
         if left <= 0:
             self.note_ran_out()
         return left
 
+    def _remaining(self) -> float:
+        """Seconds until the deadline, without noting anything."""
+        return self.seconds - (self.clock() - self.start)
+
     def allows(self, seconds: float, stage: str | None = None) -> bool:
         """Whether more than ``seconds`` are left, for a step that needs that long; if not, the step is skipped
         for want of time, which is noted in ``ran_out`` (under ``stage``, default the innermost stage open)."""
-        if self.seconds - (self.clock() - self.start) > seconds:
+        if self._remaining() > seconds:
             return True
         self.note_ran_out(stage)
         return False

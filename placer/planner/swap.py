@@ -115,9 +115,7 @@ def _best_partners(stage2: Assigner, frame: SwapFrame, acc: Accumulator, keys: l
         ok &= ~np.any((into_t > limit * (1 - 1e-12)) & (into_t > loads[at_t][None, :] + 1e-18), axis=1)
         ok &= ~np.any((into_u > limit * (1 - 1e-12)) & (into_u > here + 1e-18), axis=1)
         budget.charge(effort.SWAP_S_PER_PAIR * len(keys))
-        for u in np.flatnonzero(ok)[np.argsort(-gain[ok], kind="stable")].tolist():
-            if keys[u] == kt:
-                continue
+        for u in np.flatnonzero(ok)[np.argsort(-gain[ok], kind="stable")].tolist():  # none on t's GPU (key_id)
             if _fits(stage2, acc, frame.tables[u], kt, frame.tables[t]) and \
                     _fits(stage2, acc, frame.tables[t], keys[u], frame.tables[u]):
                 yield t, u
