@@ -5,8 +5,8 @@ other GPUs are packed to some phase's maximum (synthetic-1000 on 256 GPUs: 463 o
 0.5% of the exchange's maximum, the forward full on the GPUs of the column-wise blocks). Here the GPU that
 holds a phase's busiest resource and each other GPU pool their single-GPU tables (at most ``MAX_POOLED``) and
 every split of the pool between the two is scored at once in numpy, on the two GPUs' own resources (loads
-relabeled through
-the cluster's symmetry; the rest of the cluster as it is). The split with the least step time, then the least
+relabeled through the cluster's symmetry, with the fixed costs of the fused groups each split leaves open on
+each GPU; the rest of the cluster as it is). The split with the least step time, then the least
 peak of the two in that phase, then the least sum of squared loads, wins when it lowers the busiest resource
 and puts no new load at another phase's maximum (so repacks cannot trade one phase against another in
 circles); it is then priced exactly and kept only if no phase's exact maximum rose.
@@ -23,6 +23,7 @@ from placer.planner import effort
 from placer.planner.accumulator import Accumulator
 from placer.planner.assign import Assigner
 from placer.planner.budget import Budget
+from placer.program.ops import GroupKey
 
 #: Most tables two GPUs split (2**MAX_POOLED splits are scored per pair); pairs holding more are left out (a
 #: sub-pool of the tables loading the phase most did worse: production-856 on 16 GPUs 31.8 -> 32.3 ms).
@@ -66,6 +67,49 @@ class GpuFrame:
         self.load_at = {k: np.array([index.of[(ph, rl(k, r))] for ph, r in dims], dtype=np.int64) for k in self.keys}
         self.mem_at = {k: np.array([index.mem_of[rl(k, m)] for m in mems], dtype=np.int64) for k in self.keys}
         self.owner = {int(i): k for k in self.keys for i in self.load_at[k]}  # load index -> GPU key
+        self._groups(stage2, acc, tables, at)
+
+    def _groups(self, stage2: Assigner, acc: Accumulator, tables: list[int], at: dict) -> None:
+        """The fused groups the tables use on their GPU (canonical): ``uses`` (tables' rows by table, groups) says
+        which, ``fixed`` (groups, dims) their fixed costs (s), paid once per GPU where a table uses the group;
+        ``group_at`` maps a GPU key to the numbers (LoadIndex.group_id) of the groups relabeled onto it."""
+        where, rl, index = stage2.where, stage2.sym.relabel, acc.index
+        column: dict = {}
+        charges: list[np.ndarray] = []
+        self.uses = {}
+        for ti in tables:
+            kind = where[ti][0]
+            row = []
+            for g, per_pos in kind.groups:
+                if g not in column:
+                    column[g] = len(charges)
+                    vec = np.zeros(len(self.dims))
+                    for pos, seconds in per_pos:
+                        ph, r, _ = kind.own[pos]
+                        if (ph, r) in at:
+                            vec[at[(ph, r)]] += seconds
+                    charges.append(vec)
+                row.append(column[g])
+            self.uses[ti] = row
+        self.fixed = np.array(charges).reshape(len(charges), len(self.dims))
+        groups = list(column)
+        self.group_at = {k: np.array([index.group_id(GroupKey(rl(k, g.device), g.location, g.dtype, g.width))
+                                      for g in groups], dtype=np.int64) for k in self.keys}
+
+    def membership(self, tables: list[int]) -> np.ndarray:
+        """(tables, groups): 1 where the table uses the group."""
+        out = np.zeros((len(tables), len(self.fixed)))
+        for i, ti in enumerate(tables):
+            out[i, self.uses[ti]] = 1.0
+        return out
+
+    def group_base(self, acc: Accumulator, key: tuple, leaving: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """For the GPU ``key`` once the tables ``leaving`` are gone: (the fixed costs (s, over dims) of the groups
+        that then close, whether each group stays open through other placements there)."""
+        users = acc.users_of(self.group_at[key])
+        left = users - self.membership(leaving).sum(axis=0)
+        closing = (users > 0) & (left <= 0)
+        return closing.astype(np.float64) @ self.fixed, left > 0
 
 
 def repack(stage2: Assigner, placements: list[Placement], acc: Accumulator, budget: Budget) -> int:
@@ -121,22 +165,7 @@ def _best_split(frame: GpuFrame, acc: Accumulator, on: dict[tuple, list[int]], g
         pool = from_g + from_h
         if h == g or not from_h or len(pool) > MAX_POOLED:
             continue
-        n = len(pool)
-        vec = np.array([frame.load[t] for t in pool])
-        mem = np.array([frame.mem[t] for t in pool])
-        split = _splits(n)
-        base_g = loads[frame.load_at[g]] - sum(frame.load[t] for t in from_g)
-        base_h = loads[frame.load_at[h]] - sum(frame.load[t] for t in from_h)
-        on_g = split @ vec
-        load_g, load_h = base_g + on_g, base_h + vec.sum(axis=0) - on_g
-        if mem.shape[1]:
-            mem_g = split @ mem
-            used_g = acc.memory_array[frame.mem_at[g]] - sum(frame.mem[t] for t in from_g)
-            used_h = acc.memory_array[frame.mem_at[h]] - sum(frame.mem[t] for t in from_h)
-            cap_g, cap_h = acc.index.usable[frame.mem_at[g]], acc.index.usable[frame.mem_at[h]]
-            fits = np.all(used_g + mem_g <= cap_g, axis=1) & np.all(used_h + mem.sum(axis=0) - mem_g <= cap_h, axis=1)
-        else:
-            fits = np.ones(len(split), dtype=bool)
+        split, load_g, load_h, fits = split_loads(frame, acc, on, g, h)
         mine = set(frame.load_at[g].tolist()) | set(frame.load_at[h].tolist())
         now = np.maximum(loads[frame.load_at[g]], loads[frame.load_at[h]])
         step = np.zeros(len(split))
@@ -161,6 +190,38 @@ def _best_split(frame: GpuFrame, acc: Accumulator, on: dict[tuple, list[int]], g
             chosen = split[i].astype(bool)
             best = (score, h, [t for t, c in zip(pool, chosen) if c], [t for t, c in zip(pool, chosen) if not c])
     return None if best is None else best[1:]
+
+
+def split_loads(frame: GpuFrame, acc: Accumulator, on: dict[tuple, list[int]], g: tuple, h: tuple
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every split of the single-GPU tables on GPUs ``g`` and ``h`` (``on``: GPU key -> its tables) between
+    the two: (splits (2**n, n), 1 where the pool's table, ``on[g] + on[h]`` in order, ends on g; the loads (s) on
+    g's and on h's frame dims after each split, with the fixed costs of the fused groups the split leaves open
+    there; whether each split fits in memory). A group that another placement on the GPU also uses stays open
+    (its fixed costs in the loads now); one only the pool's tables use closes where none of them stays."""
+    loads, from_g, from_h = acc.load_array, on[g], on[h]
+    pool = from_g + from_h
+    vec = np.array([frame.load[t] for t in pool])
+    mem = np.array([frame.mem[t] for t in pool])
+    split = _splits(len(pool))
+    closing_g, open_g = frame.group_base(acc, g, from_g)
+    closing_h, open_h = frame.group_base(acc, h, from_h)
+    base_g = loads[frame.load_at[g]] - sum(frame.load[t] for t in from_g) - closing_g
+    base_h = loads[frame.load_at[h]] - sum(frame.load[t] for t in from_h) - closing_h
+    on_g = split @ vec
+    uses = frame.membership(pool)
+    users_g = split @ uses  # (splits, groups): tables of the pool that use each group on g
+    opened_g = ((users_g > 0) & ~open_g).astype(np.float64) @ frame.fixed
+    opened_h = ((users_g < uses.sum(axis=0)) & ~open_h).astype(np.float64) @ frame.fixed
+    load_g, load_h = base_g + on_g + opened_g, base_h + vec.sum(axis=0) - on_g + opened_h
+    if not mem.shape[1]:
+        return split, load_g, load_h, np.ones(len(split), dtype=bool)
+    mem_g = split @ mem
+    used_g = acc.memory_array[frame.mem_at[g]] - sum(frame.mem[t] for t in from_g)
+    used_h = acc.memory_array[frame.mem_at[h]] - sum(frame.mem[t] for t in from_h)
+    cap_g, cap_h = acc.index.usable[frame.mem_at[g]], acc.index.usable[frame.mem_at[h]]
+    fits = np.all(used_g + mem_g <= cap_g, axis=1) & np.all(used_h + mem.sum(axis=0) - mem_g <= cap_h, axis=1)
+    return split, load_g, load_h, fits
 
 
 @lru_cache(maxsize=None)
