@@ -76,29 +76,3 @@ def test_split_loads_are_the_exact_loads_with_group_openings_and_closings(assign
             checked += 1
     assert checked >= 24 and closed > 0 and opened > 0  # the splits checked did open and close groups
 
-
-def test_a_table_joins_an_open_group_where_the_step_allows(assigned):
-    """assign.OPENING_WEIGHT: taken out of the assignment and put back, a table goes where its fused group is
-    open whenever some device where the step time stays has it open (its fixed costs not paid twice), never at
-    a higher step time than without the weight; without it, the emptier device wins in some such cases."""
-    stage2, placements, acc = assigned
-    stage2.set_scale(acc.phase_max)  # as stage 1's phase times would set it
-    differ = 0
-    for ti in stage2.single_gpu_tables():
-        kind = stage2.where[ti][0]
-        cost = stage2.price(placements[ti])
-        acc.remove(cost)
-        keys, step, _ = stage2._scores(acc, kind)
-        closed = stage2._group_opening(acc, kind, keys).any(axis=1)
-        open_at_least = np.flatnonzero(~closed & (step <= step.min() * (1 + 1e-12)))
-        chosen = {}
-        for weight in (0.0, 100.0):
-            stage2.opening_weight = weight
-            chosen[weight] = stage2.best_key(acc, kind)
-        stage2.opening_weight = 100.0
-        acc.add(cost)
-        assert chosen[100.0][1] == pytest.approx(chosen[0.0][1], rel=1e-12)
-        if len(open_at_least):
-            assert not closed[keys.index(chosen[100.0][0])]
-            differ += closed[keys.index(chosen[0.0][0])]
-    assert differ > 0

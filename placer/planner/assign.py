@@ -33,16 +33,6 @@ ORDERS: dict[str, Callable[[Assigner, Kind], float]] = {
 }
 
 
-#: Among devices where a table leaves the step time as it is, the balance measure (Assigner._scores) also counts,
-#: this many times over, the fixed costs of the fused groups the table would open there relative to the phase's
-#: scale: a table joins a group already open on some device rather than open its group on a slightly emptier one.
-#: Measured (this 2-core VM, alone) on production-856 @ dgx-h100-16node, one stage-1 choice, a 12 s stage-2 run:
-#: 0 -> 22.909 ms (3.58 hbm groups per GPU), 10 -> 23.054 ms, 100 -> 22.887 ms (3.41), 1000 as 100. With
-#: repack.py's group-aware splits (the same commit), one CLI run each: --time-limit 30 22.953 -> 22.913 ms,
-#: --time-limit 60 22.904 -> 22.882 ms; synthetic-1000 @ dgx-h100-32node 60 s 18.763 -> 18.754 ms.
-OPENING_WEIGHT = 100.0
-
-
 class Assigner:
     """Stage 2's state for one Context: the balance measure (``scale``, per-phase seconds; ``excess_weight``,
     see _scores) and ``where``: table -> (kind, symmetry key) of the assignment made last (``assign``).
@@ -54,7 +44,6 @@ class Assigner:
         # per-phase load scale for stage 2's balance measure (stage 1's phase times once known), seconds
         self.scale = [1e-3] * len(PHASES)
         self.excess_weight = 0.0
-        self.opening_weight = OPENING_WEIGHT
         self.where: dict[int, tuple[Kind, tuple]] = {}
         self.spread: dict[int, Kind] = {}  # table -> its kind over all GPUs, of the assignment made last
         self._load_index = load_index(ctx.model)
@@ -246,15 +235,13 @@ class Assigner:
         the sum of squared loads, each relative to its phase's scale (and of memory relative to capacity):
         among equal steps, the emptier device wins. With ``excess_weight``, imbalance also counts, that many
         times over, the growth of the squared load above the phase's scale (stage 1's phase time): a device
-        that one table already fills to stage 1's time is avoided even while the step does not show it. With
-        ``opening_weight`` (OPENING_WEIGHT), the fixed costs of the groups the kind opens count again there."""
+        that one table already fills to stage 1's time is avoided even while the step does not show it."""
         keys, load_at, mem_at = self._own_indices(kind)
         load = np.array([v for _, _, v in kind.own])
         phase = np.array([ph for ph, _, _ in kind.own], dtype=np.int64)
         scale = np.asarray(self.scale)[phase]
         now = acc.load_array[load_at]  # (candidates, own resources)
-        opening = self._group_opening(acc, kind, keys)  # (candidates, own resources)
-        load = load + opening
+        load = load + self._group_opening(acc, kind, keys)  # (candidates, own resources)
         after = now + load
         step = np.full(len(keys), sum(acc.phase_max))
         for ph in np.unique(phase):
@@ -264,8 +251,6 @@ class Assigner:
         if self.excess_weight:
             excess = np.maximum(after - scale, 0.0)**2 - np.maximum(now - scale, 0.0)**2
             imbalance += self.excess_weight * (excess / scale**2).sum(axis=1)
-        if self.opening_weight:
-            imbalance += self.opening_weight * (opening / scale).sum(axis=1)
         if kind.own_mem:
             used = acc.memory_array[mem_at]
             cap = acc.index.usable[mem_at]

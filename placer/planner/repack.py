@@ -70,9 +70,9 @@ class GpuFrame:
         self._groups(stage2, acc, tables, at)
 
     def _groups(self, stage2: Assigner, acc: Accumulator, tables: list[int], at: dict) -> None:
-        """The fused groups the tables use on their GPU (canonical): ``uses`` (tables' rows by table, groups) says
-        which, ``fixed`` (groups, dims) their fixed costs (s), paid once per GPU where a table uses the group;
-        ``group_at`` maps a GPU key to the numbers (LoadIndex.group_id) of the groups relabeled onto it."""
+        """The fused groups the tables use on their GPU (canonical), numbered: ``uses`` maps a table to the numbers
+        of its groups, ``fixed`` (groups, dims) holds their fixed costs (s), paid once per GPU where a table uses
+        the group; ``group_at`` maps a GPU key to the LoadIndex.group_id of every group relabeled onto it."""
         where, rl, index = stage2.where, stage2.sym.relabel, acc.index
         column: dict = {}
         charges: list[np.ndarray] = []
