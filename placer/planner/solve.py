@@ -296,9 +296,9 @@ TWO_STAGE_RESERVE_S = 2.5
 #: alone, after the solve to the end of the command): 3.4 s on production-856 @ dgx-h100-16node (109,568
 #: pairs), 3.55 s on synthetic-1000 @ dgx-h100-32node (256,000 pairs).
 AFTER_SOLVE_S = 2.0
+AFTER_SOLVE_S_PER_PAIR = 1e-5
 #: The least time the single-stage branch and bound gets, however little of the limit the options left (s).
 MIN_SEARCH_S = 1.0
-AFTER_SOLVE_S_PER_PAIR = 1e-5
 
 
 def _search_s(model: CostModel, budget: Budget) -> float:
