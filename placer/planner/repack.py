@@ -103,11 +103,12 @@ class GpuFrame:
             out[i, self.uses[ti]] = 1.0
         return out
 
-    def group_base(self, acc: Accumulator, key: tuple, leaving: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        """For the GPU ``key`` once the tables ``leaving`` are gone: (the fixed costs (s, over dims) of the groups
-        that then close, whether each group stays open through other placements there)."""
+    def group_base(self, acc: Accumulator, key: tuple, leaving: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For the GPU ``key`` once ``leaving`` (per group: how many tables there that use it) are gone: (the fixed
+        costs (s, over dims) of the groups that then close, whether each group stays open through other placements
+        there)."""
         users = acc.users_of(self.group_at[key])
-        left = users - self.membership(leaving).sum(axis=0)
+        left = users - leaving
         closing = (users > 0) & (left <= 0)
         return closing.astype(np.float64) @ self.fixed, left > 0
 
@@ -199,17 +200,16 @@ def split_loads(frame: GpuFrame, acc: Accumulator, on: dict[tuple, list[int]], g
     g's and on h's frame dims after each split, with the fixed costs of the fused groups the split leaves open
     there; whether each split fits in memory). A group that another placement on the GPU also uses stays open
     (its fixed costs in the loads now); one only the pool's tables use closes where none of them stays."""
-    loads, from_g, from_h = acc.load_array, on[g], on[h]
-    pool = from_g + from_h
+    loads, pool, n_g = acc.load_array, on[g] + on[h], len(on[g])  # the pool: g's tables, then h's
     vec = np.array([frame.load[t] for t in pool])
     mem = np.array([frame.mem[t] for t in pool])
-    split = _splits(len(pool))
-    closing_g, open_g = frame.group_base(acc, g, from_g)
-    closing_h, open_h = frame.group_base(acc, h, from_h)
-    base_g = loads[frame.load_at[g]] - sum(frame.load[t] for t in from_g) - closing_g
-    base_h = loads[frame.load_at[h]] - sum(frame.load[t] for t in from_h) - closing_h
-    on_g = split @ vec
     uses = frame.membership(pool)
+    split = _splits(len(pool))
+    closing_g, open_g = frame.group_base(acc, g, uses[:n_g].sum(axis=0))
+    closing_h, open_h = frame.group_base(acc, h, uses[n_g:].sum(axis=0))
+    base_g = loads[frame.load_at[g]] - vec[:n_g].sum(axis=0) - closing_g
+    base_h = loads[frame.load_at[h]] - vec[n_g:].sum(axis=0) - closing_h
+    on_g = split @ vec
     users_g = split @ uses  # (splits, groups): tables of the pool that use each group on g
     opened_g = ((users_g > 0) & ~open_g).astype(np.float64) @ frame.fixed
     opened_h = ((users_g < uses.sum(axis=0)) & ~open_h).astype(np.float64) @ frame.fixed
@@ -217,8 +217,8 @@ def split_loads(frame: GpuFrame, acc: Accumulator, on: dict[tuple, list[int]], g
     if not mem.shape[1]:
         return split, load_g, load_h, np.ones(len(split), dtype=bool)
     mem_g = split @ mem
-    used_g = acc.memory_array[frame.mem_at[g]] - sum(frame.mem[t] for t in from_g)
-    used_h = acc.memory_array[frame.mem_at[h]] - sum(frame.mem[t] for t in from_h)
+    used_g = acc.memory_array[frame.mem_at[g]] - mem[:n_g].sum(axis=0)
+    used_h = acc.memory_array[frame.mem_at[h]] - mem[n_g:].sum(axis=0)
     cap_g, cap_h = acc.index.usable[frame.mem_at[g]], acc.index.usable[frame.mem_at[h]]
     fits = np.all(used_g + mem_g <= cap_g, axis=1) & np.all(used_h + mem.sum(axis=0) - mem_g <= cap_h, axis=1)
     return split, load_g, load_h, fits
