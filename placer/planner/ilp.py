@@ -231,11 +231,12 @@ _CBC_MIPSTART = re.compile(r"MIPStart provided solution with cost ([-+0-9.eE]+)"
 
 def solve(problem: Problem, *, backend: str = "cbc", time_limit_s: float = 60.0, gap: float = 0.005,
           threads: int | None = None, warm_start: list[int] | None = None, msg: bool = False,
-          tracker: Tracker | None = None, budget: Budget | None = None) -> IlpResult:
+          tracker: Tracker | None = None, budget: Budget | None = None,
+          highs_options: dict | None = None) -> IlpResult:
     """Solve the placement ILP within ``budget`` (default: ``time_limit_s`` of wall time; a work budget gives
     the solver a node limit and is charged the work it reports, effort.py). ``warm_start`` is a feasible
     choice (one option id per group). ``tracker`` hears CBC's incumbents and bounds while it runs (in
-    seconds of step time)."""
+    seconds of step time). ``highs_options``: more HiGHS options (name -> value) for backend "highs"."""
     if backend not in SOLVERS:
         raise SolverError(f"unknown solver {backend!r}; choose one of {', '.join(SOLVERS)}")
     budget = budget if budget is not None else Budget(_finite_limit(time_limit_s))
@@ -262,7 +263,7 @@ def solve(problem: Problem, *, backend: str = "cbc", time_limit_s: float = 60.0,
             extra["objective_bound"] = start * (1 + 1e-7) + 1e-9
         limits = effort.mip_limits(budget, time_limit_s, nonzeros)
         solver = pulp.HiGHS(msg=msg, timeLimit=limits.pop("time_limit", None), gapRel=gap, threads=threads,
-                            **limits, **extra)
+                            **limits, **extra, **(highs_options or {}))
     watchdog = _SolverWatchdog(effort.watchdog_s(budget, time_limit_s)) if backend == "cbc" else None
     watcher = None
     if tracker is not None and backend == "cbc" and log_path and not msg:

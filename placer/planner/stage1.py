@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -56,7 +57,8 @@ class Stage1:
 
 
 def solve_stage1(ctx: Context, kinds: list[list[Kind]], budget: Budget, gap: float, backend: str,
-                 threads: int | None, problem: Problem | None = None) -> Stage1:
+                 threads: int | None, problem: Problem | None = None,
+                 rounded: Callable[[Problem, list[int]], None] | None = None) -> Stage1:
     """Solve the aggregated ILP as far as the time allows: its relaxation with peak levels
     (problem.PeakLevels) gives a first bound; a rounding of it (ilp.complete_relaxation), corrected by
     pigeonhole rows (problem.CountRow) where it packs loads that cannot be spread, gives the kinds; then
@@ -111,6 +113,8 @@ def solve_stage1(ctx: Context, kinds: list[list[Kind]], budget: Budget, gap: flo
         chosen = again
         found.append(chosen)
     tree = None
+    if chosen is not None and rounded is not None:
+        rounded(problem, chosen)
     if chosen is not None and budget.allows(0.5):  # a second of splits raises the bound (0.6 ms on production-856)
         tracker.update("stage 1: branch and bound on the bound")
         # no gap: the plan lands above stage 1's incumbent, so leaves within the gap of it still matter

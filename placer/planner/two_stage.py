@@ -17,8 +17,10 @@ one time Budget (budget.py):
    a MIP chooses what those GPUs hold and stage 2 assigns the rest around them (fill.py), kept if better.
    Stages 2 and 3 run once per variant of the balance measure while time is left (STAGE2_VARIANTS), and again
    for stage 1's other choices;
-5. bound: with time left, branch and bound on stage 1 (from its rounding) may raise the bound, and its choice
-   goes through stage 2 too.
+5. bound: where the time allows, HiGHS's branch and bound on stage 1 runs from its rounding in a child process
+   beside stage 2 (stage1_mip.py); it may prove stage 1's optimum, which raises the bound, and its choice goes
+   through stage 2 too (stage 2 on stage 1's own choice ends when its answer comes). Without it (too little
+   time, a work limit), branch and bound on stage 1 in this process where time is left after stage 2.
 
 The plan is then priced exactly by the simulator (solve.py); the gap is (plan - bound) / plan.
 """
@@ -30,7 +32,7 @@ from placer.cost import CostModel
 from placer.errors import SolverError
 from placer.options import OptionConfig
 from placer.plan import Placement
-from placer.planner import fill, ilp
+from placer.planner import fill, ilp, stage1_mip
 from placer.planner.accumulator import Accumulator
 from placer.planner.assign import Assigner
 from placer.planner.budget import Budget
@@ -40,7 +42,8 @@ from placer.planner.problem import Problem
 from placer.planner.progress import Tracker
 from placer.planner.rekind import rekind
 from placer.planner.repack import repack
-from placer.planner.stage1 import solve_stage1, without_stream_rows
+from placer.planner.stage1 import Stage1, solve_stage1, without_stream_rows
+from placer.planner.stage1_mip import BesideMip
 from placer.planner.swap import swap
 from placer.planner.symmetry import Symmetry
 
@@ -75,9 +78,31 @@ def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, budge
         tracker.update("stage 1: option kinds")
         kinds = KindFolder(ctx).kinds()
     reserve = min(0.2 * budget.seconds, 15.0)  # stage 2 + pricing the plan (measured: 8.5 s on 128 GPUs, 10 s on 256)
-    with budget.stage("stage 1"):
-        stage1 = solve_stage1(ctx, kinds, budget.child(max(5.0, budget.left() - reserve)), gap=gap, backend=backend,
-                              threads=threads)
+    beside: list[BesideMip] = []
+
+    def rounded(problem: Problem, chosen: list[int]) -> None:  # stage 1's MIP on the second core from here on
+        seconds = budget.left() - reserve  # what stage 2 then needs for the MIP's choice is left after it
+        if not budget.deterministic and seconds >= stage1_mip.MIN_SECONDS:
+            mip = BesideMip(problem, chosen, seconds)
+            if mip.started:
+                beside.append(mip)
+
+    try:
+        with budget.stage("stage 1"):
+            stage1 = solve_stage1(ctx, kinds, budget.child(max(5.0, budget.left() - reserve)), gap=gap,
+                                  backend=backend, threads=threads, rounded=rounded)
+        return _after_stage1(ctx, kinds, stage1, beside[0] if beside else None, budget, gap, backend, threads,
+                             tracker)
+    finally:
+        for mip in beside:
+            mip.close()
+
+
+def _after_stage1(ctx: Context, kinds: list[list[Kind]], stage1: Stage1, mip: BesideMip | None, budget: Budget,
+                  gap: float, backend: str, threads: int | None, tracker: Tracker):
+    """Stage 2 on stage 1's choices, then (with time left) on the choices of searches that may do better: the
+    MIP beside (stage1_mip.py: stage 2 on stage 1's own choices ends when it does), else ``backend``'s branch and
+    bound on stage 1, and stage 1 without its stream rows. Returns what solve_two_stage does."""
     result = stage1.result
     if result.chosen is None:
         return None, result.lower_bound_s, result, budget.elapsed()
@@ -85,21 +110,37 @@ def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, budge
     assigner = Assigner(ctx)
     best: tuple[list[Placement], float] = ([], float("inf"))
 
-    def place(ids: list[int]) -> None:
+    def place(ids: list[int], within: Budget) -> None:
         nonlocal best
         with budget.stage("stage 2"):
-            alt = _stage2(assigner, stage1.problem, kinds, ids, stage2)
+            alt = _stage2(assigner, stage1.problem, kinds, ids, within)
         if alt[0] and alt[1] < best[1]:
             best = alt
 
+    first = mip.window(stage2) if mip is not None else stage2
     started = stage2.elapsed()
-    place(result.chosen)
+    place(result.chosen, first)
     took = stage2.elapsed() - started  # wall seconds, or nominal ones in a work budget
     for ids in stage1.other_choices:  # stage 1's other choices (the first rounding's, ...): stage 2 may do better
-        if not stage2.allows(took, "stage 2"):
+        if not first.allows(took, "stage 2"):
             break
-        place(ids)
-    if stage2.allows(30.0, "stage 1"):  # time left: branch and bound on stage 1, from the rounding
+        place(ids, first)
+    if mip is not None:
+        tracker.update("stage 1: highs branch and bound (beside stage 2)")
+        with budget.stage("stage 1 (its MIP waited for)"):
+            other = mip.result()
+        if other is None or other.status != "optimal":
+            budget.note_ran_out("stage 1")
+        if other is not None and other.chosen is not None:  # its bound holds whether or not it finished
+            result.lower_bound_s = max(result.lower_bound_s, min(other.lower_bound_s, result.objective_s))
+            result.backend += f"; highs branch and bound beside stage 2 ({other.status})"
+            result.status = "optimal" if other.status == "optimal" else result.status
+        if other is not None and other.chosen is not None and other.objective_s < result.objective_s * (1 - 1e-9):
+            result.chosen, result.objective_s = other.chosen, other.objective_s
+            place(other.chosen, stage2)
+        elif first.cut:  # its answer came early and changed nothing: stage 1's own choice gets the time after all
+            place(result.chosen, stage2)
+    elif stage2.allows(30.0, "stage 1"):  # time left: branch and bound on stage 1, from the rounding
         plain = dataclasses.replace(stage1.problem, levels=[])  # levels + a start crash CBC
         tracker.update(f"stage 1: {backend} branch and bound")
         with budget.stage("stage 1"):
@@ -111,7 +152,7 @@ def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, budge
         if other is not None and other.chosen is not None:
             result.lower_bound_s = max(result.lower_bound_s, min(other.lower_bound_s, result.objective_s))
             if other.chosen != result.chosen:
-                place(other.chosen)
+                place(other.chosen, stage2)
     # Stage 1 without its stream rows chooses differently: the stream rows count a table's own group but not
     # the groups a column-wise block opens on the same GPU, and can steer stage 1 to choices stage 2 cannot
     # realise (mlperf-dlrm-v1 @ dgx-h100-2node: 1.81 ms with them, 1.71 ms without). With time left, stage 2
@@ -121,7 +162,7 @@ def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, budge
             plain = solve_stage1(ctx, kinds, budget.child(min(stage2.left() / 2, max(5.0, 3 * took))), gap=gap,
                                  backend=backend, threads=threads, problem=without_stream_rows(stage1.problem))
         if plain.result.chosen is not None and plain.result.chosen != result.chosen:
-            place(plain.result.chosen)
+            place(plain.result.chosen, stage2)
     return best[0] or None, result.lower_bound_s, result, budget.elapsed()
 
 

@@ -1,0 +1,103 @@
+"""Stage 1's whole MIP, solved by HiGHS in a forked child while the parent goes on (two_stage.py).
+
+Stage 1 (stage1.py) rounds its relaxation and raises the relaxation's bound by splitting it (bound_tree.py), which
+stalls short of the aggregated problem's optimum; HiGHS's branch and bound on the same rows (peak levels and
+pigeonhole counts included), started from the rounding as an objective cutoff, proves the optimum outright where
+it has the time. Measured on production-856 @ dgx-h100-16node (this 2-core VM, one core, the MPS of stage 1's
+problem after a 30 s stage 1): HiGHS 1.15 proved 22.556 ms in 30-34 s (cuts at the root 16 s, strong branching
+11 s, then 5-7 nodes; the same optimum under three seeds, with and without restarts and heuristics), where the
+bound tree stops at 22.499 ms and the rounding chooses 22.612 ms; stage 2 (12 s) made 22.848 ms of its choice
+and 22.893 ms of the rounding's. So the child runs beside the bound tree and stage 2 on the rounding's choice,
+on the second core, and its choice goes through stage 2 when it is better; its bound counts whether or not it
+finished (HiGHS's dual bound is valid at any stop).
+
+Only under a time limit: under a work limit (budget.py) a plan must not depend on how far a child got, and HiGHS's
+root (where most of its time goes) has no deterministic limit short of its node count.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from placer.forked import ForkedCall
+from placer.planner import ilp
+from placer.planner.budget import Budget
+from placer.planner.problem import Problem
+
+#: The child is started only with at least this many seconds for it (a shorter HiGHS run ends inside its root,
+#: with a bound below the relaxation's and no better choice).
+MIN_SECONDS = 10.0
+#: HiGHS's relative gap in the child: its bound is what matters, and once the tree closes it closes fully.
+GAP = 1e-4
+#: HiGHS options in the child: no restart after the root (17.7 s where the default took 20.2 s, same optimum).
+OPTIONS = {"mip_allow_restart": False}
+#: Seconds the parent waits past the child's own limit (building the model, HiGHS's last node, the pipe).
+GRACE_S = 3.0
+
+
+class BesideMip:
+    """HiGHS on stage 1's ``problem`` from ``start`` (one option id per group) in a forked child, given
+    ``seconds`` of wall time. ``started`` is False where no child could be had (not Linux, no process)."""
+
+    def __init__(self, problem: Problem, start: list[int], seconds: float):
+        self.seconds = float(seconds)
+        self.t0 = time.perf_counter()
+        without_levels = dataclasses.replace(problem, levels=[])  # HiGHS: 17.7 s without them, 34 s with
+        self.call = ForkedCall.start(lambda: ilp.solve(without_levels, backend="highs", gap=GAP, warm_start=start,
+                                                       budget=Budget(self.seconds), highs_options=OPTIONS),
+                                     "placer-stage1-mip")
+
+    @property
+    def started(self) -> bool:
+        return self.call is not None
+
+    def seconds_left(self) -> float:
+        """Wall seconds until the child's own limit ends (0 once past it)."""
+        return max(0.0, self.seconds - (time.perf_counter() - self.t0))
+
+    def window(self, parent: Budget) -> Budget:
+        """A child of ``parent`` (wall clock) that ends when the child's limit does or once its answer is there,
+        whichever comes first: what the parent spends on other work while it waits."""
+        return _UntilReady(self, max(1.0, self.seconds_left()), stages=parent.stages, clock=parent.clock,
+                           stage_work=parent.stage_work, shared=parent.shared)
+
+    def ready(self) -> bool:
+        """Whether the child's answer (or its end) is there to be read."""
+        return self.call is None or self.call.poll(0)
+
+    def result(self) -> ilp.IlpResult | None:
+        """The child's answer, waiting for it until its limit ends (plus GRACE_S); None if it died, failed or was
+        late (then killed)."""
+        if self.call is None:
+            return None
+        try:
+            if not self.call.poll(self.seconds_left() + GRACE_S):
+                return None
+            kind, value = self.call.receive()
+        except (EOFError, OSError):
+            return None
+        finally:
+            self.close()
+        return value if kind == "ok" else None
+
+    def close(self) -> None:
+        if self.call is not None:
+            self.call.close()
+            self.call = None
+
+
+class _UntilReady(Budget):
+    """A Budget that is spent once ``mip``'s answer is there (BesideMip.window); ``cut`` tells whether that
+    ended it before its time."""
+
+    def __init__(self, mip: BesideMip, seconds: float, **kwargs):
+        super().__init__(seconds, **kwargs)
+        self.mip = mip
+        self.cut = False
+
+    def _remaining(self) -> float:
+        left = super()._remaining()
+        if left > 0 and self.mip.ready():
+            self.cut = True
+            return 0.0
+        return left
