@@ -19,7 +19,8 @@ one time Budget (budget.py):
    for stage 1's other choices;
 5. bound: where the time allows, HiGHS's branch and bound on stage 1 runs from its rounding in a child process
    beside stage 2 (stage1_mip.py); it may prove stage 1's optimum, which raises the bound, and its choice goes
-   through stage 2 too (stage 2 on stage 1's own choice ends when its answer comes). Without it (too little
+   through stage 2 too (stage 2 on stage 1's own choice ends when its answer comes, after at least half of the
+   time the child had, and gets the time left after the MIP's choice). Without it (too little
    time, a work limit), branch and bound on stage 1 in this process where time is left after stage 2.
 
 The plan is then priced exactly by the simulator (solve.py); the gap is (plan - bound) / plan.
