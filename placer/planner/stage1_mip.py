@@ -6,11 +6,11 @@ stalls short of the aggregated problem's optimum; HiGHS's branch and bound on th
 it has the time. Measured on production-856 @ dgx-h100-16node (this 2-core VM, one core, the MPS of stage 1's
 problem after a 30 s stage 1): HiGHS 1.15 proved 22.556 ms in 17.7 s without the levels and in 30-34 s with them
 (cuts at the root 16 s, strong branching 11 s, then 5-7 nodes; the same optimum under three seeds, with and
-without restarts and heuristics), where the
-bound tree stops at 22.499 ms and the rounding chooses 22.612 ms; stage 2 (12 s) made 22.848 ms of its choice
-and 22.893 ms of the rounding's. So the child runs beside the bound tree and stage 2 on the rounding's choice,
-on the second core, and its choice goes through stage 2 when it is better; its bound counts whether or not it
-finished (HiGHS's dual bound is valid at any stop, and the problem without levels is a relaxation of stage 1's).
+without restarts and heuristics), where the bound tree stops at 22.499 ms and the rounding chooses 22.612 ms;
+stage 2 (12 s) made 22.848 ms of its choice and 22.893 ms of the rounding's. So the child runs beside the bound
+tree and stage 2 on the rounding's choice, on the second core, and its choice goes through stage 2 when it is
+better; its bound counts whether or not it finished (HiGHS's dual bound is valid at any stop, and the problem
+without levels is a relaxation of stage 1's).
 
 Only under a time limit: under a work limit (budget.py) a plan must not depend on how far a child got, and HiGHS's
 root (where most of its time goes) has no deterministic limit short of its node count.

@@ -19,9 +19,9 @@ one time Budget (budget.py):
    for stage 1's other choices;
 5. bound: where the time allows, HiGHS's branch and bound on stage 1 runs from its rounding in a child process
    beside stage 2 (stage1_mip.py); it may prove stage 1's optimum, which raises the bound, and its choice goes
-   through stage 2 too (stage 2 on stage 1's own choice ends when its answer comes, after at least half of the
-   time the child had, and gets the time left after the MIP's choice). Without it (too little
-   time, a work limit), branch and bound on stage 1 in this process where time is left after stage 2.
+   through stage 2 too (stage 2 on stage 1's own choice ends when its answer comes, but not before half of the
+   time the child then had left, and gets the time left after the MIP's choice). Without it (too little time, a
+   work limit), branch and bound on stage 1 in this process where time is left after stage 2.
 
 The plan is then priced exactly by the simulator (solve.py); the gap is (plan - bound) / plan.
 """
@@ -102,8 +102,9 @@ def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, budge
 def _after_stage1(ctx: Context, kinds: list[list[Kind]], stage1: Stage1, mip: BesideMip | None, budget: Budget,
                   gap: float, backend: str, threads: int | None, tracker: Tracker):
     """Stage 2 on stage 1's choices, then (with time left) on the choices of searches that may do better: the
-    MIP beside (stage1_mip.py: stage 2 on stage 1's own choices ends when it does), else ``backend``'s branch and
-    bound on stage 1, and stage 1 without its stream rows. Returns what solve_two_stage does."""
+    MIP beside (stage1_mip.py: stage 2 on stage 1's own choices ends when it answers, BesideMip.window), else
+    ``backend``'s branch and bound on stage 1, and stage 1 without its stream rows. Returns what solve_two_stage
+    does."""
     result = stage1.result
     if result.chosen is None:
         return None, result.lower_bound_s, result, budget.elapsed()
@@ -133,7 +134,7 @@ def _after_stage1(ctx: Context, kinds: list[list[Kind]], stage1: Stage1, mip: Be
         if other is None or other.status != "optimal":
             budget.note_ran_out("stage 1")
         if other is not None and other.chosen is not None:  # its bound holds whether or not it finished
-            result.lower_bound_s = max(result.lower_bound_s, min(other.lower_bound_s, result.objective_s))
+            _raise_bound(result, other)
             result.backend += f"; highs branch and bound beside stage 2 ({other.status})"
             result.status = "optimal" if other.status == "optimal" else result.status
         own = result.chosen
@@ -153,7 +154,7 @@ def _after_stage1(ctx: Context, kinds: list[list[Kind]], stage1: Stage1, mip: Be
             except SolverError:
                 other = None
         if other is not None and other.chosen is not None:
-            result.lower_bound_s = max(result.lower_bound_s, min(other.lower_bound_s, result.objective_s))
+            _raise_bound(result, other)
             if other.chosen != result.chosen:
                 place(other.chosen, stage2)
     # Stage 1 without its stream rows chooses differently: the stream rows count a table's own group but not
@@ -167,6 +168,12 @@ def _after_stage1(ctx: Context, kinds: list[list[Kind]], stage1: Stage1, mip: Be
         if plain.result.chosen is not None and plain.result.chosen != result.chosen:
             place(plain.result.chosen, stage2)
     return best[0] or None, result.lower_bound_s, result, budget.elapsed()
+
+
+def _raise_bound(result: ilp.IlpResult, other: ilp.IlpResult) -> None:
+    """Stage 1's bound raised to what another search of the same problem (or of a relaxation of it) proved, never
+    past stage 1's own choice."""
+    result.lower_bound_s = max(result.lower_bound_s, min(other.lower_bound_s, result.objective_s))
 
 
 def _stage2(assigner: Assigner, problem: Problem, kinds: list[list[Kind]], ids: list[int],
