@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from placer.cli import main
@@ -50,6 +50,10 @@ table_st = st.fixed_dictionaries({
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(tables=st.lists(table_st, min_size=2, max_size=3), batch=st.sampled_from([64, 1024, 8192]),
        hbm_gib=st.sampled_from([0.3, 0.5, 1.0]))
+# found by hypothesis: CBC's default cutoff increment (1e-5 ms) let it stop 9.9e-6 ms above the optimum
+@example(tables=[{"rows": 10, "dim": 4, "pooling_factor": 1, "alpha": 1.0},
+                 {"rows": 10, "dim": 8, "pooling_factor": 1, "alpha": 1.0},
+                 {"rows": 37, "dim": 16, "pooling_factor": 1, "alpha": 1.0}], batch=64, hbm_gib=0.3)
 def test_ilp_matches_brute_force(tmp_path, tables, batch, hbm_gib):
     hw_path = tmp_path / "hw.yaml"
     hw_path.write_text(TWO_GPU_YAML.replace("hbm_GiB: 1", f"hbm_GiB: {hbm_gib}").replace(
