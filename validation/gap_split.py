@@ -38,7 +38,7 @@ def split(wl: str, hw: str, stage1_s: float, stage2_s: float) -> dict:
     from placer.planner.kinds import KindFolder
     from placer.planner.stage1 import solve_stage1
     from placer.planner.symmetry import Symmetry
-    from placer.planner.two_stage import _stage2  # one stage-1 choice through stage 2, as solve_two_stage does
+    from placer.planner.stage2 import place_choice  # one stage-1 choice through stage 2, as solve_two_stage does
     from placer.specs.hardware import load_hardware
     from placer.specs.workload import load_workload
     from placer.topology import Topology
@@ -53,7 +53,7 @@ def split(wl: str, hw: str, stage1_s: float, stage2_s: float) -> dict:
     t2 = time.perf_counter()
     if stage1.result.chosen is None:
         raise SystemExit(f"{wl}@{hw}: stage 1 found no choice in {stage1_s:g} s")
-    placements, step_s = _stage2(Assigner(ctx), stage1.problem, kinds, stage1.result.chosen, Budget(stage2_s))
+    placements, step_s = place_choice(Assigner(ctx), stage1.problem, kinds, stage1.result.chosen, Budget(stage2_s))
     t3 = time.perf_counter()
     if not placements:
         raise SystemExit(f"{wl}@{hw}: stage 2 placed no plan in {stage2_s:g} s")

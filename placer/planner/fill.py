@@ -16,7 +16,7 @@ pays when the tables that send most per byte of HBM read go to those GPUs. Re-in
   each full phase at the most of its maximum now and the starved GPUs' loads (at most MAX_GROWTH higher);
   every other phase within its maximum; memory within capacity;
 * the pins: those tables, and the multi-GPU options on those GPUs, stay there while stage 2 assigns the rest
-  anew (two_stage._stage2), which keeps the new plan only if its exact step time is less.
+  anew (stage2.py), which keeps the new plan only if its exact step time is less.
 
 Measured on production-856 on 128 GPUs (one stage-1 choice): 8.862 -> 8.761 ms; the MIP's estimate of each
 phase was within 0.01 ms of the plan's. Loads are on each GPU's own resources as repack.py frames them.

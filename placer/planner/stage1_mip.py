@@ -56,6 +56,11 @@ class BesideMip:
     def started(self) -> bool:
         return self.call is not None
 
+    @property
+    def running(self) -> bool:
+        """Whether the child still holds the second core (its answer not yet read, nor it closed)."""
+        return self.call is not None
+
     def seconds_left(self) -> float:
         """Wall seconds until the child's own limit ends (0 once past it)."""
         return max(0.0, self.seconds - (time.perf_counter() - self.t0))

@@ -9,14 +9,15 @@ one time Budget (budget.py):
    costs folded into symmetry classes;
 2. stage 1 (stage1.py): an aggregated ILP over the kinds picks one per table. Every full plan satisfies its
    rows, so its bound bounds the full problem from below: the lower bound reported with the plan;
-3. stage 2, assign devices (assign.py): the chosen kinds onto devices, largest first, each where the predicted
-   step time grows least among those where it fits, ties to the emptier device;
+3. stage 2 (stage2.py), assign devices (assign.py): the chosen kinds onto devices, largest first, each where the
+   predicted step time grows least among those where it fits, ties to the emptier device;
 4. improve: swaps (swap.py), re-insertions (assign.py), pairwise repacking (repack.py) and kind changes (rekind.py: a
    table leaves stage 1's kind for another where no assignment balances the first), in rounds while any of
    them changes something; where multi-GPU options fill some GPUs in one phase and leave them idle in another,
    a MIP chooses what those GPUs hold and stage 2 assigns the rest around them (fill.py), kept if better.
-   Stages 2 and 3 run once per variant of the balance measure while time is left (STAGE2_VARIANTS), and again
-   for stage 1's other choices;
+   Stages 2 and 3 run once per variant of the balance measure while time is left (stage2.STAGE2_VARIANTS; half
+   of them in a child process on the second core where the MIP of step 5 does not hold it), and again for
+   stage 1's other choices;
 5. bound: where the time allows, HiGHS's branch and bound on stage 1 runs from its rounding in a child process
    beside stage 2 (stage1_mip.py); it may prove stage 1's optimum, which raises the bound, and its choice goes
    through stage 2 too (stage 2 on stage 1's own choice ends when its answer comes, but not before half of the
@@ -33,40 +34,17 @@ from placer.cost import CostModel
 from placer.errors import SolverError
 from placer.options import OptionConfig
 from placer.plan import Placement
-from placer.planner import fill, ilp, stage1_mip
-from placer.planner.accumulator import Accumulator
+from placer.planner import ilp, stage1_mip
 from placer.planner.assign import Assigner
 from placer.planner.budget import Budget
 from placer.planner.context import Context
 from placer.planner.kinds import Kind, KindFolder
 from placer.planner.problem import Problem
 from placer.planner.progress import Tracker
-from placer.planner.rekind import rekind
-from placer.planner.repack import repack
 from placer.planner.stage1 import Stage1, solve_stage1, without_stream_rows
 from placer.planner.stage1_mip import BesideMip
-from placer.planner.swap import swap
+from placer.planner.stage2 import place_choice
 from placer.planner.symmetry import Symmetry
-
-#: Stage 2's portfolio: it assigns devices once per variant while time is left (the next only if the time left
-#: exceeds what the last took), keeping the best plan. A variant is (the phase times its balance measure is
-#: relative to: stage 1's with the pigeonhole rows, "counted", or the class averages alone, "plain"; the weight
-#: of its excess measure, see assign.Assigner._scores). No variant wins everywhere; measured on one stage-1
-#: choice each, with the re-insertions, swaps and repacking (c = counted, p = plain, with the weight), ms:
-#:   production-856 on 128 GPUs  c100 8.862  c0 8.882  p100 8.871  p0 8.879
-#:   synthetic-1000 on 256 GPUs  c100 4.849  c0 4.849  p100 4.890  p0 4.849
-#:   synthetic-1000 on 128 GPUs  c100 6.988  c0 6.993  p100 6.985  p0 7.003
-#:   synthetic-1000 on 16 GPUs   c100 25.10  c0 25.08  p100 25.14  p0 25.14
-#:   production-856 on 16 GPUs   c100 31.84  c0 31.78  p100 31.84  p0 31.78
-#: The large clusters, where time allows one or two variants, favour c100; the small ones run all four.
-STAGE2_VARIANTS = (("counted", 100.0), ("counted", 0.0), ("plain", 100.0), ("plain", 0.0))
-
-#: Most rounds of swaps, repacking and kind changes (each followed by re-insertions) in one stage-2 run; they stop
-#: sooner once a round changes nothing. Was 4: production-856 @ dgx-h100-16node at --time-limit 60 stopped there
-#: at 22.916 ms with 18 s of the limit unused; rounds 5-12 still moved tables (5, 39, 88 moves in rounds 5-7) and
-#: it ends at 22.904 ms (12 and 50 gave the same plan); at 30 s and on synthetic-1000 the time runs out first.
-ROUNDS = 16
-
 
 def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, budget: Budget, gap: float,
                     backend: str, threads: int | None, tracker: Tracker | None = None):
@@ -114,8 +92,8 @@ def _after_stage1(ctx: Context, kinds: list[list[Kind]], stage1: Stage1, mip: Be
 
     def place(ids: list[int], within: Budget) -> None:
         nonlocal best
-        with budget.stage("stage 2"):
-            alt = _stage2(assigner, stage1.problem, kinds, ids, within)
+        with budget.stage("stage 2"):  # half of its portfolio on the second core where the MIP does not run
+            alt = place_choice(assigner, stage1.problem, kinds, ids, within, beside=not (mip and mip.running))
         if alt[0] and alt[1] < best[1]:
             best = alt
 
@@ -174,71 +152,3 @@ def _raise_bound(result: ilp.IlpResult, other: ilp.IlpResult) -> None:
     """Stage 1's bound raised to what another search of the same problem (or of a relaxation of it) proved, never
     past stage 1's own choice."""
     result.lower_bound_s = max(result.lower_bound_s, min(other.lower_bound_s, result.objective_s))
-
-
-def _stage2(assigner: Assigner, problem: Problem, kinds: list[list[Kind]], ids: list[int],
-            budget: Budget) -> tuple[list[Placement], float]:
-    """Stage 2 for one stage-1 choice (option ids of the stage-1 ``problem``): (placements or [], step time s
-    without fixed latencies). Devices are assigned once per variant of STAGE2_VARIANTS while ``budget`` lasts,
-    each improved by re-insertions, swaps and pairwise repacking (repack.py), and then assigned anew with its
-    starved GPUs filled first (fill.py) while that helps. The least step time wins."""
-    flat = [k for ks in kinds for k in ks]
-    chosen = [flat[i] for i in ids]
-    scales = {"counted": problem.phase_times(ids),
-              "plain": dataclasses.replace(problem, counts=[]).phase_times(ids)}
-    assigner.ctx.tracker.update("stage 2: devices")
-    best: tuple[list[Placement], float] = ([], float("inf"))
-    took, tried = 0.0, set()
-    for scale_from, weight in STAGE2_VARIANTS:
-        variant = (tuple(scales[scale_from]), weight)
-        if variant in tried:  # no pigeonhole rows: "plain" is "counted"
-            continue
-        if best[0] and not budget.allows(took):
-            break
-        tried.add(variant)
-        t0 = budget.elapsed()
-        assigner.set_scale(scales[scale_from])
-        placements, acc = _assign_and_improve(assigner, chosen, kinds, weight, budget)
-        run_took = budget.elapsed() - t0
-        while placements:  # starved GPUs filled first, while that helps; the MIP gets what the run leaves
-            mip_time = min(fill.MIP_TIME_S, budget.left() - run_took)
-            if mip_time < fill.MIN_MIP_TIME_S:
-                budget.note_ran_out()
-                break
-            pins = fill.fill_starved(assigner, acc, budget, mip_time)
-            if not pins:
-                break
-            kept = dict(assigner.where), dict(assigner.spread)
-            filled, filled_acc = _assign_and_improve(assigner, chosen, kinds, weight, budget, pins)
-            if not filled or filled_acc.step >= acc.step:
-                assigner.where, assigner.spread = kept
-                break
-            placements, acc = filled, filled_acc
-        if placements and acc.step < best[1]:
-            best = (placements, acc.step)
-        took = budget.elapsed() - t0
-    return best
-
-
-def _assign_and_improve(assigner: Assigner, chosen: list[Kind], kinds: list[list[Kind]], weight: float,
-                        budget: Budget, pinned: dict[int, tuple[Kind, tuple]] | None = None
-                        ) -> tuple[list[Placement], Accumulator]:
-    """One stage-2 run: devices assigned (excess weight ``weight``, see assign.Assigner._scores; ``pinned``
-    first), then swaps (swap.py) and re-insertions, then swaps, repacking and kind changes (rekind.py) in rounds
-    while they change something, each round followed by re-insertions."""
-    assigner.excess_weight = weight
-    assigner.budget = budget  # charged for its scoring and pricing (a work budget's clock)
-    placements, acc = assigner.assign_best(chosen, kinds, pinned)
-    assigner.excess_weight = 0.0
-    if placements:
-        # swaps first: on production-856 on 128 GPUs they take the assignment from 23.043 to 22.955 ms in 1.0 s,
-        # where re-insertions first took it to 23.036 ms in 2.2 s
-        swap(assigner, placements, acc, budget)
-        assigner.improve(placements, acc, budget)
-        for _ in range(ROUNDS):  # swaps, repacking and kind changes open room for re-insertions, and these for them
-            if not (swap(assigner, placements, acc, budget) + repack(assigner, placements, acc, budget)
-                    + rekind(assigner, placements, acc, kinds, budget)):
-                break
-            assigner.improve(placements, acc, budget)
-        assigner.ctx.tracker.update(incumbent_s=acc.step + sum(assigner.model.fixed_latency_s.values()))
-    return placements, acc

@@ -1,0 +1,168 @@
+"""Stage 2 of the two-stage planner (two_stage.py): one stage-1 choice of kinds placed on devices.
+
+A run assigns the chosen kinds to devices (assign.py), then improves the assignment by swaps (swap.py),
+re-insertions (assign.py), pairwise repacking (repack.py) and kind changes (rekind.py) in rounds while any of them
+changes something, and assigns anew with its starved GPUs filled first (fill.py) while that helps. Local search:
+where it ends depends on the balance measure it starts from, so the runs form a portfolio (STAGE2_VARIANTS) and
+the least step time wins. Under a time limit, with a second core free, half of the portfolio runs in a forked
+child (placer/forked.py) beside the other half.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from placer.forked import ForkedCall
+from placer.plan import Placement
+from placer.planner import fill
+from placer.planner.accumulator import Accumulator
+from placer.planner.assign import Assigner
+from placer.planner.budget import Budget
+from placer.planner.kinds import Kind
+from placer.planner.problem import Problem
+from placer.planner.progress import Tracker
+from placer.planner.rekind import rekind
+from placer.planner.repack import repack
+from placer.planner.swap import swap
+
+#: Stage 2's portfolio: it assigns devices once per variant while time is left (the next only if the time left
+#: exceeds what the last took), keeping the best plan. A variant is (the phase times its balance measure is
+#: relative to: stage 1's with the pigeonhole rows, "counted", or the class averages alone, "plain"; the weight
+#: of its excess measure, see assign.Assigner._scores). No variant wins everywhere; measured on one stage-1
+#: choice each, with the re-insertions, swaps and repacking (c = counted, p = plain, with the weight), ms:
+#:   production-856 on 128 GPUs  c100 8.862  c0 8.882  p100 8.871  p0 8.879
+#:   synthetic-1000 on 256 GPUs  c100 4.849  c0 4.849  p100 4.890  p0 4.849
+#:   synthetic-1000 on 128 GPUs  c100 6.988  c0 6.993  p100 6.985  p0 7.003
+#:   synthetic-1000 on 16 GPUs   c100 25.10  c0 25.08  p100 25.14  p0 25.14
+#:   production-856 on 16 GPUs   c100 31.84  c0 31.78  p100 31.84  p0 31.78
+#: (an earlier cost model). On today's, production-856 on 128 GPUs, each run to its end: stage 1's optimum (the
+#: MIP's choice) c100 22.828 c0 22.805 (c10 22.817, c1000 22.822), stage 1's rounding c100 22.881 c0 22.907.
+#: Where a child runs half of them (BESIDE), the variants at even positions run here and the others there.
+STAGE2_VARIANTS = (("counted", 100.0), ("counted", 0.0), ("plain", 100.0), ("plain", 0.0))
+
+#: Most rounds of swaps, repacking and kind changes (each followed by re-insertions) in one stage-2 run; they stop
+#: sooner once a round changes nothing. Was 4: production-856 @ dgx-h100-16node at --time-limit 60 stopped there
+#: at 22.916 ms with 18 s of the limit unused; rounds 5-12 still moved tables (5, 39, 88 moves in rounds 5-7) and
+#: it ends at 22.904 ms (12 and 50 gave the same plan); at 30 s and on synthetic-1000 the time runs out first.
+ROUNDS = 16
+
+#: Seconds the parent waits for the child's half of the portfolio past the budget's end (its last pricing, the
+#: pipe carrying its placements back).
+GRACE_S = 3.0
+
+
+def place_choice(assigner: Assigner, problem: Problem, kinds: list[list[Kind]], ids: list[int], budget: Budget,
+                 beside: bool = False) -> tuple[list[Placement], float]:
+    """Stage 2 for one stage-1 choice (option ids of the stage-1 ``problem``): (placements or [], step time s
+    without fixed latencies), the best of the portfolio's runs (STAGE2_VARIANTS) within ``budget``. ``beside``:
+    the caller has a second core to spare; under a time limit half of the portfolio then runs in a child."""
+    flat = [k for ks in kinds for k in ks]
+    chosen = [flat[i] for i in ids]
+    scales = {"counted": tuple(problem.phase_times(ids)),
+              "plain": tuple(dataclasses.replace(problem, counts=[]).phase_times(ids))}
+    variants = list(dict.fromkeys((scales[name], weight) for name, weight in STAGE2_VARIANTS))  # no pigeonhole
+    assigner.ctx.tracker.update("stage 2: devices")  # rows: "plain" is "counted"
+    theirs = None
+    if beside and len(variants) > 1 and not budget.deterministic and _spare_core():
+        theirs = ForkedCall.start(lambda: _child_runs(assigner, chosen, kinds, variants[1::2], budget),
+                                  "placer-stage2")
+        if theirs is not None:
+            variants = variants[0::2]
+    best = _runs(assigner, chosen, kinds, variants, budget)
+    if theirs is not None:
+        other = _received(theirs, budget)
+        if other is not None and other[0] and other[1] < best[1]:
+            best = other
+    return best
+
+
+def _spare_core() -> bool:
+    """Whether this process may run on two cores or more."""
+    try:
+        return len(os.sched_getaffinity(0)) >= 2
+    except AttributeError:  # not Linux (ForkedCall does not fork there either)
+        return (os.cpu_count() or 1) >= 2
+
+
+def _child_runs(assigner: Assigner, chosen: list[Kind], kinds: list[list[Kind]], variants: list[tuple],
+                budget: Budget) -> tuple[list[Placement], float]:
+    """_runs in the child, which reports no progress (the parent's display is the parent's)."""
+    assigner.ctx = dataclasses.replace(assigner.ctx, tracker=Tracker(None))
+    return _runs(assigner, chosen, kinds, variants, budget)
+
+
+def _received(call: ForkedCall, budget: Budget) -> tuple[list[Placement], float] | None:
+    """The child's best run, waiting for it until ``budget`` ends (plus GRACE_S); None if it died or was late."""
+    try:
+        if not call.poll(max(0.0, budget.left()) + GRACE_S):
+            return None
+        kind, value = call.receive()
+    except (EOFError, OSError):
+        return None
+    finally:
+        call.close()
+    return value if kind == "ok" else None
+
+
+def _runs(assigner: Assigner, chosen: list[Kind], kinds: list[list[Kind]], variants: list[tuple],
+          budget: Budget) -> tuple[list[Placement], float]:
+    """One run per variant ((phase scales in s, excess weight)) while ``budget`` allows another as long as the
+    last took; the best (placements, step s)."""
+    best: tuple[list[Placement], float] = ([], float("inf"))
+    took = 0.0
+    for scale, weight in variants:
+        if best[0] and not budget.allows(took):
+            break
+        t0 = budget.elapsed()
+        assigner.set_scale(scale)
+        placements, acc = assign_and_improve(assigner, chosen, kinds, weight, budget)
+        run_took = budget.elapsed() - t0
+        while placements:  # starved GPUs filled first, while that helps; the MIP gets what the run leaves
+            mip_time = min(fill.MIP_TIME_S, budget.left() - run_took)
+            if mip_time < fill.MIN_MIP_TIME_S:
+                budget.note_ran_out()
+                break
+            pins = fill.fill_starved(assigner, acc, budget, mip_time)
+            if not pins:
+                break
+            kept = dict(assigner.where), dict(assigner.spread)
+            filled, filled_acc = assign_and_improve(assigner, chosen, kinds, weight, budget, pins)
+            if not filled or filled_acc.step >= acc.step:
+                assigner.where, assigner.spread = kept
+                break
+            placements, acc = filled, filled_acc
+        if placements and acc.step < best[1]:
+            best = (placements, acc.step)
+        took = budget.elapsed() - t0
+    return best
+
+
+def assign_and_improve(assigner: Assigner, chosen: list[Kind], kinds: list[list[Kind]], weight: float,
+                       budget: Budget, pinned: dict[int, tuple[Kind, tuple]] | None = None
+                       ) -> tuple[list[Placement], Accumulator]:
+    """One stage-2 run: devices assigned (excess weight ``weight``, see assign.Assigner._scores; ``pinned``
+    first), then swaps (swap.py) and re-insertions, then swaps, repacking and kind changes (rekind.py) in rounds
+    while they change something, each round followed by re-insertions. Kind changes run in the first round, and
+    again only after their last sweep changed something or when swaps and repacking change nothing (production-856
+    @ dgx-h100-16node, stage 1's optimum, excess weight 0: their sweeps took 1.4 s each and changed nothing in six
+    of eight rounds; the run reached the same plan, 22.805 ms, in 16.8 s instead of 20.6 s)."""
+    assigner.excess_weight = weight
+    assigner.budget = budget  # charged for its scoring and pricing (a work budget's clock)
+    placements, acc = assigner.assign_best(chosen, kinds, pinned)
+    assigner.excess_weight = 0.0
+    if placements:
+        # swaps first: on production-856 on 128 GPUs they take the assignment from 23.043 to 22.955 ms in 1.0 s,
+        # where re-insertions first took it to 23.036 ms in 2.2 s
+        swap(assigner, placements, acc, budget)
+        assigner.improve(placements, acc, budget)
+        rekind_due = True
+        for _ in range(ROUNDS):  # swaps, repacking and kind changes open room for re-insertions, and these for them
+            moved = swap(assigner, placements, acc, budget) + repack(assigner, placements, acc, budget)
+            if rekind_due or not moved:
+                changed = rekind(assigner, placements, acc, kinds, budget)
+                rekind_due, moved = changed > 0, moved + changed
+            if not moved:
+                break
+            assigner.improve(placements, acc, budget)
+        assigner.ctx.tracker.update(incumbent_s=acc.step + sum(assigner.model.fixed_latency_s.values()))
+    return placements, acc
