@@ -48,7 +48,11 @@ ROUNDS = 16
 
 #: Seconds the parent waits for the child's half of the portfolio past the budget's end (its last pricing, the
 #: pipe carrying its placements back).
-GRACE_S = 3.0
+GRACE_S = 2.0
+#: The child's niceness: more than the baselines' child (solve.BASELINES_NICE, 10), whose plans the command waits
+#: for, so that the baselines keep the second core (synthetic-1000 @ dgx-h100-32node, 60 s: at niceness 0 the
+#: command waited 4.9 s for the baselines after stage 2 and ended after 58.7 s; at 15, 0.0 s and 53.9 s).
+CHILD_NICE = 15
 
 
 def place_choice(assigner: Assigner, problem: Problem, kinds: list[list[Kind]], ids: list[int], budget: Budget,
@@ -65,7 +69,7 @@ def place_choice(assigner: Assigner, problem: Problem, kinds: list[list[Kind]], 
     theirs = None
     if beside and len(variants) > 1 and not budget.deterministic and _spare_core():
         theirs = ForkedCall.start(lambda: _child_runs(assigner, chosen, kinds, variants[1::2], budget),
-                                  "placer-stage2")
+                                  "placer-stage2", nice=CHILD_NICE)
         if theirs is not None:
             variants = variants[0::2]
     best = _runs(assigner, chosen, kinds, variants, budget)
