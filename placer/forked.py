@@ -12,6 +12,7 @@ library's or placer's own and it pickles (the parent can always unpickle it), el
 """
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from typing import Any, Callable, Generic, TypeVar
@@ -35,7 +36,13 @@ class ForkedCall:
         ctx = mp.get_context("fork")
         self.recv, send = ctx.Pipe(duplex=False)
         self.proc = ctx.Process(target=_child, args=(fn, send, nice), name=name, daemon=True)
-        self.proc.start()
+        # the child's collections then leave the parent's objects (and their pages) alone: synthetic-1000 @
+        # dgx-h100-32node at 60 s peaked at 1,818 MB summed PSS over all processes with it, 1,891 MB without
+        gc.freeze()
+        try:
+            self.proc.start()
+        finally:
+            gc.unfreeze()
         send.close()
 
     @classmethod
