@@ -1,4 +1,4 @@
-"""Stage 2's swaps (planner/swap.py) and the Accumulator's caches they lean on."""
+"""Stage 2's swaps (planner/swap.py) and the caches they lean on (the Accumulator's, the Assigner's prices)."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -146,3 +146,50 @@ def test_group_users_by_number(greedy):
     assert list(acc.users_of(np.array(ids + [never]))) == [2] * len(ids) + [0]
     acc.remove(cost)
     assert list(acc.users_of(np.array(ids))) == [1] * len(ids)
+
+
+def test_a_packed_cost_adds_as_its_cost_does(greedy):
+    """accumulator.packed keeps a cost's loads as arrays only: it reads the same by name, and added and taken
+    out again (groups opened and closed: the first add of a table opens its groups) it moves the books exactly
+    as the cost itself does."""
+    from placer.planner.accumulator import packed
+
+    assigner, placements, _ = greedy
+    model = assigner.model
+    costs = [model.placement_cost(p) for p in placements[:40]]
+    acc, ref = Accumulator(model), Accumulator(model)
+    for p, cost in zip(placements, costs):
+        small = packed(model.placement_cost(p), acc.index)
+        assert len(small.loads) == len(cost.loads) and dict(small.loads.items()) == dict(cost.loads)
+        key = next(iter(cost.loads))
+        assert small.loads[key] == cost.loads[key] and list(small.loads) == list(cost.loads)
+        assert small.once == cost.once and dict(small.memory) == dict(cost.memory)
+        acc.add(small)
+        ref.add(cost)
+        assert np.array_equal(acc.load_array, ref.load_array) and acc.phase_max == ref.phase_max
+    for cost in costs[::-1]:
+        small = packed(cost, acc.index)
+        acc.remove(small)
+        ref.remove(cost)
+        assert np.array_equal(acc.load_array, ref.load_array) and acc.phase_max == ref.phase_max
+    assert np.array_equal(acc.memory_array, ref.memory_array)
+
+
+def test_the_assigner_prices_a_placement_once_and_charges_every_time(greedy):
+    """Assigner.relabeled gives the same object for the same kind and key, and Assigner.price the same cost for
+    it, charging its budget as if it priced it afresh (a work budget's plan must not depend on what is kept)."""
+    from placer.planner import effort
+
+    assigner, _, _ = greedy
+    kind, key = next(iter(assigner.where.values()))
+    p = assigner.relabeled(kind, key)
+    assert assigner.relabeled(kind, key) is p
+    budget = Budget.of_work(1e9)
+    assigner.budget = budget
+    first = assigner.price(p)
+    spent = budget.elapsed()
+    assert assigner.price(p) is first
+    assert budget.elapsed() == pytest.approx(2 * spent) and spent >= effort.PRICING_S_PER_LOAD * len(first.loads)
+    fresh = assigner.model.placement_cost(p)
+    assert dict(first.loads.items()) == dict(fresh.loads) and first.once == fresh.once
+    assigner.budget = Budget.unlimited()

@@ -93,7 +93,7 @@ class Accumulator:
         flips = [g for g in cost.once if self.users(g) == (0 if adding else 1)]
         if not flips:
             return cost
-        loads = dict(cost.loads)
+        loads = dict(cost.loads.items())  # a packed cost's loads are a mapping built from its arrays
         for g in flips:
             for key, v in cost.once[g].items():
                 loads[key] = loads.get(key, 0.0) + v
@@ -162,22 +162,63 @@ class Accumulator:
         """(load indices, loads, memory indices, bytes, {phase: positions in the loads}) of ``cost``, kept on
         the cost for the next add or remove of the same object (stage 2 adds and removes each many times;
         Cost.__iadd__ drops it)."""
-        kept = cost.__dict__.get(_INDEXED)
-        if kept is not None and kept[0] is self.index:
-            return kept[1]
-        of, n = self.index.of, len(cost.loads)
-        at = np.fromiter((of[k] for k in cost.loads), np.int64, n)
-        values = np.fromiter(cost.loads.values(), np.float64, n)
-        mem_of = self.index.mem_of
-        mem_at = np.fromiter((mem_of[m] for m in cost.memory), np.int64, len(cost.memory))
-        mem_values = np.fromiter(cost.memory.values(), np.float64, len(cost.memory))
-        phase_of = at // self.index.width
-        phases = {int(p): np.flatnonzero(phase_of == p) for p in np.unique(phase_of)}
-        out = (at, values, mem_at, mem_values, phases)
-        cost.__dict__[_INDEXED] = (self.index, out)
-        return out
+        return _indexed(cost, self.index)
 
     @property
     def step(self) -> float:
         """Step time so far without fixed latencies, seconds."""
         return sum(self.phase_max)
+
+
+def _indexed(cost: Cost, index: LoadIndex):
+    """Accumulator._indexed for ``index``."""
+    kept = cost.__dict__.get(_INDEXED)
+    if kept is not None and kept[0] is index:
+        return kept[1]
+    of, n = index.of, len(cost.loads)
+    at = np.fromiter((of[k] for k in cost.loads), np.int64, n)
+    values = np.fromiter(cost.loads.values(), np.float64, n)
+    mem_at = np.fromiter((index.mem_of[m] for m in cost.memory), np.int64, len(cost.memory))
+    mem_values = np.fromiter(cost.memory.values(), np.float64, len(cost.memory))
+    phase_of = at // index.width
+    phases = {int(p): np.flatnonzero(phase_of == p) for p in np.unique(phase_of)}
+    out = (at, values, mem_at, mem_values, phases)
+    cost.__dict__[_INDEXED] = (index, out)
+    return out
+
+
+def packed(cost: Cost, index: LoadIndex) -> Cost:
+    """``cost`` with its loads kept only as the arrays an Accumulator adds (about a sixth of the memory: a
+    single-GPU table's cost on 128 GPUs has ~510 loads, ~80 KB as a dict, ~13 KB packed); its ``loads`` read
+    them by name. For costs kept to be added again and again (assign.Assigner.price)."""
+    indexed = _indexed(cost, index)
+    out = Cost(loads=_PackedLoads(index.keys, indexed[0], indexed[1]), memory=dict(cost.memory), once=cost.once)
+    out.__dict__[_INDEXED] = (index, indexed)
+    return out
+
+
+class _PackedLoads(Mapping):
+    """Read-only loads by (phase, resource) over a packed cost's arrays (``at``: positions in ``keys``)."""
+
+    def __init__(self, keys: list, at: np.ndarray, values: np.ndarray):
+        self._keys, self._at, self._values = keys, at, values
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    def __iter__(self):
+        keys = self._keys
+        return (keys[i] for i in self._at.tolist())
+
+    def __getitem__(self, key):
+        for i, v in zip(self._at.tolist(), self._values.tolist()):
+            if self._keys[i] == key:
+                return v
+        raise KeyError(key)
+
+    def items(self):
+        keys = self._keys
+        return [(keys[i], v) for i, v in zip(self._at.tolist(), self._values.tolist())]
+
+    def values(self):
+        return self._values.tolist()

@@ -9,6 +9,7 @@ symmetry key of every table placed.
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Callable
 
 import numpy as np
@@ -16,7 +17,7 @@ import numpy as np
 from placer.cost import PHASES, Cost, CostModel
 from placer.plan import Placement
 from placer.planner import effort
-from placer.planner.accumulator import Accumulator, load_index
+from placer.planner.accumulator import Accumulator, load_index, packed
 from placer.planner.budget import Budget
 from placer.planner.context import Context
 from placer.planner.kinds import Kind, KindFolder
@@ -24,6 +25,12 @@ from placer.planner.symmetry import Symmetry
 from placer.program.ops import GroupKey
 from placer.topology import Topology
 
+
+#: Loads that Assigner.price keeps priced, packed (12 bytes each and the arrays' overheads: ~30 MB; a single-GPU
+#: table's cost on 128 GPUs has ~510, its exchange reaching every link).
+PRICED_LOADS = 2_000_000
+#: Placements Assigner.relabeled keeps (~1 KB each) before it starts afresh.
+RELABELED_KEPT = 50_000
 
 #: Orders in which stage 2 places kinds, largest first: by the largest relative load on one of their own
 #: resources (vector bin packing), or by the sum of their peaks.
@@ -51,10 +58,25 @@ class Assigner:
         self._group_id_cache: dict[tuple, np.ndarray] = {}  # see _group_ids
         self._folder: KindFolder | None = None  # for ``place``, folding one placement at a time
         self.budget = Budget.unlimited()
+        self._priced: OrderedDict[int, tuple[Placement, Cost]] = OrderedDict()  # id -> (placement, packed cost)
+        self._priced_loads = 0  # loads of the costs in _priced
+        self._relabeled: dict[tuple[int, tuple], tuple[Kind, Placement]] = {}  # (id(kind), key) -> placement
 
     def price(self, p: Placement) -> Cost:
-        """``p``'s exact cost (model.placement_cost), charged to ``budget``."""
-        cost = self.model.placement_cost(p)
+        """``p``'s exact cost (model.placement_cost), charged to ``budget`` whether or not it was priced before:
+        a placement made by ``relabeled`` stays priced (packed, accumulator.packed) while it is among the
+        PRICED_LOADS loads priced last (stage 2 prices the same few thousand placements again and again)."""
+        kept = self._priced.get(id(p))
+        if kept is not None and kept[0] is p:
+            self._priced.move_to_end(id(p))
+            cost = kept[1]
+        else:
+            cost = packed(self.model.placement_cost(p), self._load_index)
+            self._priced[id(p)] = (p, cost)
+            self._priced_loads += len(cost.loads)
+            while self._priced_loads > PRICED_LOADS and len(self._priced) > 1:
+                _, (_, old) = self._priced.popitem(last=False)
+                self._priced_loads -= len(old.loads)
         self.budget.charge(effort.PRICING_S_PER_LOAD * len(cost.loads))
         return cost
 
@@ -92,11 +114,20 @@ class Assigner:
         return [(0, ())]
 
     def relabeled(self, kind: Kind, key: tuple) -> Placement:
+        """``kind``'s placement moved onto symmetry key ``key``: the same object for the same pair (so that
+        ``price`` finds it priced), while RELABELED_KEPT pairs are kept."""
         if key == (0, ()):
             return kind.placement
+        kept = self._relabeled.get((id(kind), key))
+        if kept is not None and kept[0] is kind:
+            return kept[1]
         rl = self.sym.relabel
-        return kind.placement.model_copy(update={"shards": [
+        p = kind.placement.model_copy(update={"shards": [
             s.model_copy(update={"device": rl(key, s.device)}) for s in kind.placement.shards]})
+        if len(self._relabeled) >= RELABELED_KEPT:
+            self._relabeled.clear()
+        self._relabeled[(id(kind), key)] = (kind, p)
+        return p
 
     def assign_best(self, chosen: list[Kind], fallbacks: list[list[Kind]],
                     pinned: dict[int, tuple[Kind, tuple]] | None = None) -> tuple[list[Placement], Accumulator]:
