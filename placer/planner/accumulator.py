@@ -190,7 +190,8 @@ def _indexed(cost: Cost, index: LoadIndex):
 def packed(cost: Cost, index: LoadIndex) -> Cost:
     """``cost`` with its loads kept only as the arrays an Accumulator adds (about a sixth of the memory: a
     single-GPU table's cost on 128 GPUs has ~510 loads, ~80 KB as a dict, ~13 KB packed); its ``loads`` read
-    them by name. For costs kept to be added again and again (assign.Assigner.price)."""
+    them by name (one name by a linear search: the Accumulator reads them whole, and only where a group opens or
+    closes). For costs kept to be added again and again (assign.Assigner.price)."""
     indexed = _indexed(cost, index)
     out = Cost(loads=_PackedLoads(index.keys, indexed[0], indexed[1]), memory=dict(cost.memory), once=cost.once)
     out.__dict__[_INDEXED] = (index, indexed)
