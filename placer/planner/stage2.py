@@ -46,9 +46,12 @@ STAGE2_VARIANTS = (("counted", 100.0), ("counted", 0.0), ("plain", 100.0), ("pla
 #: it ends at 22.904 ms (12 and 50 gave the same plan); at 30 s and on synthetic-1000 the time runs out first.
 ROUNDS = 16
 
-#: Seconds the parent waits for the child's half of the portfolio past the budget's end (its last pricing, the
-#: pipe carrying its placements back).
-GRACE_S = 2.0
+#: The child's half of the portfolio ends this many seconds before the budget does, and the parent waits for its
+#: answer at most as long past the budget's end (the pipe carrying its placements back): at 2 s of grace, with the
+#: child starved behind the baselines' (synthetic-1000 and production-856 @ dgx-h100-32node at 30 s), the
+#: parent waited for it and the command took up to 33.4 s.
+CHILD_EARLY_S = 0.5
+GRACE_S = 0.5
 #: The child's niceness: more than the baselines' child (solve.BASELINES_NICE, 10), whose plans the command waits
 #: for, so that the baselines keep the second core (synthetic-1000 @ dgx-h100-32node, 60 s: at niceness 0 the
 #: command waited 4.9 s for the baselines after stage 2 and ended after 58.7 s; at 15, 0.0 s and 53.9 s).
@@ -68,7 +71,8 @@ def place_choice(assigner: Assigner, problem: Problem, kinds: list[list[Kind]], 
     assigner.ctx.tracker.update("stage 2: devices")  # rows: "plain" is "counted"
     theirs = None
     if beside and len(variants) > 1 and not budget.deterministic and _spare_core():
-        theirs = ForkedCall.start(lambda: _child_runs(assigner, chosen, kinds, variants[1::2], budget),
+        early = budget.child(max(0.0, budget.left() - CHILD_EARLY_S))
+        theirs = ForkedCall.start(lambda: _child_runs(assigner, chosen, kinds, variants[1::2], early),
                                   "placer-stage2", nice=CHILD_NICE)
         if theirs is not None:
             variants = variants[0::2]
