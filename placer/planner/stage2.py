@@ -67,8 +67,9 @@ def place_choice(assigner: Assigner, problem: Problem, kinds: list[list[Kind]], 
     chosen = [flat[i] for i in ids]
     scales = {"counted": tuple(problem.phase_times(ids)),
               "plain": tuple(dataclasses.replace(problem, counts=[]).phase_times(ids))}
-    variants = list(dict.fromkeys((scales[name], weight) for name, weight in STAGE2_VARIANTS))  # no pigeonhole
-    assigner.ctx.tracker.update("stage 2: devices")  # rows: "plain" is "counted"
+    # distinct variants in order (without pigeonhole rows "plain" is "counted")
+    variants = list(dict.fromkeys((scales[name], weight) for name, weight in STAGE2_VARIANTS))
+    assigner.ctx.tracker.update("stage 2: devices")
     theirs = None
     if beside and len(variants) > 1 and not budget.deterministic and _spare_core():
         early = budget.child(max(0.0, budget.left() - CHILD_EARLY_S))
