@@ -20,6 +20,14 @@ from typing import Any, Callable, Generic, TypeVar
 from placer.errors import PlacerError
 
 
+def usable_cores() -> int:
+    """How many CPUs this process may run on (its affinity where the platform tells it, else all of them)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def reason(exc: BaseException) -> str:
     """'Type: message' on one line, the message cut at 400 characters."""
     text = " ".join(str(exc).split())
@@ -65,6 +73,19 @@ class ForkedCall:
     def receive(self) -> tuple[str, Any]:
         """('ok', value) or ('error', the exception or its reason text); EOFError if the child died first."""
         return self.recv.recv()
+
+    def answer(self, timeout_s: float) -> Any | None:
+        """The child's value, waiting for it at most ``timeout_s`` seconds; None if it failed, died or was late.
+        The child is closed (killed if it still runs) either way."""
+        try:
+            if not self.poll(max(0.0, timeout_s)):
+                return None
+            kind, value = self.receive()
+        except (EOFError, OSError):
+            return None
+        finally:
+            self.close()
+        return value if kind == "ok" else None
 
     @property
     def exitcode(self) -> int | None:

@@ -28,7 +28,7 @@ def test_child_proves_the_optimum_from_a_worse_start(seed):
         pytest.skip("the start does not fit")
     best = brute_force(problem)
     mip = BesideMip(problem, start, seconds=30.0)
-    assert mip.started
+    assert mip.running
     got = mip.result()
     assert got is not None and got.chosen is not None
     assert got.objective_s == pytest.approx(min(best, problem.objective(start)), rel=1e-6)

@@ -25,7 +25,8 @@ from placer.calibrate import dense, gemm
 from placer.calibrate.benches import OpBench
 from placer.calibrate.cold import ColdPool
 from placer.calibrate.record import Calibration, Entry, Measurement, OpCostEntries
-from placer.calibrate.timing import bench, bench_tiny, cores, device_name, meminfo, sizes_for
+from placer.calibrate.timing import bench, bench_tiny, device_name, meminfo, sizes_for
+from placer.forked import usable_cores
 from placer.runner.hostmem import keep_freed_memory
 from placer.units import GiB, MiB
 
@@ -167,7 +168,7 @@ def _legacy(cal: Calibration, device: torch.device, s) -> None:
         cal.set("host_read_efficiency", min(1.0, hr), f"median of op_costs.host_gather_GBps over the fp32 rows "
                 f"({host_read:.3g} GB/s) / the link's {mean / 1e9:.3g} GB/s" + (" (clamped to 1)" if hr > 1 else ""))
     mem_total = meminfo("MemTotal") or 16 * GiB
-    cal.set("cpu_cores", cores(), "CPUs this process may run on (sched_getaffinity)")
+    cal.set("cpu_cores", usable_cores(), "CPUs this process may run on (sched_getaffinity)")
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
         cal.set("hbm_GiB", total / GiB, "torch.cuda.mem_get_info total")

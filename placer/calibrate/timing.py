@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from placer.forked import usable_cores
 from placer.units import MiB
 
 CHECK_WIDTHS = (12, 96)  # columns between the table's widths, timed as checks of the log2 interpolation
@@ -169,14 +170,7 @@ def meminfo(key: str) -> float | None:
     return None
 
 
-def cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    return f"CPU ({platform.machine()}, {cores()} cores) rank"
+    return f"CPU ({platform.machine()}, {usable_cores()} cores) rank"

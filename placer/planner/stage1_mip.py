@@ -42,7 +42,7 @@ GRACE_S = 3.0
 
 class BesideMip:
     """HiGHS on stage 1's ``problem`` from ``start`` (one option id per group) in a forked child, given
-    ``seconds`` of wall time. ``started`` is False where no child could be had (not Linux, no process)."""
+    ``seconds`` of wall time. ``running`` is False where no child could be had (not Linux, no process)."""
 
     def __init__(self, problem: Problem, start: list[int], seconds: float):
         self.seconds = float(seconds)
@@ -51,10 +51,6 @@ class BesideMip:
         self.call = ForkedCall.start(lambda: ilp.solve(without_levels, backend="highs", gap=GAP, warm_start=start,
                                                        budget=Budget(self.seconds), highs_options=OPTIONS),
                                      "placer-stage1-mip")
-
-    @property
-    def started(self) -> bool:
-        return self.call is not None
 
     @property
     def running(self) -> bool:
@@ -80,15 +76,8 @@ class BesideMip:
         late (then killed)."""
         if self.call is None:
             return None
-        try:
-            if not self.call.poll(self.seconds_left() + GRACE_S):
-                return None
-            kind, value = self.call.receive()
-        except (EOFError, OSError):
-            return None
-        finally:
-            self.close()
-        return value if kind == "ok" else None
+        call, self.call = self.call, None
+        return call.answer(self.seconds_left() + GRACE_S)
 
     def close(self) -> None:
         if self.call is not None:

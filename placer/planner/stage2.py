@@ -10,9 +10,8 @@ child (placer/forked.py) beside the other half.
 from __future__ import annotations
 
 import dataclasses
-import os
 
-from placer.forked import ForkedCall
+from placer.forked import ForkedCall, usable_cores
 from placer.plan import Placement
 from placer.planner import fill
 from placer.planner.accumulator import Accumulator
@@ -71,7 +70,7 @@ def place_choice(assigner: Assigner, problem: Problem, kinds: list[list[Kind]], 
     variants = list(dict.fromkeys((scales[name], weight) for name, weight in STAGE2_VARIANTS))
     assigner.ctx.tracker.update("stage 2: devices")
     theirs = None
-    if beside and len(variants) > 1 and not budget.deterministic and _spare_core():
+    if beside and len(variants) > 1 and not budget.deterministic and usable_cores() >= 2:
         early = budget.child(max(0.0, budget.left() - CHILD_EARLY_S))
         theirs = ForkedCall.start(lambda: _child_runs(assigner, chosen, kinds, variants[1::2], early),
                                   "placer-stage2", nice=CHILD_NICE)
@@ -79,18 +78,10 @@ def place_choice(assigner: Assigner, problem: Problem, kinds: list[list[Kind]], 
             variants = variants[0::2]
     best = _runs(assigner, chosen, kinds, variants, budget)
     if theirs is not None:
-        other = _received(theirs, budget)
+        other = theirs.answer(max(0.0, budget.left()) + GRACE_S)
         if other is not None and other[0] and other[1] < best[1]:
             best = other
     return best
-
-
-def _spare_core() -> bool:
-    """Whether this process may run on two cores or more."""
-    try:
-        return len(os.sched_getaffinity(0)) >= 2
-    except AttributeError:  # not Linux (ForkedCall does not fork there either)
-        return (os.cpu_count() or 1) >= 2
 
 
 def _child_runs(assigner: Assigner, chosen: list[Kind], kinds: list[list[Kind]], variants: list[tuple],
@@ -98,19 +89,6 @@ def _child_runs(assigner: Assigner, chosen: list[Kind], kinds: list[list[Kind]],
     """_runs in the child, which reports no progress (the parent's display is the parent's)."""
     assigner.ctx = dataclasses.replace(assigner.ctx, tracker=Tracker(None))
     return _runs(assigner, chosen, kinds, variants, budget)
-
-
-def _received(call: ForkedCall, budget: Budget) -> tuple[list[Placement], float] | None:
-    """The child's best run, waiting for it until ``budget`` ends (plus GRACE_S); None if it died or was late."""
-    try:
-        if not call.poll(max(0.0, budget.left()) + GRACE_S):
-            return None
-        kind, value = call.receive()
-    except (EOFError, OSError):
-        return None
-    finally:
-        call.close()
-    return value if kind == "ok" else None
 
 
 def _runs(assigner: Assigner, chosen: list[Kind], kinds: list[list[Kind]], variants: list[tuple],

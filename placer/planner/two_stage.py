@@ -63,7 +63,7 @@ def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, budge
         seconds = budget.left() - reserve  # what stage 2 then needs for the MIP's choice is left after it
         if not budget.deterministic and seconds >= stage1_mip.MIN_SECONDS:
             mip = BesideMip(problem, chosen, seconds)
-            if mip.started:
+            if mip.running:
                 beside.append(mip)
 
     try:
