@@ -23,7 +23,7 @@ import pulp
 from placer.errors import SolverError
 from placer.planner import effort
 from placer.planner.budget import Budget
-from placer.planner.problem import Problem
+from placer.planner.problem import GroupCounts, Problem
 from placer.planner.progress import CbcLogWatcher, Tracker
 
 TIME_SCALE = 1e3  # seconds -> milliseconds in the model
@@ -57,7 +57,7 @@ def _set_start(problem: Problem, prob: pulp.LpProblem, x, y, chosen: list[int]) 
         var.setInitialValue(1.0 if i in picked else 0.0)
     for var, seconds in zip(y, problem.phase_times(chosen)):
         var.setInitialValue(float(seconds) * TIME_SCALE)
-    named = {v.name: v for v in prob.variables() if v.name[0] in "wzus"}
+    named = {v.name: v for v in prob.variables() if v.name[0] in "wzusoc"}
     for n, lv in enumerate(problem.levels):
         reached = False
         for j in reversed(range(len(lv.members))):  # the chain: reaching a level reaches every lower one
@@ -69,9 +69,18 @@ def _set_start(problem: Problem, prob: pulp.LpProblem, x, y, chosen: list[int]) 
         named[f"z{n}"].setInitialValue(float(np.ceil(float(row.counts @ xs[row.ids]) / row.slots - 1e-9)))
     for n, fg in enumerate(problem.fixed_groups):
         named[f"u{n}"].setInitialValue(fg.used(xs))
-    for ph, seconds in enumerate(problem.spread_values(xs)):
+    spread = problem.spread_values(xs)
+    for ph, seconds in enumerate(spread):
         if f"s{ph}" in named:
             named[f"s{ph}"].setInitialValue(float(seconds) * TIME_SCALE)
+    for n, gc in enumerate(problem.group_counts):  # the cheaper side of 'over', as phase_times takes it
+        average = problem.load_row_value(gc.row, xs)
+        over = (max(average, gc.over_s(xs, spread[gc.phase], problem.fixed_groups))
+                < average + gc.counted_s(xs, problem.fixed_groups))
+        named[f"o{n}"].setInitialValue(1.0 if over else 0.0)
+        for j, t in enumerate(gc.types):
+            u = problem.fixed_groups[t.every].used(xs) if t.every >= 0 else 0.0
+            named[f"c{n}_{j}"].setInitialValue(0.0 if over else t.needed(xs, gc.level_s, gc.slots, u))
 
 
 def _build(problem: Problem, relax: bool = False):
@@ -95,6 +104,8 @@ def _build(problem: Problem, relax: bool = False):
         spread[ph] = pulp.LpVariable(f"s{ph}", lowBound=0)
         prob += (pulp.LpAffineExpression([(spread[ph], 1.0)] + [(x[i], -c * TIME_SCALE) for i, c in zip(ids, coef)])
                  >= 0), f"spread_{ph}"
+    for n, gc in enumerate(problem.group_counts):
+        _group_count_rows(prob, n, gc, x, y, spread, relax, fixed_terms)
     rows = list(problem.load_rows) + [k for k in fixed_terms if k not in problem.load_rows]
     for n, (phase, _res) in enumerate(rows):
         ids, coef = problem.load_rows.get((phase, _res), ((), ()))
@@ -129,6 +140,28 @@ def _build(problem: Problem, relax: bool = False):
         prob += (pulp.LpAffineExpression([(x[i], v * MEM_SCALE) for i, v in zip(ids, b)])
                  <= problem.mem_capacity[m] * MEM_SCALE), f"mem_{n}"
     return prob, x, y
+
+
+def _group_count_rows(prob: pulp.LpProblem, n: int, gc: GroupCounts, x: list, y: list, spread: dict, relax: bool,
+                      fixed_terms: dict) -> None:
+    """GroupCounts ``gc`` (problem.py) in the model: its binary o{n} ('some stream's own load is over the level'),
+    the row it sits in, and per group type its count c{n}_{j} with its row; the counts' fixed costs join the
+    class-average row through ``fixed_terms`` (as the every-GPU groups' u do)."""
+    over = pulp.LpVariable(f"o{n}", lowBound=0, upBound=1, cat=pulp.LpContinuous if relax else pulp.LpBinary)
+    u = {v.name: v for v in prob.variables() if v.name.startswith("u")}
+    on_every = list(fixed_terms.get(gc.row, []))  # the every-GPU groups' fixed costs on one stream: sum charge u
+    prob += (pulp.LpAffineExpression([(y[gc.phase], 1.0), (over, -gc.level_s * TIME_SCALE)] + on_every
+                                     + ([(spread[gc.phase], -1.0)] if gc.phase in spread else []))
+             >= gc.base_s * TIME_SCALE), f"over_{n}"
+    for j, t in enumerate(gc.types):
+        count = pulp.LpVariable(f"c{n}_{j}", lowBound=0, cat=pulp.LpContinuous if relax else pulp.LpInteger)
+        room = (gc.level_s - t.fixed_s) * TIME_SCALE
+        terms = [(count, room), (over, min(t.most_s, float(t.loads_s.sum())) * TIME_SCALE)]
+        terms += [(x[i], -v * TIME_SCALE) for i, v in zip(t.ids, t.loads_s)]
+        if t.every >= 0:
+            terms.append((u[f"u{t.every}"], gc.slots * gc.level_s * TIME_SCALE))
+        prob += pulp.LpAffineExpression(terms) >= 0, f"groups_{n}_{j}"
+        fixed_terms.setdefault(gc.row, []).append((count, -t.fixed_s / gc.slots * TIME_SCALE))
 
 
 def lp_relaxation_bound(problem: Problem, time_limit_s: float = 30.0, budget: Budget | None = None) -> float | None:

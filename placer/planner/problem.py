@@ -11,7 +11,8 @@ it serves) are paid once when any chosen option uses it: u_f is that indicator (
 some chosen option uses f, else free to be 0).
 
 The two-stage planner (stage1.py) adds rows that hold for every plan but that the relaxation or a rounding
-would miss: peak levels (PeakLevels) and pigeonhole counts (CountRow).
+would miss: peak levels (PeakLevels) and pigeonhole counts (CountRow); its MIP (stage1_mip.py) also counts the
+fused groups that options on single devices open GPU by GPU (GroupCounts).
 """
 from __future__ import annotations
 
@@ -72,15 +73,79 @@ class CountRow:
 class FixedGroup:
     """A fused group's fixed costs, charged once when a chosen option uses the group: ``charges`` maps
     (phase, resource) to seconds; ``members`` lists, per table that can use it, that table's option ids that
-    do (a table picks one option, so each list's x sum to at most 1)."""
+    do (a table picks one option, so each list's x sum to at most 1). ``key``: what the group stands for, if
+    anyone needs to find it again (the two-stage planner: the (location, dtype, width) opened on every GPU)."""
 
     charges: dict[tuple[int, str], float]
     members: list[np.ndarray]
+    key: tuple = ()
 
     def used(self, x: np.ndarray) -> float:
         """The indicator at ``x``: 1 or 0 at an integer point, the least value the rows allow at a fractional
         one (the largest table's share of the group)."""
         return max((float(x[ids].sum()) for ids in self.members), default=0.0)
+
+
+@dataclass
+class CountedGroup:
+    """One type of fused group in GroupCounts: ``fixed_s``, its fixed cost on the stream of a GPU that opens it;
+    ``ids``/``loads_s``: the options that open it on GPUs and what each puts on those GPUs' streams (s, summed
+    over them); ``every``: the index in Problem.fixed_groups of the same type opened on every GPU (u), or -1;
+    ``most_s``: the most load any choice puts there (each table's largest option, summed), s."""
+
+    fixed_s: float
+    ids: np.ndarray
+    loads_s: np.ndarray
+    every: int = -1
+    most_s: float = float("inf")
+
+    def needed(self, x: np.ndarray, level_s: float, slots: int, u: float) -> float:
+        """The fewest GPUs that open the group beyond every GPU's (``u`` = 1: none) when no stream carries more
+        than ``level_s`` of its own: its loads over the room one stream leaves, rounded up."""
+        load = float(self.loads_s @ x[self.ids]) - slots * level_s * u
+        return max(0.0, float(np.ceil(load / (level_s - self.fixed_s) - 1e-9)))
+
+
+@dataclass
+class GroupCounts:
+    """The fused groups that options on single GPUs (or blocks of them) open GPU by GPU, counted in the class
+    average of the GPUs' streams in one phase (``row``: that load row; ``slots`` GPUs in the class). Every
+    GPU's stream carries the smallest base load ``base_s``, the loads every GPU carries alike (s_phase) and the
+    fixed costs of the groups open on every GPU (the u of Problem.fixed_groups charged on ``row``); call the
+    rest its own load. If no stream's own load exceeds ``level_s``, a group type t whose GPUs carry loads L_t
+    (with its fixed cost f_t on each) is open on at least n_t >= L_t / (level_s - f_t) GPUs, whose fixed costs
+    add f_t n_t / slots to the class average; else some stream carries more than the level:
+
+        y_phase >= base + s_phase + sum_g charge_g u_g + level * over               over binary
+        (level - f_t) n_t + slots * level * u_t + L_t^most * over >= L_t(x)         n_t integer >= 0, per type
+        the class-average row gains + sum_t f_t n_t / slots
+
+    Valid for every plan (over = 1 exactly when some stream's own load exceeds the level; u_t = 1: the type is
+    open on every GPU and counted there). The level is a choice: low, and the first row makes 'over' cheap;
+    high, and the counts are weak (stage1_groups.py)."""
+
+    phase: int
+    row: tuple[int, str]
+    slots: int
+    base_s: float
+    level_s: float
+    types: list[CountedGroup]
+
+    def counted_s(self, x: np.ndarray, fixed_groups: list[FixedGroup]) -> float:
+        """What the counts add to the class average at a choice ``x`` when no stream is over the level, s."""
+        return sum(t.fixed_s * t.needed(x, self.level_s, self.slots, fixed_groups[t.every].used(x) if t.every >= 0
+                                        else 0.0) for t in self.types) / self.slots
+
+    def over_s(self, x: np.ndarray, spread_s: float, fixed_groups: list[FixedGroup]) -> float:
+        """The least phase time when some stream's own load is over the level (given s_phase ``spread_s``), s."""
+        on_every = sum(fg.used(x) * fg.charges.get(self.row, 0.0) for fg in fixed_groups)
+        return self.base_s + spread_s + on_every + self.level_s
+
+    def value(self, x: np.ndarray, average_s: float, spread_s: float, fixed_groups: list[FixedGroup]) -> float:
+        """The least phase time the rows allow at a choice ``x``, given the class-average row's value without
+        the counts (``average_s``) and s_phase (``spread_s``): the cheaper of 'over' and not."""
+        return min(average_s + self.counted_s(x, fixed_groups),
+                   max(average_s, self.over_s(x, spread_s, fixed_groups)))
 
 
 @dataclass
@@ -105,6 +170,7 @@ class Problem:
     # of what every device carries: the two-stage planner's per-table stream rows, stage1.py)
     spread: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     spread_rows: frozenset = frozenset()
+    group_counts: list[GroupCounts] = field(default_factory=list)
 
     def __post_init__(self):
         self._num_options = sum(len(g) for g in self.groups)
@@ -126,17 +192,15 @@ class Problem:
             x = np.zeros(self.num_options)
             x[chosen] = 1.0
         per_phase = np.zeros(self.num_phases)
-        extra: dict[tuple[int, str], float] = defaultdict(float)
-        for fg in self.fixed_groups:
-            u = fg.used(x)
-            if u:
-                for key, v in fg.charges.items():
-                    extra[key] += u * v
+        extra = self._fixed_charges(x)
         spread = self.spread_values(x)
+        counted = {gc.row: gc for gc in self.group_counts}
         for key, (ids, coef) in self.load_rows.items():
             v = self.load_base.get(key, 0.0) + float(coef @ x[ids]) + extra.get(key, 0.0)
             if key in self.spread_rows:
                 v += spread[key[0]]
+            if key in counted:
+                v = counted[key].value(x, v, spread[key[0]], self.fixed_groups)
             per_phase[key[0]] = max(per_phase[key[0]], v)
         for key in set(self.load_base) | set(extra):
             if key not in self.load_rows:
@@ -145,6 +209,22 @@ class Problem:
         for row in self.counts:
             per_phase[row.phase] = max(per_phase[row.phase], row.value(x))
         return per_phase
+
+    def _fixed_charges(self, x: np.ndarray) -> dict[tuple[int, str], float]:
+        """(phase, resource) -> the fixed groups' charges there at option values ``x``, s."""
+        extra: dict[tuple[int, str], float] = defaultdict(float)
+        for fg in self.fixed_groups:
+            u = fg.used(x)
+            if u:
+                for key, v in fg.charges.items():
+                    extra[key] += u * v
+        return extra
+
+    def load_row_value(self, key: tuple[int, str], x: np.ndarray) -> float:
+        """One load row's seconds at option values ``x`` (its spread and fixed charges; no group counts)."""
+        ids, coef = self.load_rows[key]
+        v = self.load_base.get(key, 0.0) + float(coef @ x[ids]) + self._fixed_charges(x).get(key, 0.0)
+        return v + (self.spread_values(x)[key[0]] if key in self.spread_rows else 0.0)
 
     def spread_values(self, x: np.ndarray) -> np.ndarray:
         """s_phase (seconds) at option values ``x``: the loads every member carries alike (``spread``)."""

@@ -259,7 +259,7 @@ def _every_gpu_groups(ctx: Context, kinds: list[list[Kind]], groups: list[list[i
                     if key[0] == ph:
                         charges[key] = seconds
         if charges:
-            out.append(FixedGroup(charges, [np.asarray(ids, dtype=np.int64) for ids in per_table.values()]))
+            out.append(FixedGroup(charges, [np.asarray(ids, dtype=np.int64) for ids in per_table.values()], gtype))
     return out
 
 

@@ -10,7 +10,10 @@ without restarts and heuristics), where the bound tree stops at 22.499 ms and th
 stage 2 (12 s) made 22.848 ms of its choice and 22.893 ms of the rounding's. So the child runs beside the bound
 tree and stage 2 on the rounding's choice, on the second core, and its choice goes through stage 2 when it is
 better; its bound counts whether or not it finished (HiGHS's dual bound is valid at any stop, and the problem
-without levels is a relaxation of stage 1's).
+without levels is a relaxation of stage 1's). The child's problem also counts the fused groups that options on
+single GPUs open (stage1_groups.py: rows that hold for every plan, not a relaxation of stage 1's but stronger):
+there HiGHS proved 22.603 ms instead of 22.556 ms in 19 s on one core (16 s without them), and at --time-limit
+60 the child answered after about 20 s of its 28.
 
 Only under a time limit: under a work limit (budget.py) a plan must not depend on how far a child got, and HiGHS's
 root (where most of its time goes) has no deterministic limit short of its node count.
@@ -23,7 +26,7 @@ import time
 from placer.forked import ForkedCall
 from placer.planner import ilp
 from placer.planner.budget import Budget
-from placer.planner.problem import Problem
+from placer.planner.problem import GroupCounts, Problem
 
 #: The child is started only with at least this many seconds for it (a shorter HiGHS run ends inside its root,
 #: with a bound below the relaxation's and no better choice).
@@ -44,11 +47,12 @@ class BesideMip:
     """HiGHS on stage 1's ``problem`` from ``start`` (one option id per group) in a forked child, given
     ``seconds`` of wall time. ``running`` is False where no child could be had (not Linux, no process)."""
 
-    def __init__(self, problem: Problem, start: list[int], seconds: float):
+    def __init__(self, problem: Problem, start: list[int], seconds: float, counts: list[GroupCounts] = ()):
         self.seconds = float(seconds)
         self.t0 = time.perf_counter()
-        without_levels = dataclasses.replace(problem, levels=[])  # HiGHS: 17.7 s without them, 34 s with
-        self.call = ForkedCall.start(lambda: ilp.solve(without_levels, backend="highs", gap=GAP, warm_start=start,
+        # HiGHS: 17.7 s without the levels, 34 s with; ``counts`` (stage1_groups.py) join the rows
+        self.problem = dataclasses.replace(problem, levels=[], group_counts=list(counts))
+        self.call = ForkedCall.start(lambda: ilp.solve(self.problem, backend="highs", gap=GAP, warm_start=start,
                                                        budget=Budget(self.seconds), highs_options=OPTIONS),
                                      "placer-stage1-mip")
 

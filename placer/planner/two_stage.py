@@ -19,7 +19,8 @@ one time Budget (budget.py):
    of them in a child process on the second core where the MIP of step 5 does not hold it), and again for
    stage 1's other choices;
 5. bound: where the time allows, HiGHS's branch and bound on stage 1 runs from its rounding in a child process
-   beside stage 2 (stage1_mip.py); it may prove stage 1's optimum, which raises the bound, and its choice goes
+   beside stage 2 (stage1_mip.py; its problem also counts the fused groups that single-GPU tables open GPU by GPU,
+   stage1_groups.py); it may prove that problem's optimum, which raises the bound, and its choice goes
    through stage 2 too (stage 2 on stage 1's own choice ends when its answer comes, but not before half of the
    time the child then had left, and gets the time left after the MIP's choice). Without it (too little time, a
    work limit), branch and bound on stage 1 in this process where time is left after stage 2.
@@ -42,6 +43,7 @@ from placer.planner.kinds import Kind, KindFolder
 from placer.planner.problem import Problem
 from placer.planner.progress import Tracker
 from placer.planner.stage1 import Stage1, solve_stage1, without_stream_rows
+from placer.planner.stage1_groups import group_counts
 from placer.planner.stage1_mip import BesideMip
 from placer.planner.stage2 import place_choice
 from placer.planner.symmetry import Symmetry
@@ -62,7 +64,7 @@ def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, budge
     def rounded(problem: Problem, chosen: list[int]) -> None:  # stage 1's MIP on the second core from here on
         seconds = budget.left() - reserve  # what stage 2 then needs for the MIP's choice is left after it
         if not budget.deterministic and seconds >= stage1_mip.MIN_SECONDS:
-            mip = BesideMip(problem, chosen, seconds)
+            mip = BesideMip(problem, chosen, seconds, group_counts(ctx, kinds, problem, chosen))
             if mip.running:
                 beside.append(mip)
 
@@ -112,6 +114,8 @@ def _after_stage1(ctx: Context, kinds: list[list[Kind]], stage1: Stage1, mip: Be
         if other is None or other.status != "optimal":
             budget.note_ran_out("stage 1")
         if other is not None and other.chosen is not None:  # its bound holds whether or not it finished
+            # its problem counts fused groups stage 1's does not (stage1_groups.py): stage 1's choice priced there
+            result.objective_s = mip.problem.objective(result.chosen)
             _raise_bound(result, other)
             result.backend += f"; highs branch and bound beside stage 2 ({other.status})"
             result.status = "optimal" if other.status == "optimal" else result.status
