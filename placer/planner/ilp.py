@@ -75,7 +75,7 @@ def _set_start(problem: Problem, prob: pulp.LpProblem, x, y, chosen: list[int]) 
             named[f"s{ph}"].setInitialValue(float(seconds) * TIME_SCALE)
     for n, gc in enumerate(problem.group_counts):  # the cheaper side of 'over', as phase_times takes it
         average = problem.load_row_value(gc.row, xs)
-        over = (max(average, gc.over_s(xs, spread[gc.phase], problem.fixed_groups))
+        over = (max(average, gc.over_s(spread[gc.phase], problem.fixed_charges(xs).get(gc.row, 0.0)))
                 < average + gc.counted_s(xs, problem.fixed_groups))
         named[f"o{n}"].setInitialValue(1.0 if over else 0.0)
         for j, t in enumerate(gc.types):
@@ -93,8 +93,10 @@ def _build(problem: Problem, relax: bool = False):
     for gi, group in enumerate(problem.groups):
         prob += pulp.LpAffineExpression([(x[i], 1.0) for i in group]) == 1, f"one_{gi}"
     fixed_terms: dict[tuple[int, str], list] = {}  # (phase, resource) -> [(u, -seconds)]
+    used = []  # u of every fixed group, in problem.fixed_groups order
     for n, fg in enumerate(problem.fixed_groups):
         u = pulp.LpVariable(f"u{n}", lowBound=0, upBound=1)
+        used.append(u)
         for j, ids in enumerate(fg.members):
             prob += pulp.LpAffineExpression([(u, 1.0)] + [(x[i], -1.0) for i in ids]) >= 0, f"uses_{n}_{j}"
         for key, seconds in fg.charges.items():
@@ -105,7 +107,7 @@ def _build(problem: Problem, relax: bool = False):
         prob += (pulp.LpAffineExpression([(spread[ph], 1.0)] + [(x[i], -c * TIME_SCALE) for i, c in zip(ids, coef)])
                  >= 0), f"spread_{ph}"
     for n, gc in enumerate(problem.group_counts):
-        _group_count_rows(prob, n, gc, x, y, spread, relax, fixed_terms)
+        _group_count_rows(prob, n, gc, x, y, used, spread, relax, fixed_terms)
     rows = list(problem.load_rows) + [k for k in fixed_terms if k not in problem.load_rows]
     for n, (phase, _res) in enumerate(rows):
         ids, coef = problem.load_rows.get((phase, _res), ((), ()))
@@ -142,13 +144,12 @@ def _build(problem: Problem, relax: bool = False):
     return prob, x, y
 
 
-def _group_count_rows(prob: pulp.LpProblem, n: int, gc: GroupCounts, x: list, y: list, spread: dict, relax: bool,
-                      fixed_terms: dict) -> None:
+def _group_count_rows(prob: pulp.LpProblem, n: int, gc: GroupCounts, x: list, y: list, used: list, spread: dict,
+                      relax: bool, fixed_terms: dict) -> None:
     """GroupCounts ``gc`` (problem.py) in the model: its binary o{n} ('some stream's own load is over the level'),
     the row it sits in, and per group type its count c{n}_{j} with its row; the counts' fixed costs join the
-    class-average row through ``fixed_terms`` (as the every-GPU groups' u do)."""
+    class-average row through ``fixed_terms`` (as the every-GPU groups' u, ``used``, do)."""
     over = pulp.LpVariable(f"o{n}", lowBound=0, upBound=1, cat=pulp.LpContinuous if relax else pulp.LpBinary)
-    u = {v.name: v for v in prob.variables() if v.name.startswith("u")}
     on_every = list(fixed_terms.get(gc.row, []))  # the every-GPU groups' fixed costs on one stream: sum charge u
     prob += (pulp.LpAffineExpression([(y[gc.phase], 1.0), (over, -gc.level_s * TIME_SCALE)] + on_every
                                      + ([(spread[gc.phase], -1.0)] if gc.phase in spread else []))
@@ -159,7 +160,7 @@ def _group_count_rows(prob: pulp.LpProblem, n: int, gc: GroupCounts, x: list, y:
         terms = [(count, room), (over, min(t.most_s, float(t.loads_s.sum())) * TIME_SCALE)]
         terms += [(x[i], -v * TIME_SCALE) for i, v in zip(t.ids, t.loads_s)]
         if t.every >= 0:
-            terms.append((u[f"u{t.every}"], gc.slots * gc.level_s * TIME_SCALE))
+            terms.append((used[t.every], gc.slots * gc.level_s * TIME_SCALE))
         prob += pulp.LpAffineExpression(terms) >= 0, f"groups_{n}_{j}"
         fixed_terms.setdefault(gc.row, []).append((count, -t.fixed_s / gc.slots * TIME_SCALE))
 

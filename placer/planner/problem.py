@@ -136,16 +136,17 @@ class GroupCounts:
         return sum(t.fixed_s * t.needed(x, self.level_s, self.slots, fixed_groups[t.every].used(x) if t.every >= 0
                                         else 0.0) for t in self.types) / self.slots
 
-    def over_s(self, x: np.ndarray, spread_s: float, fixed_groups: list[FixedGroup]) -> float:
-        """The least phase time when some stream's own load is over the level (given s_phase ``spread_s``), s."""
-        on_every = sum(fg.used(x) * fg.charges.get(self.row, 0.0) for fg in fixed_groups)
-        return self.base_s + spread_s + on_every + self.level_s
+    def over_s(self, spread_s: float, on_every_s: float) -> float:
+        """The least phase time when some stream's own load is over the level, given s_phase ``spread_s`` and the
+        fixed groups' charges on ``row`` (``on_every_s``: Problem.fixed_charges), s."""
+        return self.base_s + spread_s + on_every_s + self.level_s
 
-    def value(self, x: np.ndarray, average_s: float, spread_s: float, fixed_groups: list[FixedGroup]) -> float:
+    def value(self, x: np.ndarray, average_s: float, spread_s: float, on_every_s: float,
+              fixed_groups: list[FixedGroup]) -> float:
         """The least phase time the rows allow at a choice ``x``, given the class-average row's value without
-        the counts (``average_s``) and s_phase (``spread_s``): the cheaper of 'over' and not."""
-        return min(average_s + self.counted_s(x, fixed_groups),
-                   max(average_s, self.over_s(x, spread_s, fixed_groups)))
+        the counts (``average_s``), s_phase and the fixed groups' charges on ``row``: the cheaper of 'over' and
+        not."""
+        return min(average_s + self.counted_s(x, fixed_groups), max(average_s, self.over_s(spread_s, on_every_s)))
 
 
 @dataclass
@@ -192,7 +193,7 @@ class Problem:
             x = np.zeros(self.num_options)
             x[chosen] = 1.0
         per_phase = np.zeros(self.num_phases)
-        extra = self._fixed_charges(x)
+        extra = self.fixed_charges(x)
         spread = self.spread_values(x)
         counted = {gc.row: gc for gc in self.group_counts}
         for key, (ids, coef) in self.load_rows.items():
@@ -200,7 +201,7 @@ class Problem:
             if key in self.spread_rows:
                 v += spread[key[0]]
             if key in counted:
-                v = counted[key].value(x, v, spread[key[0]], self.fixed_groups)
+                v = counted[key].value(x, v, spread[key[0]], extra.get(key, 0.0), self.fixed_groups)
             per_phase[key[0]] = max(per_phase[key[0]], v)
         for key in set(self.load_base) | set(extra):
             if key not in self.load_rows:
@@ -210,7 +211,7 @@ class Problem:
             per_phase[row.phase] = max(per_phase[row.phase], row.value(x))
         return per_phase
 
-    def _fixed_charges(self, x: np.ndarray) -> dict[tuple[int, str], float]:
+    def fixed_charges(self, x: np.ndarray) -> dict[tuple[int, str], float]:
         """(phase, resource) -> the fixed groups' charges there at option values ``x``, s."""
         extra: dict[tuple[int, str], float] = defaultdict(float)
         for fg in self.fixed_groups:
@@ -223,7 +224,7 @@ class Problem:
     def load_row_value(self, key: tuple[int, str], x: np.ndarray) -> float:
         """One load row's seconds at option values ``x`` (its spread and fixed charges; no group counts)."""
         ids, coef = self.load_rows[key]
-        v = self.load_base.get(key, 0.0) + float(coef @ x[ids]) + self._fixed_charges(x).get(key, 0.0)
+        v = self.load_base.get(key, 0.0) + float(coef @ x[ids]) + self.fixed_charges(x).get(key, 0.0)
         return v + (self.spread_values(x)[key[0]] if key in self.spread_rows else 0.0)
 
     def spread_values(self, x: np.ndarray) -> np.ndarray:

@@ -41,18 +41,18 @@ def group_counts(ctx: Context, kinds: list[list[Kind]], problem: Problem, chosen
     spread = problem.spread_values(x)
     every = {fg.key: n for n, fg in enumerate(problem.fixed_groups) if fg.key}
     group_of = {i: gi for gi, g in enumerate(problem.groups) for i in g}
+    charges = problem.fixed_charges(x)
+    slots = ctx.sym.class_size[stream_class]
     best: tuple[float, GroupCounts | None] = (0.0, None)
     for ph, (fixed, loads) in _per_type(ctx, flat).items():
         row = (ph, stream_class)
         if row not in problem.load_rows or times[ph] <= 0:
             continue
         base = ctx.base_min.get(row, 0.0)
-        on_every = sum(fg.used(x) * fg.charges.get(row, 0.0) for fg in problem.fixed_groups)
-        level = LEVEL * (times[ph] - base - spread[ph] - on_every)
+        level = LEVEL * (times[ph] - base - spread[ph] - charges.get(row, 0.0))
         types = [CountedGroup(fixed[t], np.asarray(list(per), dtype=np.int64), np.asarray(list(per.values())),
                               every.get(t, -1), _most(per, group_of))
                  for t, per in sorted(loads.items()) if fixed[t] < level and any(per.values())]
-        slots = ctx.sym.class_size[stream_class]
         # only the types that ``chosen`` opens GPU by GPU (HiGHS: 19 s where all 14 types took 23-40 s, same bound)
         types = [t for t in types
                  if t.needed(x, level, slots, problem.fixed_groups[t.every].used(x) if t.every >= 0 else 0.0) > 0]
