@@ -58,7 +58,7 @@ class Stage1:
 
 def solve_stage1(ctx: Context, kinds: list[list[Kind]], budget: Budget, gap: float, backend: str,
                  threads: int | None, problem: Problem | None = None,
-                 rounded: Callable[[Problem, list[int]], None] | None = None) -> Stage1:
+                 rounded: Callable[[Problem, list[int], Relaxation], bool] | None = None) -> Stage1:
     """Solve the aggregated ILP as far as the time allows: its relaxation with peak levels
     (problem.PeakLevels) gives a first bound; a rounding of it (ilp.complete_relaxation), corrected by
     pigeonhole rows (problem.CountRow) where it packs loads that cannot be spread, gives the kinds; then
@@ -113,9 +113,9 @@ def solve_stage1(ctx: Context, kinds: list[list[Kind]], budget: Budget, gap: flo
         chosen = again
         found.append(chosen)
     tree = None
-    if chosen is not None and rounded is not None:
-        rounded(problem, chosen)
-    if chosen is not None and budget.allows(0.5):  # a second of splits raises the bound (0.6 ms on production-856)
+    tree_beside = chosen is not None and rounded is not None and rounded(problem, chosen, relaxation)
+    # a second of splits raises the bound (0.6 ms on production-856)
+    if chosen is not None and not tree_beside and budget.allows(0.5):
         tracker.update("stage 1: branch and bound on the bound")
         # no gap: the plan lands above stage 1's incumbent, so leaves within the gap of it still matter
         tree = BoundTree(problem, relaxation).run(problem.objective(chosen), budget)

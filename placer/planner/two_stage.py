@@ -22,8 +22,10 @@ one time Budget (budget.py):
    beside stage 2 (stage1_mip.py; its problem also counts the fused groups that single-GPU tables open GPU by GPU,
    stage1_groups.py); it may prove that problem's optimum, which raises the bound, and its choice goes
    through stage 2 too (stage 2 on stage 1's own choice ends when its answer comes, but not before half of the
-   time the child then had left, and gets the time left after the MIP's choice). Without it (too little time, a
-   work limit), branch and bound on stage 1 in this process where time is left after stage 2.
+   time the child then had left, and gets the time left after the MIP's choice). With too little time left for
+   it, the bound tree runs there instead, beside stage 2 until its end (stage1_tree.py), and stage 2 has the
+   first core to itself. Under a work limit, the bound tree in stage 1 and branch and bound on stage 1 in this
+   process where time is left after stage 2.
 
 The plan is then priced exactly by the simulator (solve.py); the gap is (plan - bound) / plan.
 """
@@ -40,11 +42,13 @@ from placer.planner.assign import Assigner
 from placer.planner.budget import Budget
 from placer.planner.context import Context
 from placer.planner.kinds import Kind, KindFolder
+from placer.planner.lp import Relaxation
 from placer.planner.problem import Problem
 from placer.planner.progress import Tracker
 from placer.planner.stage1 import Stage1, solve_stage1, without_stream_rows
 from placer.planner.stage1_groups import group_counts
 from placer.planner.stage1_mip import BesideMip
+from placer.planner.stage1_tree import BesideTree
 from placer.planner.stage2 import place_choice
 from placer.planner.symmetry import Symmetry
 
@@ -59,32 +63,44 @@ def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, budge
         tracker.update("stage 1: option kinds")
         kinds = KindFolder(ctx).kinds()
     reserve = min(0.2 * budget.seconds, 15.0)  # stage 2 + pricing the plan (measured: 8.5 s on 128 GPUs, 10 s on 256)
-    beside: list[BesideMip] = []
+    beside: list[BesideMip | BesideTree] = []
 
-    def rounded(problem: Problem, chosen: list[int]) -> None:  # stage 1's MIP on the second core from here on
+    def rounded(problem: Problem, chosen: list[int], relaxation: Relaxation) -> bool:
+        """From the rounding on, stage 1's MIP on the second core; where too little time is left for it, the bound
+        tree there instead (True: stage 1 leaves the tree to it)."""
+        if budget.deterministic:
+            return False
         seconds = budget.left() - reserve  # what stage 2 then needs for the MIP's choice is left after it
-        if not budget.deterministic and seconds >= stage1_mip.MIN_SECONDS:
+        if seconds >= stage1_mip.MIN_SECONDS:
             mip = BesideMip(problem, chosen, seconds, group_counts(ctx, kinds, problem, chosen))
             if mip.running:
                 beside.append(mip)
+            return False
+        # until stage 2's end (_after_stage1: 0.5 s before the budget's)
+        tree = BesideTree(problem, relaxation, problem.objective(chosen), budget.left() - 0.5)
+        if tree.running:
+            beside.append(tree)
+        return tree.running
 
     try:
         with budget.stage("stage 1"):
             stage1 = solve_stage1(ctx, kinds, budget.child(max(5.0, budget.left() - reserve)), gap=gap,
                                   backend=backend, threads=threads, rounded=rounded)
-        return _after_stage1(ctx, kinds, stage1, beside[0] if beside else None, budget, gap, backend, threads,
-                             tracker)
+        mip = next((b for b in beside if isinstance(b, BesideMip)), None)
+        tree = next((b for b in beside if isinstance(b, BesideTree)), None)
+        return _after_stage1(ctx, kinds, stage1, mip, tree, budget, gap, backend, threads, tracker)
     finally:
-        for mip in beside:
-            mip.close()
+        for child in beside:
+            child.close()
 
 
-def _after_stage1(ctx: Context, kinds: list[list[Kind]], stage1: Stage1, mip: BesideMip | None, budget: Budget,
-                  gap: float, backend: str, threads: int | None, tracker: Tracker):
+def _after_stage1(ctx: Context, kinds: list[list[Kind]], stage1: Stage1, mip: BesideMip | None,
+                  tree: BesideTree | None, budget: Budget, gap: float, backend: str, threads: int | None,
+                  tracker: Tracker):
     """Stage 2 on stage 1's choices, then (with time left) on the choices of searches that may do better: the
     MIP beside (stage1_mip.py: stage 2 on stage 1's own choices ends when it answers, BesideMip.window), else
-    ``backend``'s branch and bound on stage 1, and stage 1 without its stream rows. Returns what solve_two_stage
-    does."""
+    ``backend``'s branch and bound on stage 1, and stage 1 without its stream rows. ``tree``: stage 1's bound tree
+    beside stage 2 (stage1_tree.py), its bound read at the end. Returns what solve_two_stage does."""
     result = stage1.result
     if result.chosen is None:
         return None, result.lower_bound_s, result, budget.elapsed()
@@ -95,7 +111,8 @@ def _after_stage1(ctx: Context, kinds: list[list[Kind]], stage1: Stage1, mip: Be
     def place(ids: list[int], within: Budget) -> None:
         nonlocal best
         with budget.stage("stage 2"):  # half of its portfolio on the second core where the MIP does not run
-            alt = place_choice(assigner, stage1.problem, kinds, ids, within, beside=not (mip and mip.running))
+            alt = place_choice(assigner, stage1.problem, kinds, ids, within,
+                               beside=not (mip and mip.running) and not (tree and tree.running))
         if alt[0] and alt[1] < best[1]:
             best = alt
 
@@ -139,6 +156,15 @@ def _after_stage1(ctx: Context, kinds: list[list[Kind]], stage1: Stage1, mip: Be
             _raise_bound(result, other)
             if other.chosen != result.chosen:
                 place(other.chosen, stage2)
+    if tree is not None:
+        with budget.stage("stage 1 (its bound tree waited for)"):
+            splits = tree.result()
+        if splits is None:
+            budget.note_ran_out("stage 1")
+        else:  # a bound on stage 1's problem, whatever stopped it
+            result.lower_bound_s = max(result.lower_bound_s, min(splits.bound_s, result.objective_s))
+            result.backend += f"; {splits.nodes} splits of the relaxation beside stage 2, {splits.lp_solves} LPs"
+            tracker.update(bound_s=result.lower_bound_s)
     # Stage 1 without its stream rows chooses differently: the stream rows count a table's own group but not
     # the groups a column-wise block opens on the same GPU, and can steer stage 1 to choices stage 2 cannot
     # realise (mlperf-dlrm-v1 @ dgx-h100-2node: 1.81 ms with them, 1.71 ms without). With time left, stage 2
