@@ -271,7 +271,7 @@ def _two_stage_with_host_table(monkeypatch, table: str):
 
     monkeypatch.setattr(S, "FULL_ILP_MAX_PAIRS", 0)
     monkeypatch.setattr(S, "solve_two_stage", with_host)
-    monkeypatch.setattr(S, "_feasible_baselines", lambda model, seed: {})
+    monkeypatch.setattr(S, "_priced_baselines", lambda model, seed: iter(()))  # no baseline beats it
     topo, wl = _pair(TINY, WORKSTATION)
     return S.solve(topo, wl, S.SolveConfig(time_limit_s=10)), topo, wl
 
