@@ -12,13 +12,13 @@ library's or placer's own and it pickles (the parent can always unpickle it), el
 """
 from __future__ import annotations
 
-import gc
 import os
 import sys
 import time
 from typing import Any, Callable, Generic, Iterable, TypeVar
 
 from placer.errors import PlacerError
+from placer.heap import frozen
 
 
 def usable_cores() -> int:
@@ -47,12 +47,9 @@ class ForkedCall:
         self.proc = ctx.Process(target=_child, args=(fn, send, nice, parts), name=name, daemon=True)
         # the child's collections then leave the parent's objects (and their pages) alone: synthetic-1000 @
         # dgx-h100-32node at 60 s peaked at 1,818 MB summed PSS over all processes with it, 1,891 MB without
-        gc.freeze()
-        _stop_highs_workers()
-        try:
+        with frozen():
+            _stop_highs_workers()
             self.proc.start()
-        finally:
-            gc.unfreeze()
         send.close()
 
     @classmethod

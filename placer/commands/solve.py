@@ -8,6 +8,7 @@ import time
 from contextlib import contextmanager
 
 from placer import argtypes as _args
+from placer.heap import frozen
 from placer.report import add_listing_arguments, make_console
 
 from placer.commands._common import add_hw_wl, add_solver_options, load_pair, solve_config
@@ -53,27 +54,33 @@ def progress_reporter(quiet: bool):
 def run(args) -> int:
     from placer.plan import record_specs
     from placer.planner.solve import solve
-    from placer.report import plan_summary
 
     if args.output is not None:
         check_output_path(args.output, "-o/--output")  # before the solve, which may take minutes
     # --time-limit is the whole command's: loading the specs, the solve, pricing the plan and its what-ifs
     config = dataclasses.replace(solve_config(args), started_s=getattr(args, "_started_s", None))
     topo, wl = load_pair(args)
-    with progress_reporter(args.quiet) as reporter:
-        plan = solve(topo, wl, dataclasses.replace(config, progress=reporter))
-    plan = record_specs(plan, topo.spec, wl)  # what-ifs later name the fields that changed (plan.spec_changes)
+    with frozen():  # the solve's heap frozen to the end: collections walk only what is new (placer/heap.py)
+        with progress_reporter(args.quiet) as reporter:
+            plan = solve(topo, wl, dataclasses.replace(config, progress=reporter))
+        _report(args, record_specs(plan, topo.spec, wl), wl)  # record_specs: what-ifs later name what changed
+    return 0
+
+
+def _report(args, plan, wl) -> None:
+    """The plan written (-o), printed as JSON (--json) or summed up on the terminal."""
+    from placer.report import plan_summary
+
     if args.output is not None:
         write_text(args.output, plan.to_json() + "\n", "-o/--output")
     if args.json:
         sys.stdout.write(plan.to_json() + "\n")
-    else:
-        console = make_console()
-        plan_summary(plan, wl, console, show_all=getattr(args, "all", False), tables=getattr(args, "tables", None))
-        if plan.robustness and "step_time_s" in plan.robustness:
-            from placer.skew import robustness_line
+        return
+    console = make_console()
+    plan_summary(plan, wl, console, show_all=getattr(args, "all", False), tables=getattr(args, "tables", None))
+    if plan.robustness and "step_time_s" in plan.robustness:
+        from placer.skew import robustness_line
 
-            console.print(robustness_line(plan.robustness), markup=False)
-        if args.output:
-            console.print(f"plan written to {args.output}")
-    return 0
+        console.print(robustness_line(plan.robustness), markup=False)
+    if args.output:
+        console.print(f"plan written to {args.output}")

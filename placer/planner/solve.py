@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from placer.cost import PHASES, CostModel
 from placer.errors import InfeasibleError, PlacerError, SpecError
 from placer.forked import BackgroundParts
+from placer.heap import frozen
 from placer.options import OptionConfig, all_options
 from placer.plan import Placement, Plan, SolverInfo, SpecRef
 from placer.planner import effort, ilp, infeasible, tiebreak, tiebreak_local
@@ -108,6 +109,13 @@ def make_plan(model: CostModel, method: str, placements: list[Placement], solver
 
 def solve(topology: Topology, workload: Workload, config: SolveConfig = SolveConfig()) -> Plan:
     """Plan ``workload`` on ``topology`` with ``config.method``. Raises InfeasibleError when nothing fits."""
+    # what the stages freeze (the cost model's caches, the option kinds: placer/heap.py) stays frozen to the end,
+    # the plan's pricing and what-ifs included
+    with frozen():
+        return _solve(topology, workload, config)
+
+
+def _solve(topology: Topology, workload: Workload, config: SolveConfig) -> Plan:
     model = CostModel(topology, workload)
     if config.method != "ilp":
         if config.method not in BASELINES + EXTERNAL:

@@ -35,6 +35,7 @@ import dataclasses
 
 from placer.cost import CostModel
 from placer.errors import SolverError
+from placer.heap import frozen
 from placer.options import OptionConfig
 from placer.plan import Placement
 from placer.planner import ilp, stage1_mip
@@ -82,16 +83,18 @@ def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, budge
             beside.append(tree)
         return tree.running
 
-    try:
-        with budget.stage("stage 1"):
-            stage1 = solve_stage1(ctx, kinds, budget.child(max(5.0, budget.left() - reserve)), gap=gap,
-                                  backend=backend, threads=threads, rounded=rounded)
-        mip = next((b for b in beside if isinstance(b, BesideMip)), None)
-        tree = next((b for b in beside if isinstance(b, BesideTree)), None)
-        return _after_stage1(ctx, kinds, stage1, mip, tree, budget, gap, backend, threads, tracker)
-    finally:
-        for child in beside:
-            child.close()
+    # the model's caches and the kinds live to the end: collections walk only what the stages allocate (heap.py)
+    with frozen():
+        try:
+            with budget.stage("stage 1"):
+                stage1 = solve_stage1(ctx, kinds, budget.child(max(5.0, budget.left() - reserve)), gap=gap,
+                                      backend=backend, threads=threads, rounded=rounded)
+            mip = next((b for b in beside if isinstance(b, BesideMip)), None)
+            tree = next((b for b in beside if isinstance(b, BesideTree)), None)
+            return _after_stage1(ctx, kinds, stage1, mip, tree, budget, gap, backend, threads, tracker)
+        finally:
+            for child in beside:
+                child.close()
 
 
 def _after_stage1(ctx: Context, kinds: list[list[Kind]], stage1: Stage1, mip: BesideMip | None,

@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from placer.heap import no_cyclic_gc
+
 GEMM_OPS = {"aten.mm.default", "aten.addmm.default", "aten.bmm.default", "aten.baddbmm.default"}
 #: ops that read or write elements at positions an index tensor gives (the dot interaction's triangle and its
 #: backward): priced at the ``indexed`` rate
@@ -124,7 +126,8 @@ class DenseTrace:
 def trace(workload, samples: int, device_type: str) -> DenseTrace:
     """The dense step (forward, BCE loss, backward, optimizer step) of ``workload`` on ``samples`` samples, as
     the runner issues it on a ``device_type`` ("cuda" or "cpu") device."""
-    return _trace(workload.model_dump_json(), int(samples), device_type)
+    with no_cyclic_gc():  # the first one imports torch: five collections of a growing heap, 0.6 s (placer/heap.py)
+        return _trace(workload.model_dump_json(), int(samples), device_type)
 
 
 @lru_cache(maxsize=64)
