@@ -303,11 +303,14 @@ TWO_STAGE_RESERVE_S = 2.5
 #: ... and for what follows the solve within the limit: the plan priced again with its report, and its skew
 #: what-ifs (fresh cost models; placer/skew.py), a fixed part and a part per (table, GPU) pair. Measured (run
 #: alone, from the solve's end to the command's exit; the AMD EPYC 2-core VM, which is slower than the Intel one
-#: the first fit was made on; at 424bc5e, which exits without tearing the interpreter down): 3.6-4.6 s on
-#: production-856 @ dgx-h100-16node (109,568 pairs; the command ended at 29.5-30.6 s of a 30 s limit with
-#: 3.0 s + 6e-6 s per pair), 2.9-3.3 s on synthetic-1000 @ dgx-h100-32node (256,000 pairs).
-AFTER_SOLVE_S = 3.6
-AFTER_SOLVE_S_PER_PAIR = 3e-6
+#: the first fit was made on; at 424bc5e, which exits without tearing the interpreter down): about 2.1 s on
+#: production-856 @ dgx-h100 (6,848 pairs), 3.6-4.6 s on production-856 @ dgx-h100-16node (109,568 pairs; the
+#: command ended at 29.5-30.6 s of a 30 s limit with 3.66 s kept), 2.9-3.3 s on synthetic-1000 @ dgx-h100-32node
+#: (256,000 pairs). What it costs follows the plan's shards more than the pairs (the what-ifs price the plan
+#: afresh), hence the cap.
+AFTER_SOLVE_S = 2.0
+AFTER_SOLVE_S_PER_PAIR = 1.6e-5
+AFTER_SOLVE_MAX_S = 4.2
 #: The least time the single-stage branch and bound gets, however little of the limit the options left (s).
 MIN_SEARCH_S = 1.0
 
@@ -324,7 +327,7 @@ def _search_s(model: CostModel, budget: Budget) -> float:
 
 def after_solve_s(model: CostModel) -> float:
     """Seconds to keep, of a large solve's limit, for pricing the plan and its what-ifs after it."""
-    return AFTER_SOLVE_S + AFTER_SOLVE_S_PER_PAIR * len(model.wl.tables) * len(model.topo.gpus)
+    return min(AFTER_SOLVE_MAX_S, AFTER_SOLVE_S + AFTER_SOLVE_S_PER_PAIR * len(model.wl.tables) * len(model.topo.gpus))
 
 
 #: The order a two-stage solve's child prices the baselines in (each sent back when priced, solve waits for them

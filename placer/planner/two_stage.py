@@ -114,8 +114,8 @@ def _after_stage1(ctx: Context, kinds: list[list[Kind]], stage1: Stage1, mip: Be
     def place(ids: list[int], within: Budget) -> None:
         nonlocal best
         with budget.stage("stage 2"):  # half of its portfolio on the second core where the MIP does not run
-            alt = place_choice(assigner, stage1.problem, kinds, ids, within,
-                               beside=not (mip and mip.running) and not (tree and tree.running))
+            # beside the bound tree's child too: stage 2's child (nice 15) gets the second core once the tree stalls
+            alt = place_choice(assigner, stage1.problem, kinds, ids, within, beside=not (mip and mip.running))
         if alt[0] and alt[1] < best[1]:
             best = alt
 
