@@ -100,6 +100,43 @@ class ForkedCall:
         self.proc.join(5)
 
 
+class TimedChild:
+    """``fn()`` in a forked child (ForkedCall.start) that stops on its own after ``seconds`` of wall time (``fn``
+    keeps that limit); the parent reads its answer at most ``grace_s`` past it. ``start`` False: no child at all.
+    ``running`` is False where none was started or its answer has been read."""
+
+    def __init__(self, fn: Callable[[], Any], name: str, seconds: float, grace_s: float, start: bool = True):
+        self.seconds, self.grace_s = float(seconds), grace_s
+        self.t0 = time.perf_counter()
+        self.call = ForkedCall.start(fn, name) if start else None
+
+    @property
+    def running(self) -> bool:
+        """Whether the child still holds its core (its answer not yet read, nor it closed)."""
+        return self.call is not None
+
+    def seconds_left(self) -> float:
+        """Wall seconds until the child's own limit ends (0 once past it)."""
+        return max(0.0, self.seconds - (time.perf_counter() - self.t0))
+
+    def ready(self) -> bool:
+        """Whether the child's answer (or its end) is there to be read."""
+        return self.call is None or self.call.poll(0)
+
+    def result(self) -> Any | None:
+        """The child's answer, waiting for it until its limit ends (plus ``grace_s``); None if it died, failed or
+        was late (then killed), or no child ran."""
+        if self.call is None:
+            return None
+        call, self.call = self.call, None
+        return call.answer(self.seconds_left() + self.grace_s)
+
+    def close(self) -> None:
+        if self.call is not None:
+            self.call.close()
+            self.call = None
+
+
 def _stop_highs_workers() -> None:
     """Stop HiGHS's worker threads if this process started them (it solved something with highspy): a forked child
     inherits HiGHS's scheduler but not its threads, and its first parallel task then waits for them for ever

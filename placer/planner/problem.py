@@ -196,10 +196,8 @@ class Problem:
         extra = self.fixed_charges(x)
         spread = self.spread_values(x)
         counted = {gc.row: gc for gc in self.group_counts}
-        for key, (ids, coef) in self.load_rows.items():
-            v = self.load_base.get(key, 0.0) + float(coef @ x[ids]) + extra.get(key, 0.0)
-            if key in self.spread_rows:
-                v += spread[key[0]]
+        for key in self.load_rows:
+            v = self._row_value(key, x, extra, spread)
             if key in counted:
                 v = counted[key].value(x, v, spread[key[0]], extra.get(key, 0.0), self.fixed_groups)
             per_phase[key[0]] = max(per_phase[key[0]], v)
@@ -223,9 +221,14 @@ class Problem:
 
     def load_row_value(self, key: tuple[int, str], x: np.ndarray) -> float:
         """One load row's seconds at option values ``x`` (its spread and fixed charges; no group counts)."""
+        return self._row_value(key, x, self.fixed_charges(x), self.spread_values(x))
+
+    def _row_value(self, key: tuple[int, str], x: np.ndarray, charges: dict[tuple[int, str], float],
+                   spread: np.ndarray) -> float:
+        """load_row_value, given the fixed charges (fixed_charges) and s_phase (spread_values) at ``x``."""
         ids, coef = self.load_rows[key]
-        v = self.load_base.get(key, 0.0) + float(coef @ x[ids]) + self.fixed_charges(x).get(key, 0.0)
-        return v + (self.spread_values(x)[key[0]] if key in self.spread_rows else 0.0)
+        v = self.load_base.get(key, 0.0) + float(coef @ x[ids]) + charges.get(key, 0.0)
+        return v + (spread[key[0]] if key in self.spread_rows else 0.0)
 
     def spread_values(self, x: np.ndarray) -> np.ndarray:
         """s_phase (seconds) at option values ``x``: the loads every member carries alike (``spread``)."""

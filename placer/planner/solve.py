@@ -288,13 +288,17 @@ def _tie_break(model: CostModel, config: SolveConfig, problem: Problem, options:
 
 
 def _feasible_baselines(model: CostModel, seed: int) -> dict[str, list[Placement]]:
-    out = {}
-    for name in BASELINES:
+    """Baseline name -> its placements, for every baseline that fits."""
+    return dict(_each_feasible_baseline(model, seed, BASELINES))
+
+
+def _each_feasible_baseline(model: CostModel, seed: int, names) -> Iterator[tuple[str, list[Placement]]]:
+    """(name, placements) of the baselines ``names`` that fit, one by one in that order."""
+    for name in names:
         try:
-            out[name] = run_baseline(name, model, seed=seed)
+            yield name, run_baseline(name, model, seed=seed)
         except InfeasibleError:
             continue
-    return out
 
 
 #: Seconds of a two-stage solve's limit kept for pricing its plan and the tie-break (measured: 1.3 s of
@@ -341,11 +345,7 @@ BASELINE_ORDER = ("greedy_size", "fae", "round_robin", "random", "uvm", "host_cp
 def _priced_baselines(model: CostModel, seed: int) -> Iterator[tuple[float, str, list[Placement]]]:
     """(step time s, name, placements) of every baseline that fits, one by one in BASELINE_ORDER."""
     hw, wl = _refs(model.topo, model.wl)
-    for name in BASELINE_ORDER:
-        try:
-            placements = run_baseline(name, model, seed=seed)
-        except InfeasibleError:
-            continue
+    for name, placements in _each_feasible_baseline(model, seed, BASELINE_ORDER):
         plan = Plan(hardware=hw, workload=wl, method=name, placements=placements)
         yield predict(model, plan)["step_time_s"], name, placements
 

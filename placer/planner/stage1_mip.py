@@ -21,9 +21,8 @@ root (where most of its time goes) has no deterministic limit short of its node 
 from __future__ import annotations
 
 import dataclasses
-import time
 
-from placer.forked import ForkedCall
+from placer.forked import TimedChild
 from placer.planner import ilp
 from placer.planner.budget import Budget
 from placer.planner.problem import GroupCounts, Problem
@@ -43,50 +42,22 @@ WINDOW_FLOOR = 0.5
 GRACE_S = 3.0
 
 
-class BesideMip:
+class BesideMip(TimedChild):
     """HiGHS on stage 1's ``problem`` from ``start`` (one option id per group) in a forked child, given
     ``seconds`` of wall time. ``running`` is False where no child could be had (not Linux, no process)."""
 
     def __init__(self, problem: Problem, start: list[int], seconds: float, counts: list[GroupCounts] = ()):
-        self.seconds = float(seconds)
-        self.t0 = time.perf_counter()
         # HiGHS: 17.7 s without the levels, 34 s with; ``counts`` (stage1_groups.py) join the rows
         self.problem = dataclasses.replace(problem, levels=[], group_counts=list(counts))
-        self.call = ForkedCall.start(lambda: ilp.solve(self.problem, backend="highs", gap=GAP, warm_start=start,
-                                                       budget=Budget(self.seconds), highs_options=OPTIONS),
-                                     "placer-stage1-mip")
-
-    @property
-    def running(self) -> bool:
-        """Whether the child still holds the second core (its answer not yet read, nor it closed)."""
-        return self.call is not None
-
-    def seconds_left(self) -> float:
-        """Wall seconds until the child's own limit ends (0 once past it)."""
-        return max(0.0, self.seconds - (time.perf_counter() - self.t0))
+        super().__init__(lambda: ilp.solve(self.problem, backend="highs", gap=GAP, warm_start=start,
+                                           budget=Budget(seconds), highs_options=OPTIONS),
+                         "placer-stage1-mip", seconds, GRACE_S)
 
     def window(self, parent: Budget) -> Budget:
         """A child of ``parent`` (wall clock) for what the parent does while it waits: it ends when the child's
         limit does, or once the child's answer is there if half of it has passed (WINDOW_FLOOR)."""
         return _UntilReady(self, max(1.0, self.seconds_left()), stages=parent.stages, clock=parent.clock,
                            stage_work=parent.stage_work, shared=parent.shared)
-
-    def ready(self) -> bool:
-        """Whether the child's answer (or its end) is there to be read."""
-        return self.call is None or self.call.poll(0)
-
-    def result(self) -> ilp.IlpResult | None:
-        """The child's answer, waiting for it until its limit ends (plus GRACE_S); None if it died, failed or was
-        late (then killed)."""
-        if self.call is None:
-            return None
-        call, self.call = self.call, None
-        return call.answer(self.seconds_left() + GRACE_S)
-
-    def close(self) -> None:
-        if self.call is not None:
-            self.call.close()
-            self.call = None
 
 
 class _UntilReady(Budget):

@@ -14,10 +14,8 @@ Only under a time limit: under a work limit (budget.py) the plan and bound must 
 """
 from __future__ import annotations
 
-import time
-
-from placer.forked import ForkedCall, usable_cores
-from placer.planner.bound_tree import BoundTree, TreeResult
+from placer.forked import TimedChild, usable_cores
+from placer.planner.bound_tree import BoundTree
 from placer.planner.budget import Budget
 from placer.planner.lp import Relaxation
 from placer.planner.problem import Problem
@@ -30,34 +28,13 @@ GRACE_S = 0.5
 MIN_SECONDS = 1.0
 
 
-class BesideTree:
+class BesideTree(TimedChild):
     """BoundTree(problem, relaxation).run(incumbent_s, ...) in a forked child given ``seconds`` of wall time.
-    ``running`` is False where no child was started (not Linux, one core, too little time, no process)."""
+    ``running`` is False where no child was started (not Linux, one core, too little time, no process);
+    ``result()`` is its TreeResult, or None."""
 
     def __init__(self, problem: Problem, relaxation: Relaxation, incumbent_s: float, seconds: float):
-        self.seconds = float(seconds)
-        self.t0 = time.perf_counter()
-        self.call = None
-        if self.seconds >= MIN_SECONDS and usable_cores() >= 2:
-            within = max(0.0, self.seconds - EARLY_S)
-            self.call = ForkedCall.start(lambda: BoundTree(problem, relaxation).run(incumbent_s, Budget(within)),
-                                         "placer-stage1-tree")
-
-    @property
-    def running(self) -> bool:
-        """Whether the child still holds the second core (its answer not yet read, nor it closed)."""
-        return self.call is not None
-
-    def result(self) -> TreeResult | None:
-        """The tree's answer, waiting for it until its time ends (plus GRACE_S); None if the child died, failed or
-        was late (then killed)."""
-        if self.call is None:
-            return None
-        call, self.call = self.call, None
-        left = max(0.0, self.seconds - (time.perf_counter() - self.t0))
-        return call.answer(left + GRACE_S)
-
-    def close(self) -> None:
-        if self.call is not None:
-            self.call.close()
-            self.call = None
+        within = max(0.0, seconds - EARLY_S)
+        super().__init__(lambda: BoundTree(problem, relaxation).run(incumbent_s, Budget(within)),
+                         "placer-stage1-tree", seconds, GRACE_S,
+                         start=seconds >= MIN_SECONDS and usable_cores() >= 2)

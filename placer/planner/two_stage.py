@@ -64,23 +64,21 @@ def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, budge
         tracker.update("stage 1: option kinds")
         kinds = KindFolder(ctx).kinds()
     reserve = min(0.2 * budget.seconds, 15.0)  # stage 2 + pricing the plan (measured: 8.5 s on 128 GPUs, 10 s on 256)
-    beside: list[BesideMip | BesideTree] = []
+    mip: BesideMip | None = None
+    tree: BesideTree | None = None
 
     def rounded(problem: Problem, chosen: list[int], relaxation: Relaxation) -> bool:
         """From the rounding on, stage 1's MIP on the second core; where too little time is left for it, the bound
         tree there instead (True: stage 1 leaves the tree to it)."""
+        nonlocal mip, tree
         if budget.deterministic:
             return False
         seconds = budget.left() - reserve  # what stage 2 then needs for the MIP's choice is left after it
         if seconds >= stage1_mip.MIN_SECONDS:
             mip = BesideMip(problem, chosen, seconds, group_counts(ctx, kinds, problem, chosen))
-            if mip.running:
-                beside.append(mip)
             return False
         # until stage 2's end (_after_stage1: 0.5 s before the budget's)
         tree = BesideTree(problem, relaxation, problem.objective(chosen), budget.left() - 0.5)
-        if tree.running:
-            beside.append(tree)
         return tree.running
 
     # the model's caches and the kinds live to the end: collections walk only what the stages allocate (heap.py)
@@ -89,12 +87,12 @@ def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, budge
             with budget.stage("stage 1"):
                 stage1 = solve_stage1(ctx, kinds, budget.child(max(5.0, budget.left() - reserve)), gap=gap,
                                       backend=backend, threads=threads, rounded=rounded)
-            mip = next((b for b in beside if isinstance(b, BesideMip)), None)
-            tree = next((b for b in beside if isinstance(b, BesideTree)), None)
-            return _after_stage1(ctx, kinds, stage1, mip, tree, budget, gap, backend, threads, tracker)
+            return _after_stage1(ctx, kinds, stage1, mip if mip and mip.running else None,
+                                 tree if tree and tree.running else None, budget, gap, backend, threads, tracker)
         finally:
-            for child in beside:
-                child.close()
+            for child in (mip, tree):
+                if child is not None:
+                    child.close()
 
 
 def _after_stage1(ctx: Context, kinds: list[list[Kind]], stage1: Stage1, mip: BesideMip | None,
@@ -136,7 +134,7 @@ def _after_stage1(ctx: Context, kinds: list[list[Kind]], stage1: Stage1, mip: Be
         if other is not None and other.chosen is not None:  # its bound holds whether or not it finished
             # its problem counts fused groups stage 1's does not (stage1_groups.py): stage 1's choice priced there
             result.objective_s = mip.problem.objective(result.chosen)
-            _raise_bound(result, other)
+            _raise_bound(result, other.lower_bound_s)
             result.backend += f"; highs branch and bound beside stage 2 ({other.status})"
             result.status = "optimal" if other.status == "optimal" else result.status
         own = result.chosen
@@ -156,7 +154,7 @@ def _after_stage1(ctx: Context, kinds: list[list[Kind]], stage1: Stage1, mip: Be
             except SolverError:
                 other = None
         if other is not None and other.chosen is not None:
-            _raise_bound(result, other)
+            _raise_bound(result, other.lower_bound_s)
             if other.chosen != result.chosen:
                 place(other.chosen, stage2)
     if tree is not None:
@@ -165,7 +163,7 @@ def _after_stage1(ctx: Context, kinds: list[list[Kind]], stage1: Stage1, mip: Be
         if splits is None:
             budget.note_ran_out("stage 1")
         else:  # a bound on stage 1's problem, whatever stopped it
-            result.lower_bound_s = max(result.lower_bound_s, min(splits.bound_s, result.objective_s))
+            _raise_bound(result, splits.bound_s)
             result.backend += f"; {splits.nodes} splits of the relaxation beside stage 2, {splits.lp_solves} LPs"
             tracker.update(bound_s=result.lower_bound_s)
     # Stage 1 without its stream rows chooses differently: the stream rows count a table's own group but not
@@ -181,7 +179,7 @@ def _after_stage1(ctx: Context, kinds: list[list[Kind]], stage1: Stage1, mip: Be
     return best[0] or None, result.lower_bound_s, result, budget.elapsed()
 
 
-def _raise_bound(result: ilp.IlpResult, other: ilp.IlpResult) -> None:
-    """Stage 1's bound raised to what another search of the same problem (or of a relaxation of it) proved, never
-    past stage 1's own choice."""
-    result.lower_bound_s = max(result.lower_bound_s, min(other.lower_bound_s, result.objective_s))
+def _raise_bound(result: ilp.IlpResult, bound_s: float) -> None:
+    """Stage 1's bound raised to ``bound_s``, what another search of the same problem (or of a relaxation of it)
+    proved, never past stage 1's own choice."""
+    result.lower_bound_s = max(result.lower_bound_s, min(bound_s, result.objective_s))
