@@ -20,7 +20,7 @@ from placer.planner.budget import Budget
 from placer.planner.kinds import Kind
 from placer.planner.problem import Problem
 from placer.planner.progress import Tracker
-from placer.planner.rekind import rekind
+from placer.planner.rekind import rekind, rekind_pairs
 from placer.planner.repack import repack
 from placer.planner.swap import swap
 
@@ -129,7 +129,8 @@ def assign_and_improve(assigner: Assigner, chosen: list[Kind], kinds: list[list[
                        ) -> tuple[list[Placement], Accumulator]:
     """One stage-2 run: devices assigned (excess weight ``weight``, see assign.Assigner._scores; ``pinned``
     first), then swaps (swap.py) and re-insertions, then swaps, repacking and kind changes (rekind.py) in rounds
-    while they change something, each round followed by re-insertions. Kind changes run in the first round, and
+    while they change something, each round followed by re-insertions; where a round changes nothing, pairs of
+    tables on one block change kinds together (rekind.rekind_pairs) before the run ends. Kind changes run in the first round, and
     again only after their last sweep changed something or when swaps and repacking change nothing (production-856
     @ dgx-h100-16node, stage 1's optimum, excess weight 0: their sweeps took 1.4 s each and changed nothing in six
     of eight rounds; the run reached the same plan, 22.805 ms, in 16.8 s instead of 20.6 s)."""
@@ -148,6 +149,8 @@ def assign_and_improve(assigner: Assigner, chosen: list[Kind], kinds: list[list[
             if rekind_due or not moved:
                 changed = rekind(assigner, placements, acc, kinds, budget)
                 rekind_due, moved = changed > 0, moved + changed
+            if not moved:
+                moved = rekind_pairs(assigner, placements, acc, kinds, budget)
             if not moved:
                 break
             assigner.improve(placements, acc, budget)
