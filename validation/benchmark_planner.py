@@ -28,7 +28,6 @@ import datetime as _dt
 import fnmatch
 import importlib.util
 import json
-import math
 import os
 import resource
 import shlex
@@ -45,15 +44,12 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from validation.common import environment, write_json  # noqa: E402  (after the path is set)
+from validation.planner_report import (  # noqa: E402
+    BASELINE_METHODS, HARDWARE, SOLVED, WORKLOADS, render_markdown)
 
 RESULTS = ROOT / "validation" / "results"
-WORKLOADS = ["tiny", "criteo-kaggle-dlrm", "mlperf-dlrm-v1", "mlperf-dlrm-v2", "criteo-terabyte-full",
-             "production-856", "synthetic-1000"]
-HARDWARE = ["h100-pcie-host", "pcie-4gpu-workstation", "dgx-a100", "dgx-h100", "dgx-h100-2node",
-            "dgx-h100-16node", "dgx-h100-32node"]
 QUICK_CASES = [("tiny", "h100-pcie-host"), ("tiny", "dgx-h100"), ("criteo-kaggle-dlrm", "h100-pcie-host"),
                ("mlperf-dlrm-v1", "h100-pcie-host")]
-BASELINE_METHODS = ["host_cpu", "uvm", "greedy_size", "round_robin", "random", "fae"]
 #: TorchRec's own EmbeddingShardingPlanner (placer/torchrec_io/planner.py), where torchrec is installed; its
 #: plan is not on the ILP's menu, so the headline compares the ILP with it case by case
 TORCHREC = importlib.util.find_spec("torchrec") is not None
@@ -62,8 +58,6 @@ BASELINE_ORDER = ["host_cpu", "fae", "round_robin", "random", "uvm", "greedy_siz
 METHODS = ["ilp"] + BASELINE_METHODS + (["torchrec"] if TORCHREC else [])
 #: methods that run in a child of their own (the others share one)
 OWN_CHILD = ("ilp", "torchrec")
-#: statuses that mean "we have a plan"
-SOLVED = ("optimal", "feasible", "heuristic")
 #: statuses a --resume run tries again
 RETRY = ("error",)
 ROW_MARK = "@@row "
@@ -396,243 +390,6 @@ def main_parent(args) -> int:
     md_path.write_text(render_markdown(data))
     log(f"done in {run['total_wall_s']:.0f} s: {json_path}, {md_path}")
     return 0
-
-
-# ---------------------------------------------------------------------------------------------------------
-# report
-# ---------------------------------------------------------------------------------------------------------
-
-def geomean(xs: list[float]) -> float | None:
-    xs = [x for x in xs if x and x > 0 and math.isfinite(x)]
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
-
-
-def speedups(rows: list[dict], baseline: str) -> list[tuple[str, str, float]]:
-    """(workload, hardware, baseline step / ILP step) for every case where both have a plan."""
-    by = {(r["workload"], r["hardware"], r["method"]): r for r in rows}
-    out = []
-    for (w, h, m), r in by.items():
-        if m != "ilp" or not r.get("step_time_s"):
-            continue
-        b = by.get((w, h, baseline))
-        if b and b.get("step_time_s"):
-            out.append((w, h, b["step_time_s"] / r["step_time_s"]))
-    return out
-
-
-def best_baseline_speedups(rows: list[dict]) -> list[tuple[str, str, float, str]]:
-    """(workload, hardware, best baseline step / ILP step, best baseline) where the ILP and a baseline have plans
-    (placer's baselines, which are on the ILP's menu; not torchrec)."""
-    out = []
-    for w, h in {(r["workload"], r["hardware"]) for r in rows}:
-        case = {r["method"]: r for r in rows if r["workload"] == w and r["hardware"] == h}
-        ilp = case.get("ilp", {})
-        base = [r for m, r in case.items() if m in BASELINE_METHODS and r.get("step_time_s")]
-        if ilp.get("step_time_s") and base:
-            b = min(base, key=lambda r: r["step_time_s"])
-            out.append((w, h, b["step_time_s"] / ilp["step_time_s"], b["method"]))
-    return out
-
-
-def torchrec_rows(rows: list[dict]) -> list[dict]:
-    """Per case where torchrec ran: ILP and TorchRec step times, the ILP's speedup, both planning times."""
-    by = {(r["workload"], r["hardware"], r["method"]): r for r in rows}
-    out = []
-    for w, h in _order(rows):
-        t = by.get((w, h, "torchrec"))
-        if not t:
-            continue
-        i = by.get((w, h, "ilp"), {})
-        ts, ist = t.get("step_time_s"), i.get("step_time_s")
-        out.append({"workload": w, "hardware": h, "gpus": t.get("gpus", "-"), "tables": t.get("tables", "-"),
-                    "ilp_step": ist, "torchrec_step": ts, "speedup": ts / ist if ts and ist else None,
-                    "ilp_status": i.get("status", "-"), "torchrec_status": t.get("status", "-"),
-                    "ilp_wall": i.get("solve_wall_s"), "torchrec_wall": t.get("solve_wall_s")})
-    return out
-
-
-def _secs(x) -> str:
-    return "-" if x is None else f"{x:.1f}"
-
-
-def _ms(x) -> str:
-    return "-" if x is None else (f"{x * 1e3:.3g} ms" if x < 1 else f"{x:.3g} s")
-
-
-def _bytes(x) -> str:
-    return "-" if not x else f"{x / 2**30:.2f} GiB" if x >= 2**30 else f"{x / 2**20:.0f} MiB"
-
-
-def _order(rows: list[dict]) -> list[tuple[str, str]]:
-    wl_rank = {w: i for i, w in enumerate(WORKLOADS)}
-    hw_rank = {h: i for i, h in enumerate(HARDWARE)}
-    cases = {(r["workload"], r["hardware"]) for r in rows}
-    return sorted(cases, key=lambda c: (hw_rank.get(c[1], 99), c[1], wl_rank.get(c[0], 99), c[0]))
-
-
-def render_markdown(data: dict) -> str:
-    rows = data.get("rows", [])
-    runs = data.get("runs", [])
-    lines = ["# Planner benchmark: ILP vs TorchRec's planner and the baselines, solve time vs size", "",
-             "Generated by `validation/benchmark_planner.py` (see docs/benchmark.md). Every method is priced by the "
-             "same cost model (placer/cost.py); the ILP's menu contains every placer baseline's plan, so ILP <= each "
-             "baseline when it returns a plan. `torchrec` is TorchRec's own EmbeddingShardingPlanner (its plan is "
-             "not on the ILP's menu). greedy_size is a size-ordered greedy (largest table first, whole, into "
-             "the HBM of the GPU where placer's predicted step grows least), not TorchRec's planner. "
-             "speedup = other step time / ILP step time.", ""]
-    used = {r.get("run") for r in rows}
-    lines.append("## Runs")
-    lines.append("")
-    for run in runs:
-        if run["id"] not in used:
-            continue
-        m = run.get("machine", {})
-        ram = f"{m['ram_bytes'] / 2**30:.0f} GiB RAM" if m.get("ram_bytes") else "RAM ?"
-        lines.append(f"- `{run['command']}` ({run['date']}; commit {str(run.get('git_commit'))[:10]}"
-                     + (", placer/ had uncommitted changes" if run.get("placer_uncommitted_changes") else "")
-                     + f"): {len(run.get('cases', []))} cases, solver {run.get('solver')}, ILP time limit "
-                     f"{run.get('time_limit_s')} s, ILP process limit {run.get('case_timeout_s')} s, baseline limit "
-                     f"{run.get('baseline_timeout_s')} s, gap "
-                     f"{run.get('gap')}; machine {m.get('cpu_cores')} cores ({m.get('cpu_model')}), {ram}; "
-                     f"python {run.get('python')}, pulp {run.get('pulp')}, highspy {run.get('highspy')}, "
-                     f"numpy {run.get('numpy')}"
-                     + (f"; total {run['total_wall_s'] / 60:.1f} min" if run.get("total_wall_s") else ""))
-    lines.append("")
-
-    lines += ["## Headline", ""]
-    tr = torchrec_rows(rows)
-    if tr:
-        g = geomean([x["speedup"] for x in tr if x["speedup"]])
-        paired = [x for x in tr if x["speedup"]]
-        if g:
-            lo = min(paired, key=lambda x: x["speedup"])
-            hi = max(paired, key=lambda x: x["speedup"])
-            lines.append(f"- ILP over **TorchRec's planner** (EmbeddingShardingPlanner, priced by placer's model): "
-                         f"geometric-mean speedup **{g:.3f}x** over {len(paired)} cases (min {lo['speedup']:.3f}x "
-                         f"{lo['workload']} @ {lo['hardware']}, max {hi['speedup']:.3f}x {hi['workload']} @ "
-                         f"{hi['hardware']}); planning time per case below")
-        failed = [x for x in tr if not x["speedup"]]
-        if failed:
-            lines.append("- TorchRec or the ILP without a plan: " + ", ".join(
-                f"{x['workload']} @ {x['hardware']} (torchrec {x['torchrec_status']}, ilp {x['ilp_status']})"
-                for x in failed))
-    for b in ("greedy_size", "host_cpu", "fae", "uvm"):
-        sp = speedups(rows, b)
-        g = geomean([s for *_, s in sp])
-        if g:
-            lo = min(sp, key=lambda x: x[2])
-            hi = max(sp, key=lambda x: x[2])
-            lines.append(f"- ILP over **{b}**: geometric-mean speedup **{g:.2f}x** over {len(sp)} cases "
-                         f"(min {lo[2]:.2f}x {lo[0]} @ {lo[1]}, max {hi[2]:.3g}x {hi[0]} @ {hi[1]})")
-        else:
-            lines.append(f"- ILP over {b}: no case where both have a plan")
-    best = best_baseline_speedups(rows)
-    if best:
-        g = geomean([b[2] for b in best])
-        better = [b for b in best if b[2] > 1.005]
-        lines.append(f"- ILP over the **best baseline of each case**: geometric mean **{g:.3f}x** "
-                     f"over {len(best)} cases; "
-                     f"more than 0.5% better in {len(better)}"
-                     + (": " + ", ".join(f"{w} @ {h} {x:.2f}x ({m})" for w, h, x, m in
-                                         sorted(better, key=lambda b: -b[2])) if better else ""))
-    ilp = [r for r in rows if r["method"] == "ilp"]
-    counts: dict[str, int] = {}
-    for r in ilp:
-        counts[r["status"]] = counts.get(r["status"], 0) + 1
-    lines.append("- ILP status over " + f"{len(ilp)} cases: "
-                 + ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])))
-    solved = [r for r in ilp if r["status"] in SOLVED]
-    if solved:
-        big = max(solved, key=lambda r: (r.get("gpus", 0) * r.get("tables", 0), r.get("solve_wall_s", 0)))
-        lines.append(f"- largest case the ILP solved: {big['workload']} @ {big['hardware']} "
-                     f"({big.get('tables')} tables "
-                     f"x {big.get('gpus')} GPUs): {big['status']}, gap {big.get('gap') or 0:.2%}, "
-                     f"{big.get('solve_wall_s', 0):.0f} s, peak RSS {_bytes(big.get('peak_rss_bytes'))}")
-        most = max(solved, key=lambda r: (r.get("gpus", 0), r.get("tables", 0)))
-        if most is not big:
-            lines.append(f"- most GPUs the ILP solved: {most['workload']} @ {most['hardware']} ({most.get('tables')} "
-                         f"tables x {most.get('gpus')} GPUs): {most['status']}, gap {most.get('gap') or 0:.2%}, "
-                         f"{most.get('solve_wall_s', 0):.0f} s, peak RSS {_bytes(most.get('peak_rss_bytes'))}")
-    unsolved = [r for r in ilp if r["status"] not in SOLVED and r["status"] != "infeasible"]
-    if unsolved:
-        lines.append(f"- ILP without a plan (not counting 'does not fit'): "
-                     + ", ".join(f"{r['workload']} @ {r['hardware']} ({r['status']})" for r in unsolved))
-    lines.append("")
-
-    if tr:
-        lines += ["## ILP vs TorchRec's planner, per case", "",
-                  "Both priced by placer's cost model. Planning time: the method's wall time in the same run on the "
-                  "same machine (ILP: options, baselines, solver, tie-break; TorchRec: its planner on a meta-device "
-                  "EmbeddingBagCollection, the import and placer's check).", "",
-                  "| workload | hardware | GPUs | tables | ILP step | TorchRec step | ILP speedup | ILP status | "
-                  "ILP plan s | TorchRec plan s |", "|---|---|--:|--:|--:|--:|--:|---|--:|--:|"]
-        for x in tr:
-            sp = f"{x['speedup']:.3f}x" if x["speedup"] else "-"
-            lines.append(f"| {x['workload']} | {x['hardware']} | {x['gpus']} | {x['tables']} | "
-                         f"{_ms(x['ilp_step'])} | "
-                         f"{_ms(x['torchrec_step']) if x['torchrec_step'] else x['torchrec_status']} | "
-                         f"{sp} | {x['ilp_status']} | {_secs(x['ilp_wall'])} | {_secs(x['torchrec_wall'])} |")
-        lines.append("")
-
-    by = {(r["workload"], r["hardware"], r["method"]): r for r in rows}
-    base_methods = [m for m in BASELINE_METHODS if any(r["method"] == m for r in rows)]
-    lines += ["## ILP vs each baseline, per case", "",
-              "Baseline cells: speedup of the ILP over that baseline (its step time in brackets); a status where "
-              "it has no plan.", "",
-              "| workload | hardware | GPUs | tables | ILP step | ILP status | gap | solve s | "
-              + " | ".join(base_methods) + " |",
-              "|---|---|--:|--:|--:|---|--:|--:|" + "--:|" * len(base_methods)]
-    for w, h in _order(rows):
-        r = by.get((w, h, "ilp"), {})
-        any_row = next((x for x in rows if x["workload"] == w and x["hardware"] == h), {})
-        cells = []
-        for m in base_methods:
-            b = by.get((w, h, m))
-            if not b:
-                cells.append("")
-            elif b.get("step_time_s") and r.get("step_time_s"):
-                cells.append(f"{b['step_time_s'] / r['step_time_s']:.2f}x ({_ms(b['step_time_s'])})")
-            elif b.get("step_time_s"):
-                cells.append(_ms(b["step_time_s"]))
-            else:
-                cells.append(b["status"])
-        gap = f"{r['gap']:.2%}" if r.get("gap") is not None else "-"
-        wall = f"{r['solve_wall_s']:.1f}" if r.get("solve_wall_s") is not None else "-"
-        lines.append(f"| {w} | {h} | {any_row.get('gpus', '-')} | {any_row.get('tables', '-')} | "
-                     f"{_ms(r.get('step_time_s'))} | {r.get('status', '-')} | {gap} | {wall} | "
-                     + " | ".join(cells) + " |")
-    lines.append("")
-
-    lines += ["## ILP solve time vs problem size", "",
-              "Sorted by tables x GPUs. Wall time includes building options and costs, the baselines run for the "
-              "warm start, the solver and the bound; peak RSS is the solve process tree's (Python + CBC) maximum.",
-              "", "| tables | GPUs | tables x GPUs | workload | hardware | variables | constraints | solve s | "
-              "peak RSS | status | gap |", "|--:|--:|--:|---|---|--:|--:|--:|--:|---|--:|"]
-    for r in sorted((r for r in ilp if r.get("gpus")), key=lambda r: (r["gpus"] * r["tables"], r["gpus"])):
-        if r["status"] == "infeasible" and not r.get("solve_wall_s"):
-            continue
-        gap = f"{r['gap']:.2%}" if r.get("gap") is not None else "-"
-        wall = f"{r['solve_wall_s']:.1f}" if r.get("solve_wall_s") is not None else "-"
-        lines.append(f"| {r['tables']} | {r['gpus']} | {r['tables'] * r['gpus']:,} | {r['workload']} | "
-                     f"{r['hardware']} | "
-                     f"{r.get('num_variables') or '-'} | {r.get('num_constraints') or '-'} | {wall} | "
-                     f"{_bytes(r.get('peak_rss_bytes'))} | {r['status']} | {gap} |")
-    lines.append("")
-
-    notes = [r for r in rows if r["status"] not in SOLVED]
-    if notes:
-        lines += ["## Cases without a plan", ""]
-        seen = set()
-        for r in sorted(notes, key=lambda r: (r["status"], r["workload"], r["hardware"], r["method"])):
-            key = (r["workload"], r["hardware"], r["status"], r.get("note"))
-            if key in seen:
-                continue
-            same = [x["method"] for x in notes if (x["workload"], x["hardware"], x["status"], x.get("note")) == key]
-            seen.add(key)
-            lines.append(f"- {r['workload']} @ {r['hardware']} [{', '.join(same)}]: **{r['status']}**"
-                         + (f" — {r['note']}" if r.get("note") else ""))
-        lines.append("")
-    return "\n".join(lines)
 
 
 def parse_args(argv=None):
