@@ -130,10 +130,11 @@ def assign_and_improve(assigner: Assigner, chosen: list[Kind], kinds: list[list[
     """One stage-2 run: devices assigned (excess weight ``weight``, see assign.Assigner._scores; ``pinned``
     first), then swaps (swap.py) and re-insertions, then swaps, repacking and kind changes (rekind.py) in rounds
     while they change something, each round followed by re-insertions; where a round changes nothing, pairs of
-    tables on one block change kinds together (rekind.rekind_pairs) before the run ends. Kind changes run in the first round, and
-    again only after their last sweep changed something or when swaps and repacking change nothing (production-856
-    @ dgx-h100-16node, stage 1's optimum, excess weight 0: their sweeps took 1.4 s each and changed nothing in six
-    of eight rounds; the run reached the same plan, 22.805 ms, in 16.8 s instead of 20.6 s)."""
+    tables on one block change kinds together (rekind.rekind_pairs) before the run ends. Kind changes run in the
+    first round, and again only after their last sweep changed something or when swaps and repacking change
+    nothing (production-856 @ dgx-h100-16node, stage 1's optimum, excess weight 0: their sweeps took 1.4 s each
+    and changed nothing in six of eight rounds; the run reached the same plan, 22.805 ms, in 16.8 s instead of
+    20.6 s)."""
     assigner.excess_weight = weight
     assigner.budget = budget  # charged for its scoring and pricing (a work budget's clock)
     placements, acc = assigner.assign_best(chosen, kinds, pinned)
