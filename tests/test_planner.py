@@ -385,32 +385,13 @@ def test_kind_changes_realise_a_choice_stage1_could_not():
     devices (1.84 ms once assigned and improved, measured 2026-11-23); changing kinds reaches 1.712 ms (one
     table per GPU: TorchRec's plan, 1.711 ms). Every change lowers (step, potential), the incremental books
     stay those of the placements priced afresh, and ``where``/``spread`` describe the placements."""
-    from placer.planner.accumulator import Accumulator
     from placer.planner.assign import Assigner
     from placer.planner.budget import Budget
-    from placer.planner.context import Context
-    from placer.planner.kinds import KindFolder
     from placer.planner.rekind import potential, rekind
-    from placer.planner.symmetry import Symmetry
 
-    workload = load_workload(ROOT / "workloads" / "criteo-terabyte-full.yaml")
-    topo = Topology(load_hardware(ROOT / "hardware_specs" / "dgx-h100-2node.yaml"), workload.dense.dtype)
-    model = CostModel(topo, workload)
-    ctx = Context.of(model, Symmetry.of(topo), OptionConfig())
-    kinds = KindFolder(ctx).kinds()
-    small = {"C6", "C8", "C9", "C13", "C16", "C17", "C18", "C19", "C25", "C26"}
-
-    def pick(ti: int):
-        name = workload.tables[ti].name
-        want = ("column_wise", 8) if name in {"C1", "C10", "C20", "C22"} else \
-            ("data_parallel", None) if name in small else ("table_wise", 1)
-        fits = [k for k in kinds[ti] if k.placement.sharding == want[0]
-                and (want[1] is None or len(k.placement.shards) == want[1])
-                and all(s.host_rows == 0 for s in k.placement.shards)]
-        return min(fits, key=lambda k: k.weight)
-
+    model, ctx, kinds, chosen = _criteo_2node_choice({"C1", "C10", "C20", "C22"}, 8)
     planner = Assigner(ctx)
-    placements, acc = planner.assign([pick(ti) for ti in range(len(kinds))], kinds)
+    placements, acc = planner.assign(chosen, kinds)
     planner.improve(placements, acc, Budget.unlimited())
     before = acc.step
     fixed = sum(model.fixed_latency_s.values())
@@ -423,15 +404,7 @@ def test_kind_changes_realise_a_choice_stage1_could_not():
             acc.step <= start[0] * (1 + 1e-12) and potential(planner, acc) < start[1])
         planner.improve(placements, acc, Budget.unlimited())
     assert acc.step + fixed <= 1.712e-3
-    fresh = Accumulator(model)
-    for p in placements:
-        fresh.add(model.placement_cost(p))
-    assert fresh.step == pytest.approx(acc.step, rel=1e-9)
-    assert np.allclose(fresh.load_array, acc.load_array, rtol=1e-9, atol=1e-15)
-    assert all(placements[ti] == planner.relabeled(kind, key) for ti, (kind, key) in planner.where.items())
-    assert all(placements[ti] == kind.full_placement() for ti, kind in planner.spread.items())
-    assert not set(planner.where) & set(planner.spread)
-    assert set(planner.where) | set(planner.spread) == set(range(len(kinds)))
+    _assert_books_exact(model, planner, placements, acc)
 
 
 def test_pair_kind_changes_take_two_tables_off_one_block():
@@ -439,33 +412,15 @@ def test_pair_kind_changes_take_two_tables_off_one_block():
     two by two on the same pair of GPUs, the others whole or replicated (the two-stage plan before pairs:
     1.71158 ms, measured 2026-11-24). Swaps, repacking, re-insertions and single kind changes move nothing; pairs
     make all four whole tables, one per GPU, which is TorchRec's plan (1.71106 ms), and the books stay exact."""
-    from placer.planner.accumulator import Accumulator
     from placer.planner.assign import Assigner
     from placer.planner.budget import Budget
-    from placer.planner.context import Context
-    from placer.planner.kinds import KindFolder
     from placer.planner.rekind import rekind, rekind_pairs
     from placer.planner.repack import repack
     from placer.planner.swap import swap
-    from placer.planner.symmetry import Symmetry
 
-    workload = load_workload(ROOT / "workloads" / "criteo-terabyte-full.yaml")
-    topo = Topology(load_hardware(ROOT / "hardware_specs" / "dgx-h100-2node.yaml"), workload.dense.dtype)
-    model = CostModel(topo, workload)
-    ctx = Context.of(model, Symmetry.of(topo), OptionConfig())
-    kinds = KindFolder(ctx).kinds()
-    small = {"C6", "C8", "C9", "C13", "C16", "C17", "C18", "C19", "C25", "C26"}
-
-    def pick(ti: int):
-        name = workload.tables[ti].name
-        want = ("column_wise", 2) if name in {"C1", "C2", "C20", "C23"} else \
-            ("data_parallel", None) if name in small else ("table_wise", 1)
-        return min((k for k in kinds[ti] if k.placement.sharding == want[0]
-                    and (want[1] is None or len(k.placement.shards) == want[1])
-                    and all(s.host_rows == 0 for s in k.placement.shards)), key=lambda k: k.weight)
-
+    model, ctx, kinds, chosen = _criteo_2node_choice({"C1", "C2", "C20", "C23"}, 2)
     planner, unlimited = Assigner(ctx), Budget.unlimited()
-    placements, acc = planner.assign([pick(ti) for ti in range(len(kinds))], kinds)
+    placements, acc = planner.assign(chosen, kinds)
     fixed = sum(model.fixed_latency_s.values())
     assert swap(planner, placements, acc, unlimited) + repack(planner, placements, acc, unlimited) == 0
     assert rekind(planner, placements, acc, kinds, unlimited) == 0
@@ -478,10 +433,46 @@ def test_pair_kind_changes_take_two_tables_off_one_block():
     assert acc.step + fixed == pytest.approx(1.71106e-3, rel=1e-5)
     assert not any(k.family == "block" for k, _ in planner.where.values())
     assert rekind_pairs(planner, placements, acc, kinds, unlimited) == 0
+    _assert_books_exact(model, planner, placements, acc)
+
+
+def _criteo_2node_choice(column_wise: set[str], pieces: int):
+    """(cost model, context, kinds, a choice of kinds) for criteo-terabyte-full @ dgx-h100-2node: the tables named
+    in ``column_wise`` in ``pieces`` column blocks, the ten small ones replicated, the rest whole on one GPU (the
+    lightest kind of each, all rows in HBM)."""
+    from placer.planner.context import Context
+    from placer.planner.kinds import KindFolder
+    from placer.planner.symmetry import Symmetry
+
+    workload = load_workload(ROOT / "workloads" / "criteo-terabyte-full.yaml")
+    topo = Topology(load_hardware(ROOT / "hardware_specs" / "dgx-h100-2node.yaml"), workload.dense.dtype)
+    model = CostModel(topo, workload)
+    ctx = Context.of(model, Symmetry.of(topo), OptionConfig())
+    kinds = KindFolder(ctx).kinds()
+    small = {"C6", "C8", "C9", "C13", "C16", "C17", "C18", "C19", "C25", "C26"}
+
+    def pick(ti: int):
+        name = workload.tables[ti].name
+        want = ("column_wise", pieces) if name in column_wise else \
+            ("data_parallel", None) if name in small else ("table_wise", 1)
+        return min((k for k in kinds[ti] if k.placement.sharding == want[0]
+                    and (want[1] is None or len(k.placement.shards) == want[1])
+                    and all(s.host_rows == 0 for s in k.placement.shards)), key=lambda k: k.weight)
+
+    return model, ctx, kinds, [pick(ti) for ti in range(len(kinds))]
+
+
+def _assert_books_exact(model, planner, placements, acc) -> None:
+    """The incremental loads are those of the placements priced afresh, and the assigner's ``where`` (kind, key)
+    and ``spread`` (kinds over all GPUs) describe every placement, each table once."""
+    from placer.planner.accumulator import Accumulator
+
     fresh = Accumulator(model)
     for p in placements:
         fresh.add(model.placement_cost(p))
     assert fresh.step == pytest.approx(acc.step, rel=1e-9)
     assert np.allclose(fresh.load_array, acc.load_array, rtol=1e-9, atol=1e-15)
     assert all(placements[ti] == planner.relabeled(kind, key) for ti, (kind, key) in planner.where.items())
-    assert set(planner.where) | set(planner.spread) == set(range(len(kinds)))
+    assert all(placements[ti] == kind.full_placement() for ti, kind in planner.spread.items())
+    assert not set(planner.where) & set(planner.spread)
+    assert set(planner.where) | set(planner.spread) == set(range(len(placements)))

@@ -87,13 +87,7 @@ def rekind(stage2: Assigner, placements: list[Placement], acc: Accumulator, kind
         if best is not None and _lower(best[0], before):
             _, kind, key, p, cost = best
             acc.add(cost)
-            placements[ti] = p
-            stage2.where.pop(ti, None)
-            stage2.spread.pop(ti, None)
-            if key is None:
-                stage2.spread[ti] = kind
-            else:
-                stage2.where[ti] = (kind, key)
+            _put(stage2, placements, ti, kind, key, p)
             current[ti] = kind
             changes += 1
         else:
@@ -106,8 +100,8 @@ def rekind_pairs(stage2: Assigner, placements: list[Placement], acc: Accumulator
     """Pairs of tables on the same column block, each moved to its best kind together where that lowers (step
     time, potential) lexicographically (see the module docstring): every pair of kinds but the two they have,
     the larger table placed first on its best device, then the other on its (the PAIR_TABLES_MAX largest tables
-    of a block). Returns the number of pairs
-    changed; ``placements``, ``acc``, ``stage2.where`` change in place."""
+    of a block). Returns the number of pairs changed; ``placements``, ``acc``, ``stage2.where`` and
+    ``stage2.spread`` change in place."""
     on_block: dict[tuple, list[int]] = defaultdict(list)
     for ti, (kind, key) in stage2.where.items():
         if kind.family == "block":
@@ -140,7 +134,7 @@ def _pair_move(stage2: Assigner, placements: list[Placement], acc: Accumulator, 
             continue
         acc.add(got_a[2])
         for kind_b in kinds[b]:
-            if (kind_a, kind_b) == current:
+            if kind_a is current[0] and kind_b is current[1]:
                 continue
             got_b = _candidate(stage2, acc, kind_b, classes, before[0])
             if got_b is None:
@@ -157,13 +151,20 @@ def _pair_move(stage2: Assigner, placements: list[Placement], acc: Accumulator, 
         return 0
     for ti, kind, key, p, cost in best[1]:
         acc.add(cost)
-        placements[ti] = p
-        stage2.where.pop(ti, None)
-        if key is None:
-            stage2.spread[ti] = kind
-        else:
-            stage2.where[ti] = (kind, key)
+        _put(stage2, placements, ti, kind, key, p)
     return 1
+
+
+def _put(stage2: Assigner, placements: list[Placement], ti: int, kind: Kind, key: tuple | None,
+         p: Placement) -> None:
+    """Table ``ti`` is now ``p``: ``kind`` on symmetry key ``key`` (None: an option over all GPUs)."""
+    placements[ti] = p
+    stage2.where.pop(ti, None)
+    stage2.spread.pop(ti, None)
+    if key is None:
+        stage2.spread[ti] = kind
+    else:
+        stage2.where[ti] = (kind, key)
 
 
 def _class_positions(acc: Accumulator) -> dict[str, np.ndarray]:
