@@ -476,3 +476,29 @@ def _assert_books_exact(model, planner, placements, acc) -> None:
     assert all(placements[ti] == kind.full_placement() for ti, kind in planner.spread.items())
     assert not set(planner.where) & set(planner.spread)
     assert set(planner.where) | set(planner.spread) == set(range(len(placements)))
+
+
+@pytest.mark.parametrize("fault, words", [("missing", "tables without a placement"),
+                                          ("overlap", "not covered exactly once"),
+                                          ("device", "unknown GPU device")])
+def test_a_planner_plan_that_does_not_hold_is_refused_as_a_bug(two_gpu_model, fault, words):
+    """solve.make_plan checks every method's decoded plan as a plan file is checked before pricing it: a table
+    left out, rows placed twice or a device that does not exist is a SolverError (exit 1) naming the method and
+    the fault, never a priced plan."""
+    from placer.errors import SolverError
+    from placer.plan import SolverInfo
+    from placer.planner.baselines import run_baseline
+    from placer.planner.solve import make_plan
+
+    placements = run_baseline("greedy_size", two_gpu_model, seed=0)
+    make_plan(two_gpu_model, "greedy_size", placements, SolverInfo(backend="heuristic", status="heuristic"))
+    p = placements[0]
+    shard = p.shards[0]
+    broken = {"missing": placements[1:],
+              "overlap": [p.model_copy(update={"shards": [shard, shard]})] + placements[1:],
+              "device": [p.model_copy(update={"shards": [shard.model_copy(update={"device": "node9/gpu9"})]})]
+              + placements[1:]}[fault]
+    with pytest.raises(SolverError, match=f"the greedy_size planner made a plan that does not hold: .*{words}"
+                       ) as err:
+        make_plan(two_gpu_model, "greedy_size", broken, SolverInfo(backend="heuristic", status="heuristic"))
+    assert err.value.exit_code == 1

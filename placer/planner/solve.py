@@ -8,11 +8,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from placer.cost import PHASES, CostModel
-from placer.errors import InfeasibleError, PlacerError, SpecError
+from placer.errors import InfeasibleError, PlacerError, SolverError, SpecError
 from placer.forked import BackgroundParts
 from placer.heap import frozen
 from placer.options import OptionConfig, all_options
-from placer.plan import Placement, Plan, SolverInfo, SpecRef
+from placer.plan import Placement, Plan, SolverInfo, SpecRef, check_plan
 from placer.planner import effort, ilp, infeasible, tiebreak, tiebreak_local
 from placer.planner.fit import with_fit_levels
 from placer.planner.baselines import BASELINES, EXTERNAL, run_baseline
@@ -102,8 +102,16 @@ def _refs(topo: Topology, wl: Workload) -> tuple[SpecRef, SpecRef]:
 
 
 def make_plan(model: CostModel, method: str, placements: list[Placement], solver: SolverInfo) -> Plan:
+    """The plan of ``placements`` made by ``method``, checked as a plan file is (plan.check_plan: every table
+    placed once, its rows and columns covered exactly once, on devices of the right kind), then priced. A plan
+    that fails the check is a bug of that method, not the user's: SolverError naming the method and the fault."""
     hw, wl = _refs(model.topo, model.wl)
     plan = Plan(hardware=hw, workload=wl, method=method, placements=placements, solver=solver)
+    try:
+        check_plan(plan, model.topo, model.wl, check_hashes=False)
+    except SpecError as exc:
+        raise SolverError(f"the {method} planner made a plan that does not hold: {exc} (a bug in placer; "
+                          "please report it with the hardware and workload files)") from None
     return plan.model_copy(update={"predicted": predict(model, plan)})
 
 
