@@ -82,6 +82,37 @@ def test_a_start_gets_the_values_phase_times_gives_it():
     assert sum(v.varValue for v in y) / ilp.TIME_SCALE + counted.fixed_s == pytest.approx(counted.objective(start))
 
 
+def test_every_plan_meets_the_count_rows_with_the_values_it_implies():
+    """The rows hold for every plan (so the bound is valid), the u term included: for choices of three random
+    counted problems (the type open on every GPU given loads of 0.3-1.0x the level per option), the values
+    ilp._set_start derives from each choice that fits (phase times, u, over, the counts as Problem.phase_times
+    takes them) meet every row of the model. Not vacuous: some choices open that type on every GPU (u = 1) with
+    'over' off and more of its load than half of slots x level, where the count row's u term at half its size
+    fails."""
+    exercised = 0
+    for seed in range(3):
+        _, counted = _counted(seed)
+        gc = counted.group_counts[0]
+        rng = np.random.default_rng(seed)
+        gc.types = [t if t.every < 0 else dataclasses.replace(
+            t, loads_s=rng.uniform(0.3, 1.0, len(t.ids)) * gc.level_s) for t in gc.types]
+        gc.types = [dataclasses.replace(t, most_s=float(t.loads_s.sum())) for t in gc.types]
+        prob, x, y = ilp._build(counted)
+        over = next(v for v in prob.variables() if v.name == "o0")
+        choices = [list(c) for c in itertools.product(*counted.groups) if counted.fits(list(c))]
+        for k in rng.permutation(len(choices))[:40]:
+            chosen = choices[k]
+            ilp._set_start(counted, prob, x, y, chosen)
+            for name, row in prob.constraints.items():
+                assert row.valid(1e-9), (seed, chosen, name)
+            xs = np.zeros(counted.num_options)
+            xs[chosen] = 1.0
+            exercised += over.varValue == 0 and any(
+                t.every >= 0 and counted.fixed_groups[t.every].used(xs) == 1
+                and float(t.loads_s @ xs[t.ids]) > 0.5 * gc.slots * gc.level_s for t in gc.types)
+    assert exercised >= 5, exercised
+
+
 def test_counted_stage1_stays_below_every_plan_on_production_856():
     """production-856 @ dgx-h100-2node: the counts raise stage 1's MIP optimum (59.41 -> 59.51 ms when measured),
     and the counted bound lies below the plan stage 2 makes of the counted choice and below every baseline."""
