@@ -103,20 +103,27 @@ def rekind_pairs(stage2: Assigner, placements: list[Placement], acc: Accumulator
     of a block). Returns the number of pairs changed; ``placements``, ``acc``, ``stage2.where`` and
     ``stage2.spread`` change in place."""
     on_block: dict[tuple, list[int]] = defaultdict(list)
-    for ti, (kind, key) in stage2.where.items():
-        if kind.family == "block":
-            on_block[(key, len(kind.placement.shards))].append(ti)
+    for ti in stage2.where:
+        block = _block_of(stage2, ti)
+        if block is not None:
+            on_block[block].append(ti)
     classes = _class_positions(acc)
     changes = 0
-    for tables in on_block.values():
+    for block, tables in on_block.items():
         tables.sort(key=lambda ti: -stage2.size(stage2.where[ti][0]))
         for a, b in itertools.combinations(tables[:PAIR_TABLES_MAX], 2):
             if budget.expired():
                 return changes
-            if stage2.where.get(a, (None, None))[1] != stage2.where.get(b, (None, None))[1]:
-                continue  # one of them moved with an earlier pair
+            if not _block_of(stage2, a) == _block_of(stage2, b) == block:
+                continue  # one of them left the block with an earlier pair
             changes += _pair_move(stage2, placements, acc, kinds, classes, a, b)
     return changes
+
+
+def _block_of(stage2: Assigner, ti: int) -> tuple | None:
+    """(symmetry key, number of column blocks) of table ``ti`` where it lies in column blocks, else None."""
+    kind, key = stage2.where.get(ti, (None, None))
+    return (key, len(kind.placement.shards)) if kind is not None and kind.family == "block" else None
 
 
 def _pair_move(stage2: Assigner, placements: list[Placement], acc: Accumulator, kinds: list[list[Kind]],
