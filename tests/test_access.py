@@ -1,7 +1,6 @@
 """Access-skew models: coverage curves, sampling and unique-row estimates agree with direct computation."""
 from __future__ import annotations
 
-import time
 
 import numpy as np
 import pytest
@@ -66,14 +65,10 @@ def test_generalized_harmonic_matches_direct_sum_far_out():
         assert np.allclose(generalized_harmonic(n, alpha), direct, rtol=1e-12)
 
 
-def test_zipf_coverage_is_fast_for_40m_rows():
+def test_zipf_coverage_of_40m_rows():  # its speed: validation/perf_checks.py
     f = np.geomspace(1e-8, 1.0, 1000)
-    ZipfAccess(40_000_000, 1.1).coverage(f)  # warm-up (imports, caches)
-    start = time.perf_counter()
     z = ZipfAccess(40_000_000, 1.1)
     c = z.coverage(f)
-    elapsed = time.perf_counter() - start
-    assert elapsed < 0.05, f"{elapsed * 1e3:.1f} ms"
     assert 0.8 < z.coverage(0.001) < 0.9 and c[-1] == pytest.approx(1.0)
 
 

@@ -437,7 +437,7 @@ def test_with_gpu_count_validates_the_new_spec():
 
 # ---- 5. linear time -----------------------------------------------------------------------------------
 
-def test_20000_tables_load_and_check_in_seconds(tmp_path, capsys):
+def test_20000_tables_load_and_check(tmp_path, capsys):  # how fast: validation/perf_checks.py
     n = 20000
     tables = [{"name": f"t{i}", "rows": 1000 + i, "dim": 64, "pooling_factor": 2.0,
                "access": {"kind": "zipf", "alpha": 1.05}} for i in range(n)]
@@ -446,14 +446,11 @@ def test_20000_tables_load_and_check_in_seconds(tmp_path, capsys):
            "features": features, "dense": {"bottom_mlp": [64], "top_mlp": [64, 1]}}
     f = tmp_path / "wide.json"
     f.write_text(json.dumps(doc))
-    start = time.perf_counter()
     wl = load_workload(f)
     total = wl.total_bytes()
     lookups = sum(wl.lookups_per_sample(t.name) for t in wl.tables)
     assert main(["check", str(f)]) == 0
-    elapsed = time.perf_counter() - start
     assert lookups == 2.0 * n and math.isfinite(total)
-    assert elapsed < 20, f"{elapsed:.1f} s for {n} tables: not linear"
     capsys.readouterr()
 
 

@@ -3,7 +3,6 @@ the topology routes traffic where the hardware does."""
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -132,12 +131,8 @@ def _topo(name: str) -> Topology:
     return Topology(load_hardware(ROOT / "hardware_specs" / f"{name}.yaml"))
 
 
-def test_16_node_cluster_builds_in_under_a_second():
-    spec = load_hardware(ROOT / "hardware_specs" / "dgx-h100-16node.yaml")
-    start = time.perf_counter()
-    topo = Topology(spec)
-    elapsed = time.perf_counter() - start
-    assert elapsed < 1.0, f"Topology(dgx-h100-16node) took {elapsed:.2f} s"
+def test_16_node_cluster_builds():  # how fast: validation/perf_checks.py
+    topo = Topology(load_hardware(ROOT / "hardware_specs" / "dgx-h100-16node.yaml"))
     assert len(topo.gpus) == 128 and len(topo.nodes) == 16 and len(topo.hosts) == 16
 
 

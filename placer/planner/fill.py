@@ -31,6 +31,7 @@ from placer.planner import effort
 from placer.planner.accumulator import Accumulator
 from placer.planner.assign import Assigner
 from placer.planner.budget import Budget
+from placer.planner.highs_banner import new_highs
 from placer.planner.kinds import Kind
 from placer.planner.repack import GpuFrame
 
@@ -200,9 +201,7 @@ def _choose(phase: np.ndarray, vec: np.ndarray, mem: np.ndarray, base: np.ndarra
     lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
     lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = a.indptr, a.indices, a.data
     lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = num_cols, a.shape[0]
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("threads", 1)
+    h = new_highs(threads=1)
     h.passModel(lp)  # first the relaxation: if even it gains too little, the MIP cannot
     h.run()
     info = h.getInfo()

@@ -23,6 +23,7 @@ import pulp
 from placer.errors import SolverError
 from placer.planner import effort
 from placer.planner.budget import Budget
+from placer.planner.highs_banner import swallow_banner
 from placer.planner.problem import GroupCounts, Problem
 from placer.planner.progress import CbcLogWatcher, Tracker
 
@@ -223,6 +224,7 @@ def run_mip(prob: pulp.LpProblem, backend: str, budget: Budget, seconds: float, 
 
 
 def _solve(prob: pulp.LpProblem, solver) -> None:
+    swallow_banner()  # PuLP's HiGHS class makes a highspy.Highs before it can silence it
     """``prob.solve(solver)``, but a HiGHS MIP stopped by its node or solution limit (a work budget's limit:
     PuLP 3.3 has no status for it and raises KeyError) keeps HiGHS's best solution, if any, as integer feasible
     (not proven), as a MIP stopped by its time limit does."""

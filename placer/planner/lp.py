@@ -14,6 +14,7 @@ import scipy.sparse as sp
 
 from placer.planner import effort
 from placer.planner.budget import Budget
+from placer.planner.highs_banner import new_highs
 from placer.planner.ilp import MEM_SCALE, TIME_SCALE
 from placer.planner.problem import CountRow, PeakLevels, Problem
 
@@ -132,8 +133,7 @@ class Relaxation:
         lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
         lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = a.indptr, a.indices, a.data
         lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = num_cols, a.shape[0]
-        self.highs = highspy.Highs()
-        self.highs.setOptionValue("output_flag", False)
+        self.highs = new_highs()
         self.highs.passModel(lp)
         self.nonzeros = int(a.nnz)  # grows with add_counts; what a simplex iteration costs scales with it
         self.solved_once = False

@@ -19,6 +19,7 @@ Every failure is a SpecError naming the file; ``parse_document`` returns the par
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import yaml
@@ -308,6 +309,10 @@ def _parse_yaml_fast(text: str) -> Any:
         parser.dispose()
 
 
+#: how libyaml words its own nesting limit ("exceeded maximum nesting depth"); reported as placer's limit
+_LIBYAML_DEPTH_PROBLEM = re.compile(r"nesting depth|too deep", re.IGNORECASE)
+
+
 def _too_deep_error(line: int, file: str) -> SpecError:
     return SpecError(f"nested more than {MAX_DEPTH} lists and mappings deep (at line {line})", file=file)
 
@@ -345,6 +350,8 @@ def _parse_yaml_composed(text: str, file: str) -> Any:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
+        if _LIBYAML_DEPTH_PROBLEM.search(problem):  # libyaml >= 0.2.6 (PyYAML 6.0.4) has a depth limit of its own
+            raise _too_deep_error(mark.line + 1 if mark else 1, file) from None
         raise SpecError(f"YAML syntax error{where}: {problem}", file=file) from None
     except (ValueError, OverflowError, KeyError, TypeError, AttributeError, IndexError) as exc:
         # a value its tag cannot construct: 4,301 digits, '!!bool maybe', '!!timestamp 12 GiB', ...
