@@ -186,8 +186,8 @@ class RankTrainer(GroupOwner):
         mark("dense")
 
         self._backward_exchange(leaves, timer)
-        if self.device.type == "cuda":
-            synchronize(self.device)  # the CPU groups' gradients have arrived
+        if self.device.type == "cuda" and any(g.on_cpu for g in self.groups.values()):
+            synchronize(self.device)  # the CPU groups' gradients have arrived (no sync when there are none)
         mark("backward_exchange")
 
         each_group(self.groups, lambda k, g: backward_group(g, batch.groups[k], timer, self.streams[k]), worker)

@@ -209,6 +209,7 @@ class Trainer(GroupOwner):
         synchronize(device)
         self.losses: list[torch.Tensor] = []
         cpu_groups = [g for g in self.groups.values() if g.on_cpu]
+        self._cpu_groups = bool(cpu_groups)
         overlap = (device.type == "cuda") if overlap_host is None else overlap_host
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="placer-host") \
             if (overlap and cpu_groups) else None
@@ -286,8 +287,8 @@ class Trainer(GroupOwner):
         for k, g in self.groups.items():
             timer.run("pack_grad", self.streams[k] if not g.on_cpu else self.dense_stream,
                       lambda g=g: g.pack_grad(self._member_grads(g, grads)))
-        if self.device.type == "cuda":
-            synchronize(self.device)  # the CPU groups' gradients have arrived
+        if self.device.type == "cuda" and self._cpu_groups:
+            synchronize(self.device)  # the CPU groups' gradients have arrived (no sync when there are none)
         mark("backward_exchange")
         self._each_group(lambda k, g: self._backward(k, g, batch, timer), ops)
         mark("embedding_backward")
