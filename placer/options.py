@@ -1,6 +1,6 @@
 """Candidate placements of every table: the menu the planner chooses from.
 
-Per table (DESIGN.md): table-wise on each GPU at each hot-row level (the hottest fraction f of rows in
+Per table (docs/design.md): table-wise on each GPU at each hot-row level (the hottest fraction f of rows in
 that GPU's HBM, the rest in its host's DRAM read by the GPU; f = 0 is UVM); row-wise over each node's GPUs
 and over all GPUs; column-wise into 2/4/8 pieces on aligned GPU blocks of a node; data-parallel (small
 tables); host with CPU lookup on each node's host; at fp16 too where the workload allows it.

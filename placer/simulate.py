@@ -48,7 +48,7 @@ def memory_overflows(model: CostModel, cost: Cost) -> list[tuple[str, float, flo
 
 
 def predict(model: CostModel, plan: Plan, *, check_memory: bool = True) -> dict:
-    """The 'predicted' block of a plan (see DESIGN.md 'Plan JSON')."""
+    """The 'predicted' block of a plan (see docs/design.md 'Plan JSON')."""
     cost = total_cost(model, plan)
     if check_memory:
         over = memory_overflows(model, cost)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generate workloads/production-856.yaml: a production-scale DLRM shaped like Meta's 2021 DLRM dataset.
 
-What is published (REFERENCES.md; facebookresearch/dlrm_datasets, 2021 release): 856 tables, batch 65536, dims
+What is published (docs/references.md; facebookresearch/dlrm_datasets, 2021 release): 856 tables, batch 65536, dims
 4..256, and the aggregate locality of one batch: 887M lookups over 128.4M unique rows (6.9 per row); rows used
 once = 47.3% of touched rows and 6.9% of lookups; rows used >16 times = 5.2% of rows and 59.8% of lookups;
 >64 times = 0.8% of rows and 42.0% of lookups. The real per-table rows, dims and pooling factors are not
@@ -46,7 +46,7 @@ BATCH = 65536
 DIMS = np.array([4, 8, 16, 32, 64, 128, 256])
 DIM_WEIGHTS = np.array([0.04, 0.10, 0.22, 0.26, 0.22, 0.12, 0.04])
 
-#: published per-batch locality of the 2021 release (REFERENCES.md)
+#: published per-batch locality of the 2021 release (docs/references.md)
 TARGETS = {
     "lookups": 887e6,
     "unique_rows": 128.4e6,
@@ -183,7 +183,7 @@ def render_yaml(seed: int, params, tables, alpha, pooling, stats) -> str:
         "# A production-scale DLRM shaped like Meta's 2021 DLRM dataset (facebookresearch/dlrm_datasets): 856 tables,",
         "# batch 65536. Per-table rows, dims and pooling factors are DRAWN (the real per-table values are not",
         "# reproduced); the zipf skew is FITTED so that the aggregate locality of one batch matches the published",
-        "# numbers (REFERENCES.md). See the script's docstring for the distributions.",
+        "# numbers (docs/references.md). See the script's docstring for the distributions.",
         f"#   rows: 10**(2 + 6*Beta{ROWS_BETA}) in [1e2, 1e8]: {rows.sum():,} rows, {fp32_gib:,.1f} GiB at fp32",
         f"#   dims: {{4..256}}; pooling: rows**gamma x lognormal(0, {POOLING_SIGMA}), summing to 13,535 lookups/sample",
         f"#   alpha = {ALPHA_RANGE[0]} + exp(mu + c (log10 rows - 5) + {ALPHA_SPREAD} z), z ~ N(0, 1), at most {ALPHA_RANGE[1]}",

@@ -1,4 +1,4 @@
-"""workloads/production-856.yaml: shape and aggregate locality of Meta's 2021 DLRM dataset (REFERENCES.md),
+"""workloads/production-856.yaml: shape and aggregate locality of Meta's 2021 DLRM dataset (docs/references.md),
 and the YAML is exactly what the committed, seeded script makes."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from placer.specs.workload import load_workload
 ROOT = Path(__file__).resolve().parents[1]
 PATH = ROOT / "workloads" / "production-856.yaml"
 
-#: published per-batch locality of the 2021 release (REFERENCES.md), checked independently of the script
+#: published per-batch locality of the 2021 release (docs/references.md), checked independently of the script
 PUBLISHED = {
     "lookups": 887e6,
     "unique_rows": 128.4e6,

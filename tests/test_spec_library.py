@@ -1,4 +1,4 @@
-"""The shipped specs hold the published numbers (REFERENCES.md and datasheets), so a typo cannot slip in."""
+"""The shipped specs hold the published numbers (docs/references.md and datasheets), so a typo cannot slip in."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -42,7 +42,7 @@ def test_criteo_kaggle_dlrm():
 def test_mlperf_dlrm_v1():
     w = wl("mlperf-dlrm-v1")
     assert [t.rows for t in w.tables] == MLPERF_ROWS and sum(MLPERF_ROWS) == 204_184_588
-    assert w.total_bytes(with_optimizer=False) / 2**30 == pytest.approx(97.4, abs=0.05)  # REFERENCES.md
+    assert w.total_bytes(with_optimizer=False) / 2**30 == pytest.approx(97.4, abs=0.05)  # docs/references.md
     assert {t.dim for t in w.tables} == {128} and w.batch_size == 16384 and w.optimizer.name == "sgd"
     assert w.dense.bottom_mlp == [512, 256, 128] and w.dense.top_mlp == [1024, 1024, 512, 256, 1]
     assert w.dense.interaction.kind == "dot"

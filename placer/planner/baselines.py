@@ -1,4 +1,4 @@
-"""Baseline planners, priced by the same cost model as the ILP (DESIGN.md 'Baselines').
+"""Baseline planners, priced by the same cost model as the ILP (docs/design.md 'Baselines').
 
 - host_cpu:    every table in host DRAM, CPU lookups (DLRM's hybrid default), balanced over hosts
 - uvm:         every table in host DRAM read by the GPUs across PCIe, balanced over GPUs by lookups

@@ -1,4 +1,4 @@
-"""Why a workload does not fit, in the user's terms (DESIGN.md 'infeasible'): every message either names a
+"""Why a workload does not fit, in the user's terms (docs/design.md 'infeasible'): every message either names a
 shortfall in GiB (which memory, which table or the dense model) or says that the candidate options, not the
 capacity, are the limit, and which split would fit.
 

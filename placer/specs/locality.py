@@ -4,7 +4,7 @@ For a table with ``lookups`` independent draws per batch from an access model, t
 is hit is ~ Poisson(lambda_k) with lambda_k = lookups * p_k (p_k the row's share of lookups; the exact law
 is binomial, and p_k is tiny for all but the hottest rows of small tables, where both laws agree on what
 is measured here: whether a row is touched once, more than 16 times, more than 64 times). Summed over
-tables, this gives the statistics published with Meta's DLRM datasets (REFERENCES.md): unique rows per
+tables, this gives the statistics published with Meta's DLRM datasets (docs/references.md): unique rows per
 batch, the share of touched rows used once, and the shares of rows and lookups on rows used more than T
 times. Everything is analytic: no sampling, so it is deterministic and fast (a few ms per table).
 

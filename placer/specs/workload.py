@@ -28,7 +28,7 @@ from placer.units import element_bytes
 
 StorageDtype = Literal["fp32", "fp16"]
 
-#: Optimizer state held per embedding element, as a multiple of the row's own elements (DESIGN.md).
+#: Optimizer state held per embedding element, as a multiple of the row's own elements (docs/design.md).
 OPTIMIZER_STATE_ELEMENTS = {"sgd": 0.0, "adagrad": 1.0, "adam": 2.0}
 
 
