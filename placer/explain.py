@@ -342,6 +342,61 @@ def explain_plan(model: CostModel, plan: Plan, tables: list[str] | None = None, 
         rows = [ex.explain(t) for t in tables]
     else:
         rows = ex.top(top)
+    improving = [r for r in rows if r.next_best is not None and r.next_best.delta_s < -IMPROVEMENT_TOLERANCE * ex.step]
+    verdict = local_optimality(plan, ex.step, improving, model)
+    if verdict is not None:
+        for r in improving:
+            r.sentence += f" So the plan is not locally optimal: {verdict['reason']}"
     return {"method": plan.method, "step_time_s": ex.step, "bottleneck": ex.bottleneck,
             "selection": "named" if tables else f"top {top} by step change of the next-best option",
-            "tables": [r.to_dict() for r in rows], "wall_s": time.perf_counter() - t0}
+            "tables": [r.to_dict() for r in rows], "not_locally_optimal": verdict,
+            "wall_s": time.perf_counter() - t0}
+
+
+#: a next-best option this much faster than the plan (relative) is an improvement, not float rounding
+IMPROVEMENT_TOLERANCE = 1e-9
+
+
+def local_optimality(plan: Plan, step: float, improving: list[TableExplanation], model: CostModel) -> dict | None:
+    """None when no explained table has a faster option; else why the plan is not locally optimal, as
+    {"verdict", "tables", "best_step_time_s", "reason"}. The verdict: ``within_gap`` (the solver stopped at a
+    gap that allows a plan this much faster: its lower bound is below the faster option), ``defect`` (the
+    option is faster than the lower bound the solver proved for the same specs: the bound or the plan is wrong),
+    ``heuristic`` (a baseline or a heuristic method, which promises no local optimality), or ``unverifiable``
+    (the plan records no solver account, or its bound was for other specs: a what-if, specs that changed)."""
+    if not improving:
+        return None
+    from placer.plan import spec_changes
+
+    best = min(improving, key=lambda r: r.next_best.step_time_s)
+    fast = best.next_best.step_time_s
+    names = [r.table for r in improving]
+    head = (f"{best.table} as {best.next_best.label} gives a step of {fmt_seconds(fast)}, "
+            f"{fmt_seconds(step - fast)} faster than the plan's {fmt_seconds(step)}")
+    solver = plan.solver
+    bound = solver.lower_bound_step_time_s if solver else None
+    changed = spec_changes(plan, model.topo.spec, model.wl)
+    if solver is None:
+        verdict = "unverifiable"
+        reason = (f"{head}; the plan records no solver account (written by hand or imported), so no bound "
+                  "says whether that is within a gap.")
+    elif solver.status == "heuristic" or (bound is None and solver.status != "optimal"):
+        verdict = "heuristic"
+        reason = (f"{head}; the plan came from {plan.method}, a method that does not promise local optimality "
+                  "(placer solve --method ilp searches for it).")
+    elif changed:
+        verdict = "unverifiable"
+        reason = (f"{head}; the solver's bound was for other specs ({changed[0]}), so whether this is within its "
+                  "gap cannot be said.")
+    elif bound is not None and fast >= bound * (1 - 1e-6):
+        verdict = "within_gap"
+        gap = f"gap {solver.gap:.2%}" if solver.gap is not None else "its gap"
+        reason = (f"{head}, within the solver's {gap} (it proved no plan is faster than {fmt_seconds(bound)} and "
+                  "stopped there; a smaller --gap or a longer --time-limit searches further).")
+    else:
+        verdict = "defect"
+        proven = fmt_seconds(bound) if bound is not None else fmt_seconds(step) + " (status optimal)"
+        reason = (f"{head}, below the lower bound the solver reported for these same specs, {proven}: the bound "
+                  "or the plan is wrong, a defect in placer to report (unless the plan was solved with a "
+                  "narrower menu than explain's, e.g. --no-fp16).")
+    return {"verdict": verdict, "tables": names, "best_step_time_s": fast, "reason": reason}

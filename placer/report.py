@@ -178,5 +178,9 @@ def explain_report(result: dict, console: Console) -> None:
         t.add_row(e["table"], e["placement"], used, fmt_bytes(max(e["hbm_free_bytes"], 0)) if has_gpu else "-",
                   load, f"{e['bottleneck_share']:.1%}", alt, delta)
     console.print(t)
+    verdict = result.get("not_locally_optimal")
+    if verdict:
+        console.print(f"not locally optimal ({verdict['verdict'].replace('_', ' ')}): {verdict['reason']}",
+                      markup=False)
     for e in result["tables"]:
         console.print(f"- {e['sentence']}", markup=False)

@@ -95,3 +95,66 @@ def test_export_refuses_a_label_that_is_not_the_geometry(tmp_path, good_plan, ca
     code, out, err = _run(["export", "--torchrec", HW, WL, f, "-o", tmp_path / "tr.json"], capsys)
     assert code == 2 and "labelled table_wise" in err and "exactly" not in out, (out, err)
     assert not (tmp_path / "tr.json").exists()
+
+
+# ---- item 6: explain says when a next-best option is faster than the plan, and why -------------------------
+
+def _slow_plan(good_plan: dict, solver: dict | None) -> dict:
+    """good_plan with t_users moved to host memory (every faster GPU option is a next-best improvement)."""
+    plan = _relabel(good_plan, "t_users", "host", [{"device": "node0/host", "rows": [0, 20000], "cols": [0, 32],
+                                                    "hbm_rows": 0, "host_rows": 20000}])
+    if solver is None:
+        plan.pop("solver", None)
+    else:
+        plan["solver"] = solver
+    return plan
+
+
+def _explain_json(tmp_path, plan, capsys) -> dict:
+    f = tmp_path / "plan.json"
+    f.write_text(json.dumps(plan))
+    code, out, err = _run(["explain", HW, WL, f, "t_users", "--json"], capsys)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def _step(tmp_path, plan, capsys) -> float:
+    f = tmp_path / "step.json"
+    f.write_text(json.dumps(plan))
+    code, out, err = _run(["simulate", HW, WL, f, "--json"], capsys)
+    assert code == 0, err
+    return json.loads(out)["predicted"]["step_time_s"]
+
+
+@pytest.mark.parametrize("kind", ["heuristic", "within_gap", "defect", "unverifiable"])
+def test_explain_says_why_a_faster_option_exists(tmp_path, good_plan, capsys, kind):
+    step = _step(tmp_path, _slow_plan(good_plan, None), capsys)
+    solver = {"heuristic": {"backend": "heuristic", "status": "heuristic"},
+              "within_gap": {"backend": "cbc", "status": "feasible", "objective_step_time_s": step,
+                             "lower_bound_step_time_s": step * 0.01, "gap": 0.99},
+              "defect": {"backend": "cbc", "status": "optimal", "objective_step_time_s": step,
+                         "lower_bound_step_time_s": step, "gap": 0.0},
+              "unverifiable": None}[kind]
+    result = _explain_json(tmp_path, _slow_plan(good_plan, solver), capsys)
+    row = result["tables"][0]
+    assert row["next_best"]["delta_s"] < 0
+    verdict = result["not_locally_optimal"]
+    assert verdict["verdict"] == kind and verdict["tables"] == ["t_users"], verdict
+    assert "not locally optimal" in row["sentence"], row["sentence"]
+    words = {"heuristic": "does not promise", "within_gap": "within the solver's gap", "defect": "a defect",
+             "unverifiable": "no solver account"}[kind]
+    assert words in verdict["reason"], verdict["reason"]
+
+
+def test_explain_prints_the_verdict(tmp_path, good_plan, capsys):
+    f = tmp_path / "plan.json"
+    f.write_text(json.dumps(_slow_plan(good_plan, {"backend": "heuristic", "status": "heuristic"})))
+    code, out, err = _run(["explain", HW, WL, f, "t_users"], capsys)
+    assert code == 0 and "not locally optimal (heuristic)" in out, out
+
+
+def test_explain_of_a_locally_optimal_table_has_no_verdict(tmp_path, good_plan, capsys):
+    plan = copy.deepcopy(good_plan)
+    result = _explain_json(tmp_path, plan, capsys)
+    if all(r["next_best"] is None or r["next_best"]["delta_s"] >= 0 for r in result["tables"]):
+        assert result["not_locally_optimal"] is None
