@@ -67,9 +67,9 @@ def calibrate(device: str, threads: int, workloads: list[Path], out: Path, quick
     return out
 
 
-def make_workloads(cases, folder: Path) -> list[tuple[str, Path, float]]:
-    """The campaign's workload variants written as YAML (batch, rows divided, fp16 allowed): (name, path,
-    timed seconds per run)."""
+def make_workloads(cases, folder: Path, dense_dtype: str | None = None) -> list[tuple[str, Path, float]]:
+    """The campaign's workload variants written as YAML (batch, rows divided, fp16 allowed; the dense part's
+    dtype replaced by ``dense_dtype`` when given): (name, path, timed seconds per run)."""
     import yaml
 
     from placer.specs.workload import load_workload
@@ -81,9 +81,10 @@ def make_workloads(cases, folder: Path) -> list[tuple[str, Path, float]]:
         if divide > 1:
             wl = wl.with_scaled_rows(divide)
         tables = [t.model_copy(update={"allow_fp16": True}) if fp16 else t for t in wl.tables]
-        wl = wl.model_copy(update={"batch_size": batch, "tables": tables, "name": name,
-                                   "description": f"{shipped}: batch {batch}, rows / {divide}, fp16 allowed: {fp16} "
-                                                  "(validation/fidelity.py)"})
+        dense = wl.dense.model_copy(update={"dtype": dense_dtype}) if dense_dtype else wl.dense
+        wl = wl.model_copy(update={"batch_size": batch, "tables": tables, "name": name, "dense": dense,
+                                   "description": f"{shipped}: batch {batch}, rows / {divide}, fp16 allowed: {fp16}, "
+                                                  f"dense {dense.dtype} (validation/fidelity.py)"})
         data = wl.model_dump(mode="json", exclude={"source_path", "sha256"})
         path = folder / f"{name.replace('/', '-').replace('@', '-at-')}.yaml"
         path.write_text(f"# written by validation/fidelity.py from workloads/{shipped}.yaml\n"
@@ -115,8 +116,10 @@ def forced(topo, wl, hot: float | None, precision: str | None):
 SMOKE_METHODS = ("ilp", "greedy_size", "host_cpu", "round_robin")
 
 
-def make_plans(spec: Path, wl_path: Path, folder: Path, time_limit: float, smoke: bool) -> list[tuple[str, Path]]:
-    """Every method's plan and the forced ones, deduplicated by placements, written as JSON: (name, path)."""
+def make_plans(spec: Path, wl_path: Path, folder: Path, time_limit: float, smoke: bool, all_hbm: bool = False
+               ) -> list[tuple[str, Path]]:
+    """Every method's plan and the forced ones (``all_hbm``: also every table whole in HBM, where it fits),
+    deduplicated by placements, written as JSON: (name, path)."""
     from placer.cost import CostModel
     from placer.errors import PlacerError
     from placer.plan import Plan, SpecRef
@@ -135,6 +138,7 @@ def make_plans(spec: Path, wl_path: Path, folder: Path, time_limit: float, smoke
             log(f"  {method}: no plan ({exc})")
     if not smoke:
         variants = [(f"hot{int(f * 100)}%", f, None) for f in HOT_LEVELS] + [("all-host", "host", None)]
+        variants += [("all-hbm", None, None)] if all_hbm else []
         if all(t.allow_fp16 or t.dtype == "fp16" for t in wl.tables):
             variants += [("fp16-hbm", None, "fp16"), ("fp16-hot10%", 0.1, "fp16")]
         refs = (SpecRef(name=hw.name, sha256=hw.sha256), SpecRef(name=wl.name, sha256=wl.sha256))

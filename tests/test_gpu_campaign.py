@@ -1,0 +1,73 @@
+"""validation/gpu_campaign.py: the dry run executes every stage on this CPU (the same code as the GPU call but
+the device) and leaves what the GPU machine would hand back; the shipped plans are valid for their spec."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from validation import gpu_campaign  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def dry(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gpu-dry")
+    done = subprocess.run([sys.executable, "validation/gpu_campaign.py", "--out", str(out), "--dry-run"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    return out, done
+
+
+def test_every_stage_runs_on_the_cpu(dry):
+    out, done = dry
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    status = {line.split()[0]: line.split()[1] for line in done.stdout.splitlines() if line.split()[:1]
+              and line.split()[0] in gpu_campaign.STAGES}
+    assert status == {stage: "ok" for stage in gpu_campaign.STAGES}, done.stdout[-3000:]
+
+
+def test_what_comes_back_fits_the_machine_limits(dry):
+    out, _ = dry
+    files = sorted(p.name for p in out.iterdir())
+    assert all((out / f).is_file() for f in files) and len(files) <= 8, files  # flat, at most 8 files
+    assert {"calibrated.yaml", "micro.json", "env.json", "campaign.log"} <= set(files)
+    fid = json.loads(next(out.glob("fidelity-cpu-dry-run-*.json")).read_text())
+    rows = [r for r in fid["rows"] if "error" not in r]
+    assert len(rows) == gpu_campaign.DRY_PLANS + 1  # the shipped plans and the ILP re-solved on the calibrated spec
+    assert rows[0]["name"] == "ilp@calibrated"
+    for r in rows:
+        assert r["measured_step_time_s"] > 0 and r["predicted_datasheet_step_time_s"] > 0 and r["ops"]
+        assert r["host_read_mechanism"] == "cpu" and r["measured_embedding_s"] > 0
+    assert fid["summary"]["plans"] == len(rows) and fid["summary_embedding_phases"]["plans"] == len(rows)
+    micro = json.loads((out / "micro.json").read_text())
+    assert {r["op"] for r in micro["rows"]} == {"reduce", "sort", "update", "host_gather", "lookup", "groups"}
+    assert not [r for r in micro["rows"] if "error" in r]
+    assert all(r["calibrated_s"] and r["datasheet_s"] for r in micro["rows"])
+
+
+def test_shipped_plans_are_valid_for_the_datasheet_spec():
+    from placer.plan import load_plan
+    from placer.plan_price import priced_plan
+    from placer.specs import load_hardware, load_workload
+    from placer.topology import Topology
+
+    manifest = json.loads((gpu_campaign.PLANS / "manifest.json").read_text())
+    hw = load_hardware(ROOT / manifest["datasheet"])
+    plans = [(w, p) for w in manifest["workloads"] for p in w["plans"]]
+    assert len(plans) >= 12
+    assert sum(p["embedding_share"] >= 0.3 for _, p in plans) >= len(plans) / 2
+    for w, p in plans:
+        wl = load_workload(ROOT / w["file"])
+        assert wl.dense.dtype == gpu_campaign.DENSE_DTYPE
+        predicted = priced_plan(load_plan(ROOT / p["file"]), Topology(hw, wl.dense.dtype), wl)
+        assert predicted["step_time_s"] == pytest.approx(p["predicted_step_time_s"], rel=1e-9), p["name"]
+
+
+def test_stage_limits_fit_an_eight_minute_call():
+    assert sum(gpu for gpu, _ in gpu_campaign.STAGES.values()) <= 480
+    assert sum(dry for _, dry in gpu_campaign.STAGES.values()) <= 240
