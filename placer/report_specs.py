@@ -131,10 +131,15 @@ def totals_table(spec: HardwareSpec, topo: Topology) -> Table:
     s = topo.summary()
     hbm_usable = sum(m.usable_bytes for m in topo.memories.values() if m.kind == "hbm")
     dram_usable = sum(m.usable_bytes for m in topo.memories.values() if m.kind == "dram")
-    hbm_bw = sum(r.rate for r in topo.resources.values() if r.kind == "hbm")
+    hbm_bw = 0.0  # GB/s, from the spec (the topology has no HBM resources: HBM traffic is priced per op)
+    unified = 0
     peaks: Counter = Counter()
     nic_bw = 0.0
     for _, t in spec.node_templates():
+        if t.unified_memory:  # the "HBM" of CPU processes is the host's one RAM: not added as HBM
+            unified += t.gpus.count
+        else:
+            hbm_bw += t.gpus.hbm_bw_GBps * t.gpus.count
         for k, v in t.gpus.peak_TFLOPs.items():
             peaks[k] += v * t.gpus.count
         if t.nics:
@@ -145,7 +150,10 @@ def totals_table(spec: HardwareSpec, topo: Topology) -> Table:
     tab.add_row("nodes / GPUs", f"{s['nodes']} / {s['gpus']}")
     tab.add_row("HBM (usable after reserve)", f"{fmt_bytes(s['hbm_bytes'])} ({fmt_bytes(hbm_usable)})")
     tab.add_row("host DRAM (usable after reserve)", f"{fmt_bytes(s['dram_bytes'])} ({fmt_bytes(dram_usable)})")
-    tab.add_row("HBM bandwidth, all GPUs", f"{_num(hbm_bw / 1e9)} GB/s")
+    if unified < s["gpus"]:
+        tab.add_row("HBM bandwidth, all GPUs", f"{_num(hbm_bw)} GB/s")
+    if unified:
+        tab.add_row("HBM bandwidth", f"none on {unified} unified-memory 'GPU(s)' (CPU processes: host DRAM)")
     tab.add_row("peak compute, all GPUs", ", ".join(f"{k} {_num(v)} TFLOP/s" for k, v in peaks.items()))
     tab.add_row("links", ", ".join(f"{n} {k}" for k, n in sorted(s["links"].items())))
     if spec.num_nodes > 1:

@@ -158,3 +158,16 @@ def test_explain_of_a_locally_optimal_table_has_no_verdict(tmp_path, good_plan, 
     result = _explain_json(tmp_path, plan, capsys)
     if all(r["next_best"] is None or r["next_best"]["delta_s"] >= 0 for r in result["tables"]):
         assert result["not_locally_optimal"] is None
+
+
+# ---- item 6: show's HBM bandwidth ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["dgx-h100", "dgx-h100-2node", "h100-pcie-host"])
+def test_show_prints_the_hbm_bandwidth_of_all_gpus(capsys, name):
+    from placer.specs import load_hardware
+
+    spec = load_hardware(ROOT / f"hardware_specs/{name}.yaml")
+    total = sum(t.gpus.hbm_bw_GBps * t.gpus.count for _, t in spec.node_templates())
+    code, out, _ = _run(["show", ROOT / f"hardware_specs/{name}.yaml"], capsys)
+    line = next(x for x in out.splitlines() if "HBM bandwidth, all GPUs" in x)
+    assert code == 0 and f"{total:,.0f} GB/s" in line and " 0 GB/s" not in line, line
