@@ -171,3 +171,23 @@ def test_show_prints_the_hbm_bandwidth_of_all_gpus(capsys, name):
     code, out, _ = _run(["show", ROOT / f"hardware_specs/{name}.yaml"], capsys)
     line = next(x for x in out.splitlines() if "HBM bandwidth, all GPUs" in x)
     assert code == 0 and f"{total:,.0f} GB/s" in line and " 0 GB/s" not in line, line
+
+
+# ---- item 6: a hardware spec and a workload passed in swapped order --------------------------------------------
+
+@pytest.mark.parametrize("command", ["solve", "simulate", "explain", "sweep", "compare"])
+def test_swapped_hw_and_wl_are_named_as_such(tmp_path, good_plan, capsys, command):
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(good_plan))
+    argv = [command, WL, HW] + ([plan] if command in ("simulate", "explain") else [])
+    code, _, err = _run(argv, capsys)
+    assert code == 2, err
+    assert f"{WL}: this file is a workload, not a hardware spec" in err and "swapped" in err, err
+    assert "unknown field" not in err and "Field required" not in err, err
+
+
+def test_a_plan_given_as_a_workload_is_named(tmp_path, good_plan, capsys):
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(good_plan))
+    code, _, err = _run(["solve", HW, plan], capsys)
+    assert code == 2 and f"{plan}: this file is a plan, not a workload" in err, err

@@ -98,12 +98,12 @@ def load_pair(args):
     from placer.specs import load_hardware, load_workload
     from placer.topology import Topology
 
+    hw = load_hardware(args.hardware)  # HW first, as on the command line: swapped files are named in order
+    if getattr(args, "gpus", None) is not None:
+        hw = with_gpus(hw, args.gpus)
     wl = load_workload(args.workload)
     if getattr(args, "batch", None) is not None:
         wl = with_batch(wl, args.batch)
-    hw = load_hardware(args.hardware)
-    if getattr(args, "gpus", None) is not None:
-        hw = with_gpus(hw, args.gpus)
     return Topology(hw, wl.dense.dtype), wl
 
 

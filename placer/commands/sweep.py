@@ -47,8 +47,8 @@ def run(args) -> int:
         raise SpecError("--search needs --target-throughput N")
     if args.target_throughput is not None and args.target_throughput <= 0:
         raise SpecError("--target-throughput must be positive (samples/s)")
+    spec = load_hardware(args.hardware)  # HW first, as on the command line
     wl = load_workload(args.workload)
-    spec = load_hardware(args.hardware)
     per = gpus_per_node(spec)
     if args.search:
         counts = doubling_counts(spec, args.max_gpus)

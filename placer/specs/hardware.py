@@ -26,6 +26,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from placer.errors import SpecError
 from placer.specs import limits as L
 from placer.specs.common import StrictModel
+from placer.specs.detect import expect_kind
 from placer.specs.loading import load_model, read_document, validation_to_spec_error
 from placer.specs.plausible import warn_implausible
 
@@ -365,6 +366,7 @@ def load_hardware(path: str | Path) -> HardwareSpec:
     """Load and validate a hardware spec (YAML or JSON). Raises SpecError naming file and field; warns
     (placer.specs.plausible.SpecWarning) for values outside the realistic range of their kind of part."""
     data = read_document(path)
+    expect_kind(data, path, "hardware")
     spec = load_model(HardwareSpec, path, data)
     warn_implausible(spec, str(path))  # SpecWarning for values that look like a unit mistake
     digest = hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()

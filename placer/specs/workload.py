@@ -23,6 +23,7 @@ from placer.errors import SpecError
 from placer.specs import limits as L
 from placer.specs.common import StrictModel
 from placer.specs.files import load_npy_guarded
+from placer.specs.detect import expect_kind
 from placer.specs.loading import load_model, read_document
 from placer.units import element_bytes
 
@@ -326,6 +327,7 @@ def build_access_model(spec, rows: int, base_dir: Path) -> AccessModel:
 def load_workload(path: str | Path) -> Workload:
     """Load and validate a workload spec (YAML or JSON). Raises SpecError naming file and field."""
     data = read_document(path)
+    expect_kind(data, path, "workload")
     wl = load_model(Workload, path, data)
     digest = hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
     wl = wl.model_copy(update={"source_path": str(path), "sha256": digest})
