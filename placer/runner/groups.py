@@ -153,6 +153,11 @@ class FusedGroup:
         self.grad = torch.empty((self.bags, self.width), dtype=torch.float32, device=dev)  # packed on the device
         self.grad_op = self.grad if not self.on_cpu or dev.type == "cpu" else torch.empty(
             (self.bags, self.width), dtype=torch.float32, pin_memory=True)
+        # a GPU run's CPU-looked-up output is staged in pinned memory, so that its copy to the device is the
+        # asynchronous pinned H2D the program prices (copy_h2d at the link's rate), not a synchronous pageable copy;
+        # the staging memcpy on the host (bags x width x 4 bytes) is not priced (a few % of the lookup it follows)
+        self.out_pinned = torch.empty((self.bags, self.width), dtype=torch.float32, pin_memory=True) \
+            if self.on_cpu and dev.type == "cuda" else None
         self.dense_grad = (torch.zeros((self.rows, self.width), dtype=torch.float32, device=dev)
                            if key.location == "replica" else None)
         self._fill()
@@ -233,7 +238,8 @@ class FusedGroup:
     # ---- ops --------------------------------------------------------------------------------------------------
 
     def lookup(self, inp: GroupInput) -> torch.Tensor:
-        return kernels.lookup(self.weight, inp.ids, inp.offsets)
+        out = kernels.lookup(self.weight, inp.ids, inp.offsets)
+        return out if self.out_pinned is None else self.out_pinned.copy_(out)
 
     def member_output(self, out: torch.Tensor, s: Slot) -> torch.Tensor:
         """A member's pooled output, (features, samples, width), a view of the group's output."""
