@@ -26,6 +26,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--python", metavar="PY", default=None,
                    help="the module that builds TorchRec's ShardingPlan from OUT (default: OUT's name with "
                         "non-identifier characters as '_' and .py, next to OUT)")
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                   help="the devices TorchRec runs on: cuda (placements rank:R/cuda:D, the default) or cpu "
+                        "(rank:R/cpu, DistributedModelParallel over gloo; fused_uvm and fused_uvm_caching are "
+                        "exported as fused, TorchRec's host kernel there)")
     p.add_argument("--module-path", default=None, metavar="FQN",
                    help="where the EmbeddingBagCollection sits in the model (default "
                         "sparse_arch.embedding_bag_collection, as in TorchRec's DLRM)")
@@ -51,7 +55,8 @@ def run(args) -> int:
         raise SpecError(f"--python {py}: the same file as -o; give another name", field="--python")
     topo, wl = load_pair(args)
     plan = load_plan(args.plan)
-    doc = export_document(plan, topo, wl, file=args.plan, module_path=args.module_path or DEFAULT_MODULE_PATH)
+    doc = export_document(plan, topo, wl, file=args.plan, module_path=args.module_path or DEFAULT_MODULE_PATH,
+                          device=args.device)
     write_text(out, json.dumps(doc, indent=1) + "\n", "-o")
     write_text(py, builder_module(out.name), "--python")
     console = make_console()

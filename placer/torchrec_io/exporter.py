@@ -5,6 +5,7 @@ The document (format ``placer-torchrec-plan`` version 1)::
     {"format": "placer-torchrec-plan", "format_version": 1,
      "source": {"method", "hardware": {name, sha256}, "workload": {name, sha256}},
      "world_size": 16, "local_world_size": 8,              # GPUs; ranks per node
+     "device": "cuda",                                      # placements rank:R/cuda:D, or "cpu": rank:R/cpu
      "ranks": {"0": "node0/gpu0", ...},                     # global rank -> placer GPU (hardware spec order)
      "module_path": "sparse_arch.embedding_bag_collection", # where the EmbeddingBagCollection sits in the model
      "predicted": {"plan_step_time_s", "mapped_step_time_s", "exact"},
@@ -38,7 +39,7 @@ _JSON_LINE = 'PLAN_JSON = Path(__file__).with_name("plan.torchrec.json")'
 
 def mapped_plan(plan: Plan, topo: Topology, wl: Workload) -> tuple[Plan, dict[str, list[str]]]:
     """The plan TorchRec will run (every placement at its nearest TorchRec equivalent) and the notes per
-    table that changed. Host tables go table-wise UVM on a GPU of their node: the one with the most HBM left
+    table that changed. SpecError for a table TorchRec cannot run. Host tables go table-wise UVM on a GPU of their node: the one with the most HBM left
     after the plan's own tables and the host tables placed before (placer's memory model: a UVM table keeps its
     rows in host DRAM but its lookup buffers in HBM), so the mapping fits wherever some order of them does."""
     tables = {t.name: t for t in wl.tables}
@@ -87,11 +88,16 @@ def _pooling_factors(wl: Workload) -> dict[str, list[float]]:
 
 
 def export_document(plan: Plan, topo: Topology, wl: Workload, *, file: str | None = None,
-                    module_path: str = DEFAULT_MODULE_PATH, price_each: bool = True) -> dict:
+                    module_path: str = DEFAULT_MODULE_PATH, price_each: bool = True, device: str = "cuda") -> dict:
     """The export document of ``plan`` (see the module docstring). Checks and prices the plan first
-    (SpecError naming ``file``); ``price_each``: price the plan with each noted table alone mapped."""
+    (SpecError naming ``file``); ``price_each``: price the plan with each noted table alone mapped; ``device``:
+    the placements' device, cuda or cpu (DistributedModelParallel over gloo)."""
+    ranks = mapping.Ranks(topo, device)
     plan_step = priced_plan(plan, topo, wl, file=file, check_hashes=False)["step_time_s"]
-    mapped, notes = mapped_plan(plan, topo, wl)
+    try:
+        mapped, notes = mapped_plan(plan, topo, wl)
+    except SpecError as exc:
+        raise SpecError(f"TorchRec cannot run this plan: {exc.detail}", file=file, field=exc.field) from None
     try:
         mapped_step = priced_plan(mapped, topo, wl, file=file, check_hashes=False)["step_time_s"]
     except SpecError as exc:  # the plan fits; what TorchRec would run instead does not
@@ -100,7 +106,6 @@ def export_document(plan: Plan, topo: Topology, wl: Workload, *, file: str | Non
                         f"model of this machine ({exc.detail})"
                         + (f"; {host} host CPU lookup tables map to fused_uvm table-wise on their node's GPUs, whose "
                            "lookup buffers need HBM" if host else ""), file=file, field=exc.field) from None
-    ranks = mapping.Ranks(topo)
     tables = {t.name: t for t in wl.tables}
     pooling = _pooling_factors(wl)
     entries = {}
@@ -110,6 +115,10 @@ def export_document(plan: Plan, topo: Topology, wl: Workload, *, file: str | Non
         entry = {"parameter_sharding": ps,
                  "parameter_constraints": mapping.parameter_constraints(q, ps, t, pooling.get(t.name, [])),
                  "placer": p.label()}
+        if device == "cpu" and q.sharding != "data_parallel" and any(s.host_rows for s in q.shards):
+            notes.setdefault(p.table, []).append(
+                "cpu: TorchRec runs fused_uvm and fused_uvm_caching as its plain host kernel there, so the kernel is "
+                "written as fused (priced as placer's split; an import reads fused as every row in device memory)")
         if q.precision == "fp16":
             entry["data_type"] = "FP16"
             notes.setdefault(p.table, []).append(
@@ -129,6 +138,7 @@ def export_document(plan: Plan, topo: Topology, wl: Workload, *, file: str | Non
                    "workload": plan.workload.model_dump(exclude_none=True)},
         "world_size": ranks.world_size,
         "local_world_size": local[0] if len(local) == 1 else local,
+        "device": device,
         "ranks": {str(r): g for r, g in enumerate(ranks.gpus)},
         "module_path": module_path,
         "predicted": {"plan_step_time_s": plan_step, "mapped_step_time_s": mapped_step,

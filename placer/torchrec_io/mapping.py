@@ -1,7 +1,8 @@
 """One placer Placement <-> one TorchRec ParameterSharding, both as plain JSON-able dicts.
 
 Ranks: TorchRec's global rank of a GPU is its index in the hardware spec's GPU order (``Topology.gpus``): for
-nodes of equal size, node<i>/gpu<j> -> rank i * gpus_per_node + j, on local device cuda:<j>.
+nodes of equal size, node<i>/gpu<j> -> rank i * gpus_per_node + j, on local device cuda:<j> (``device="cuda"``)
+or ``cpu`` (``device="cpu"``: placements ``rank:R/cpu``, for DistributedModelParallel over gloo on CPU).
 
 Kernels (placer's hot/cold split of a shard -> TorchRec compute kernel):
 - every row in HBM -> ``fused`` (``dense`` for data_parallel, TorchRec's kernel for replicated tables);
@@ -13,6 +14,17 @@ Kernels (placer's hot/cold split of a shard -> TorchRec compute kernel):
 
 Sharding: table_wise, column_wise and data_parallel keep their names; row_wise over every GPU is ``row_wise``,
 over one node's GPUs of a several-node machine it is TorchRec's ``table_row_wise``.
+
+What TorchRec runs, checked by training exports under DistributedModelParallel (dmp_check.py):
+- row-wise lookups are routed to shard i = id // ceil(rows / n) (n: the shards' ranks, the node's for
+  table_row_wise), whatever shard sizes the plan writes; so row-wise shards are exported as those blocks, one per
+  rank of the group in rank order (empty ones included, as TorchRec's planner writes them), not as placer's
+  near-equal split (``row_blocks``);
+- FBGEMM's kernels need column widths in multiples of 4: column pieces are re-split into multiples of 4 on the
+  same GPUs (``column_blocks``), refused where the table's dim cannot be;
+- on CPU (``device="cpu"``) fused_uvm and fused_uvm_caching run as the plain host kernel (every row in the
+  rank's memory; TorchRec's planner refuses them on a CPU topology), so the export writes ``fused`` there (the
+  placement and its price stay placer's); data_parallel is ``dense`` on both (``fused`` fails an assertion).
 """
 from __future__ import annotations
 
@@ -32,11 +44,18 @@ KERNELS = ("dense", "fused", "fused_uvm", "fused_uvm_caching")
 _PLACEMENT = re.compile(r"^rank:(\d+)/(cuda|cpu|meta):?(\d*)$")
 
 
-class Ranks:
-    """Global rank <-> placer GPU name for one hardware spec (see the module docstring)."""
+DEVICES = ("cuda", "cpu")
 
-    def __init__(self, topo: Topology):
+
+class Ranks:
+    """Global rank <-> placer GPU name for one hardware spec (see the module docstring). ``device``: what the
+    export's placements name, ``cuda`` (rank:R/cuda:D) or ``cpu`` (rank:R/cpu)."""
+
+    def __init__(self, topo: Topology, device: str = "cuda"):
+        if device not in DEVICES:
+            raise SpecError(f"device {device!r}: expected one of {', '.join(DEVICES)}", field="--device")
         self.topo = topo
+        self.device_type = device
         self.gpus = list(topo.gpus)
         self._rank = {g: i for i, g in enumerate(self.gpus)}
 
@@ -52,6 +71,8 @@ class Ranks:
         return self.topo.gpus_of_node(self.topo.node_of[device]).index(device)
 
     def placement(self, device: str) -> str:
+        if self.device_type == "cpu":
+            return f"rank:{self.rank(device)}/cpu"
         return f"rank:{self.rank(device)}/cuda:{self.local(device)}"
 
     def device(self, rank, *, file: str, field: str) -> str:
@@ -61,15 +82,17 @@ class Ranks:
         return self.gpus[rank]
 
     def device_of_placement(self, text, *, file: str, field: str) -> str:
-        """'rank:R/cuda:D' -> the GPU of rank R; D must be that GPU's index in its node."""
+        """'rank:R/cuda:D' or 'rank:R/cpu' -> the device of rank R; D must be that GPU's index in its node."""
         m = _PLACEMENT.match(text) if isinstance(text, str) else None
         if not m:
-            raise SpecError(f"placement {text!r}: expected 'rank:R/cuda:D'", file=file, field=field)
+            raise SpecError(f"placement {text!r}: expected 'rank:R/cuda:D' or 'rank:R/cpu'", file=file, field=field)
         device = self.device(int(m.group(1)), file=file, field=field)
-        if m.group(2) != "cuda":
-            raise SpecError(f"placement {text!r}: placer places TorchRec shards on GPUs only (cuda)",
+        if m.group(2) == "meta":
+            raise SpecError(f"placement {text!r}: a meta device holds no rows (expected cuda or cpu)",
                             file=file, field=field)
-        if m.group(3) and int(m.group(3)) != self.local(device):
+        if m.group(2) == "cpu" and m.group(3):
+            raise SpecError(f"placement {text!r}: expected 'rank:R/cpu'", file=file, field=field)
+        if m.group(2) == "cuda" and m.group(3) and int(m.group(3)) != self.local(device):
             raise SpecError(f"placement {text!r}: rank {m.group(1)} is {device}, local device "
                             f"cuda:{self.local(device)}", file=file, field=field)
         return device
@@ -105,15 +128,95 @@ def _with_hbm(p: Placement, fraction: float | None) -> Placement:
     return p.model_copy(update={"shards": shards})
 
 
+def row_blocks(rows: int, n: int) -> list[tuple[int, int]]:
+    """The row ranges TorchRec's row-wise routing gives n ranks: blocks of ceil(rows / n), the last ones short
+    or empty (start == stop)."""
+    block = -(-rows // n)
+    return [(min(i * block, rows), min((i + 1) * block, rows)) for i in range(n)]
+
+
+def column_blocks(dim: int, pieces: int) -> list[tuple[int, int]] | None:
+    """Column ranges of near-equal widths in multiples of 4 (FBGEMM's requirement), the wider first; None when
+    ``dim`` cannot be cut so (not a multiple of 4, or fewer than 4 columns a piece)."""
+    if dim % 4 or dim // 4 < pieces:
+        return None
+    base, extra = divmod(dim // 4, pieces)
+    out, start = [], 0
+    for i in range(pieces):
+        stop = start + 4 * (base + (1 if i < extra else 0))
+        out.append((start, stop))
+        start = stop
+    return out
+
+
+def row_wise_group(p: Placement, topo: Topology) -> list[str]:
+    """The ranks' devices TorchRec splits a row-wise placement over, in rank order: every GPU (row_wise), or
+    the node's GPUs when the shards lie on one node of several (table_row_wise)."""
+    if sharding_type_of(p, topo) == "table_row_wise":
+        return list(topo.gpus_of_node(topo.node_of[p.shards[0].device]))
+    return list(topo.gpus)
+
+
+def _as_row_blocks(p: Placement, t: TableSpec, topo: Topology) -> tuple[Placement, list[str]]:
+    """A row-wise placement as TorchRec routes it (``row_blocks`` over ``row_wise_group``), at the placement's
+    hot fraction, and the note when that changes the shards."""
+    group = row_wise_group(p, topo)
+    blocks = row_blocks(t.rows, len(group))
+    if len(topo.nodes) > 1 and sharding_type_of(p, topo) == "row_wise":
+        # the non-empty blocks must not all fall on one node: TorchRec would read that as table_row_wise
+        used = {topo.node_of[g] for g, (a, b) in zip(group, blocks) if b > a}
+        if len(used) == 1:
+            group = list(topo.gpus_of_node(used.pop()))
+            blocks = row_blocks(t.rows, len(group))
+    fractions = {s.hbm_rows / s.num_rows for s in p.shards}
+    hot = fractions.pop() if len(fractions) == 1 else p.hot_fraction
+    shards = []
+    for g, (a, b) in zip(group, blocks):
+        if b > a:
+            k = hbm_rows(hot, b - a)
+            shards.append(Shard(device=g, rows=(a, b), cols=(0, t.dim), hbm_rows=k, host_rows=b - a - k))
+    q = p.model_copy(update={"shards": shards})
+    if [(s.device, s.rows) for s in q.shards] == [(s.device, s.rows) for s in p.shards]:
+        return p, []
+    block = -(-t.rows // len(group))
+    return q, [f"TorchRec routes row-wise ids to its {len(group)} ranks in blocks of ceil({t.rows} / {len(group)}) = "
+               f"{block} rows, whatever the plan's shard sizes: shards written as those blocks (placer's split: "
+               f"{', '.join(str(s.num_rows) for s in p.shards)} rows on {', '.join(s.device for s in p.shards)})"]
+
+
+def _as_column_blocks(p: Placement, t: TableSpec) -> tuple[Placement, list[str]]:
+    """Column pieces in widths of multiples of 4 on the same devices (SpecError where the dim cannot be)."""
+    widths = [s.num_cols for s in p.shards]
+    if all(w % 4 == 0 for w in widths):
+        return p, []
+    blocks = column_blocks(t.dim, len(p.shards))
+    if blocks is None:
+        raise SpecError(f"table {t.name!r}: column_wise pieces {widths} wide; TorchRec's FBGEMM kernels need "
+                        f"widths in multiples of 4, and {t.dim} columns cannot be cut into {len(p.shards)} such "
+                        "pieces (plan this table without column_wise for TorchRec)", field=f"table {t.name}")
+    ordered = sorted(p.shards, key=lambda s: s.cols[0])
+    shards = [s.model_copy(update={"cols": c}) for s, c in zip(ordered, blocks)]
+    return p.model_copy(update={"shards": shards}), [
+        f"column pieces {widths} wide: FBGEMM needs widths in multiples of 4, so the pieces are "
+        f"{[b - a for a, b in blocks]} wide on the same GPUs"]
+
+
 def nearest_mappable(p: Placement, t: TableSpec, topo: Topology, host_gpu: str | None) -> tuple[Placement, list[str]]:
     """The placement TorchRec will run for ``p`` (``p`` itself when TorchRec expresses it) and the notes saying
-    what changed. ``host_gpu``: the GPU a ``host`` table goes to (the caller spreads them over the node)."""
+    what changed. ``host_gpu``: the GPU a ``host`` table goes to (the caller spreads them over the node).
+    SpecError for a placement TorchRec cannot run at all (column pieces that cannot be made multiples of 4)."""
     notes = []
     if p.sharding == "host":
         notes.append(f"host CPU lookup on {p.shards[0].device} has no TorchRec kernel; nearest: fused_uvm "
                      f"table_wise on {host_gpu} (rows stay in that host's DRAM, the GPU reads them over PCIe)")
         shard = Shard(device=host_gpu, rows=(0, t.rows), cols=(0, t.dim), hbm_rows=0, host_rows=t.rows)
         return p.model_copy(update={"sharding": "table_wise", "shards": [shard]}), notes
+    if p.sharding == "row_wise":
+        p, why = _as_row_blocks(p, t, topo)
+        notes += why
+    elif p.sharding == "column_wise":
+        p, why = _as_column_blocks(p, t)
+        notes += why
     if p.sharding == "data_parallel":
         if any(s.host_rows for s in p.shards):
             notes.append("data_parallel replicas with rows in host DRAM: TorchRec replicates in HBM (dense)")
@@ -139,11 +242,13 @@ def nearest_mappable(p: Placement, t: TableSpec, topo: Topology, host_gpu: str |
     return p, notes
 
 
-def kernel_of(p: Placement) -> tuple[str, float | None]:
-    """(compute kernel, cache load factor or None) of a placement TorchRec expresses."""
+def kernel_of(p: Placement, device: str = "cuda") -> tuple[str, float | None]:
+    """(compute kernel, cache load factor or None) of a placement TorchRec expresses, on ``device`` (cuda or
+    cpu: there every non-replicated table is ``fused``, the kernel TorchRec runs fused_uvm and
+    fused_uvm_caching as)."""
     if p.sharding == "data_parallel":
         return "dense", None
-    if all(s.hbm_rows == s.num_rows for s in p.shards):
+    if device == "cpu" or all(s.hbm_rows == s.num_rows for s in p.shards):
         return "fused", None
     if all(s.hbm_rows == 0 for s in p.shards):
         return "fused_uvm", None
@@ -165,10 +270,24 @@ def parameter_sharding(p: Placement, ranks: Ranks) -> dict:
     """The ParameterSharding fields of a placement TorchRec expresses, as a JSON-able dict: sharding_type,
     compute_kernel, ranks (one per shard), sharding_spec.shards (shard_offsets [row, col], shard_sizes
     [rows, cols], placement 'rank:R/cuda:D'; None for data_parallel), cache_params.load_factor."""
-    kernel, load_factor = kernel_of(p)
-    out = {"sharding_type": sharding_type_of(p, ranks.topo), "compute_kernel": kernel,
+    kernel, load_factor = kernel_of(p, ranks.device_type)
+    st = sharding_type_of(p, ranks.topo)
+    out = {"sharding_type": st, "compute_kernel": kernel,
            "ranks": [ranks.rank(s.device) for s in p.shards], "sharding_spec": None, "cache_params": None}
-    if p.sharding != "data_parallel":
+    if p.sharding == "row_wise":
+        # one shard per rank of the group in rank order, as TorchRec routes them (nearest_mappable made the
+        # placement its blocks; the empty ones past the table's end are written too)
+        group = row_wise_group(p, ranks.topo)
+        on = {s.device: s for s in p.shards}
+        rows = max(s.rows[1] for s in p.shards)
+        blocks = row_blocks(rows, len(group))
+        if [(on[g].rows if g in on else None) for g in group] != [b if b[1] > b[0] else None for b in blocks]:
+            raise ValueError(f"table {p.table}: row-wise shards are not TorchRec's blocks (nearest_mappable first)")
+        out["ranks"] = [ranks.rank(g) for g in group]
+        out["sharding_spec"] = {"shards": [
+            {"shard_offsets": [a, 0], "shard_sizes": [b - a, p.shards[0].num_cols], "placement": ranks.placement(g)}
+            for g, (a, b) in zip(group, blocks)]}
+    elif p.sharding != "data_parallel":
         out["sharding_spec"] = {"shards": [
             {"shard_offsets": [s.rows[0], s.cols[0]], "shard_sizes": [s.num_rows, s.num_cols],
              "placement": ranks.placement(s.device)} for s in p.shards]}
