@@ -191,3 +191,59 @@ def test_a_plan_given_as_a_workload_is_named(tmp_path, good_plan, capsys):
     plan.write_text(json.dumps(good_plan))
     code, _, err = _run(["solve", HW, plan], capsys)
     assert code == 2 and f"{plan}: this file is a plan, not a workload" in err, err
+
+
+# ---- item 6: one error per mistake, where it is written, with "did you mean" -----------------------------------
+
+MLPERF = ROOT / "workloads/mlperf-dlrm-v1.yaml"  # 26 tables, table_defaults {dim, dtype, pooling_factor}
+
+
+def _workload_with(tmp_path, edit) -> str:
+    doc = yaml.safe_load(MLPERF.read_text())
+    edit(doc)
+    f = tmp_path / "wl.yaml"
+    f.write_text(yaml.safe_dump(doc))
+    return str(f)
+
+
+def _error_lines(err: str) -> list[str]:
+    return [x for x in err.splitlines() if x.strip()]
+
+
+def test_a_typo_in_table_defaults_is_one_error_with_did_you_mean(tmp_path, capsys):
+    f = _workload_with(tmp_path, lambda d: d["table_defaults"].update(pooling_factr=2))
+    code, _, err = _run(["check", f], capsys)
+    assert code == 2 and len(_error_lines(err)) == 1, err
+    assert f"{f}: table_defaults.pooling_factr: unknown field; did you mean 'pooling_factor'?" in err, err
+
+
+def test_a_bad_table_defaults_value_is_one_error_where_it_is_written(tmp_path, capsys):
+    f = _workload_with(tmp_path, lambda d: d["table_defaults"].update(dtype="fp64"))
+    code, _, err = _run(["check", f], capsys)
+    assert code == 2 and len(_error_lines(err)) == 1, err
+    assert f"{f}: table_defaults.dtype:" in err and "fp64" in err and "tables[" not in err, err
+
+
+def test_a_table_that_writes_its_own_bad_value_is_named_itself(tmp_path, capsys):
+    def edit(d):
+        d["table_defaults"]["dtype"] = "fp64"
+        d["tables"][3]["dtype"] = "int8"
+    f = _workload_with(tmp_path, edit)
+    code, _, err = _run(["check", f], capsys)
+    assert code == 2 and "table_defaults.dtype:" in err and "tables[3].dtype:" in err and "int8" in err, err
+    assert len(_error_lines(err)) == 3, err  # "invalid fields:" + the two
+
+
+def test_the_same_typo_in_every_table_is_one_line(tmp_path, capsys):
+    f = _workload_with(tmp_path, lambda d: [t.update(access={"kind": "zipf", "alpah": 1.1}) for t in d["tables"]])
+    code, _, err = _run(["check", f], capsys)
+    assert code == 2 and len(_error_lines(err)) == 1, err
+    assert "tables[*].access.alpah: unknown field; did you mean 'alpha'?" in err and "26 in all" in err, err
+    assert "Field required" not in err, err
+
+
+def test_an_unknown_hardware_field_gets_did_you_mean(tmp_path, capsys):
+    f = tmp_path / "hw.yaml"
+    f.write_text((ROOT / "hardware_specs/dgx-h100.yaml").read_text().replace("hbm_GiB:", "hbm_gib:"))
+    code, _, err = _run(["check", f], capsys)
+    assert code == 2 and "gpus.hbm_gib: unknown field; did you mean 'hbm_GiB'?" in err, err

@@ -74,9 +74,116 @@ def _field_and_message(err: dict) -> tuple[str, str]:
     return field, msg
 
 
-def validation_to_spec_error(exc: ValidationError, file: str | None) -> SpecError:
-    """Turn a pydantic ValidationError into one SpecError listing every bad field with what was expected."""
+#: the first list index of a field path: 'tables[3].access.alpha' -> ('tables', '3', '.access.alpha')
+_FIRST_INDEX = re.compile(r"^([^\[]*)\[(\d+)\](.*)$")
+#: list items named in a folded error before "..."
+_ITEMS_SHOWN = 3
+
+
+def _defaults_origin(pairs: list[tuple[str, str]], data: dict | None) -> list[tuple[str, str]]:
+    """Errors in a table's value that the table does not write but ``table_defaults`` does: moved to where the
+    value is written (``table_defaults.<key>``), so that a bad default is one error, not one per table."""
+    defaults = data.get("table_defaults") if isinstance(data, dict) else None
+    tables = data.get("tables") if isinstance(data, dict) else None
+    if not isinstance(defaults, dict) or not isinstance(tables, list):
+        return pairs
+    out = []
+    for field, msg in pairs:
+        m = re.match(r"^tables\[(\d+)\]\.([A-Za-z_][\w-]*)(.*)$", field)
+        if m:
+            i, key = int(m.group(1)), m.group(2)
+            own = tables[i] if i < len(tables) else None
+            if key in defaults and not (isinstance(own, dict) and key in own):
+                field = f"table_defaults.{key}{m.group(3)}"
+        out.append((field, msg))
+    return out
+
+
+def _known_names(model: type[BaseModel] | None) -> set[str]:
+    """Every field name of ``model`` and of the models its fields hold (for "did you mean")."""
+    from typing import get_args
+
+    names: set[str] = set()
+    seen: set = set()
+    stack = [model] if model is not None else []
+    while stack:
+        m = stack.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        for name, info in getattr(m, "model_fields", {}).items():
+            names.add(name)
+            kids = [info.annotation]
+            while kids:
+                a = kids.pop()
+                if isinstance(a, type) and issubclass(a, BaseModel):
+                    stack.append(a)
+                kids.extend(get_args(a))
+    return names
+
+
+def _did_you_mean(pairs: list[tuple[str, str]], model: type[BaseModel] | None) -> list[tuple[str, str]]:
+    """An unknown field gets "did you mean 'x'?": a required field missing beside it first (whose own
+    "Field required" error is then dropped: the typo is the one mistake), else the nearest name placer knows."""
+    missing = {f.rpartition(".")[0]: [] for f, m in pairs if m == "Field required"}
+    for f, m in pairs:
+        if m == "Field required":
+            missing[f.rpartition(".")[0]].append(f.rpartition(".")[2])
+    known = sorted(_known_names(model))
+    out, dropped = [], set()
+    for f, m in pairs:
+        if m == "unknown field":
+            parent, _, name = f.rpartition(".")
+            near = _nearest(name, missing.get(parent, []), 0.6) or _nearest(name, known, 0.75)
+            if near:
+                m = f"unknown field; did you mean {near[0]!r}?"
+                if near[0] in missing.get(parent, []):
+                    dropped.add((f"{parent}.{near[0]}" if parent else near[0], "Field required"))
+        out.append((f, m))
+    return [p for p in out if p not in dropped]
+
+
+def _nearest(name: str, choices: list[str], cutoff: float) -> list[str]:
+    """The choice nearest ``name``, letter case ignored (hbm_gib -> hbm_GiB), as a list of at most one."""
+    import difflib
+
+    lower = {c.lower(): c for c in choices}
+    return [lower[n] for n in difflib.get_close_matches(name.lower(), list(lower), n=1, cutoff=cutoff)]
+
+
+def _fold(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """One line per mistake: exact repeats dropped, and the same error in several items of one list (a typo
+    copied into every table, or a YAML anchor merged into each) folded into one line naming the items."""
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    order: list[tuple[str, str, str]] = []
+    for f, m in pairs:
+        g = _FIRST_INDEX.match(f)
+        key = (g.group(1), g.group(3), m) if g else (f, "", m)
+        items = groups.setdefault(key, [])
+        if not items:
+            order.append(key)
+        idx = g.group(2) if g else ""
+        if idx not in items:
+            items.append(idx)
+    out = []
+    for head, tail, m in order:
+        items = groups[(head, tail, m)]
+        if len(items) == 1:
+            out.append((f"{head}[{items[0]}]{tail}" if items[0] else head, m))
+            continue
+        shown = ", ".join(f"{head}[{i}]" for i in items[:_ITEMS_SHOWN])
+        more = f", ... ({len(items)} in all)" if len(items) > _ITEMS_SHOWN else ""
+        out.append((f"{head}[*]{tail}", f"{m} (in {shown}{more})"))
+    return out
+
+
+def validation_to_spec_error(exc: ValidationError, file: str | None, data: dict | None = None,
+                             model: type[BaseModel] | None = None) -> SpecError:
+    """Turn a pydantic ValidationError into one SpecError listing every bad field with what was expected: each
+    mistake once, where it is written (a bad ``table_defaults`` value at table_defaults, not in every table; the
+    same error in many list items on one line), an unknown field with the name it most likely meant."""
     pairs = [_field_and_message(err) for err in exc.errors()]
+    pairs = _fold(_did_you_mean(_defaults_origin(pairs, data), model))
     if len(pairs) == 1:
         return SpecError(pairs[0][1], file=file, field=pairs[0][0])
     return SpecError("invalid fields:\n  " + "\n  ".join(f"{f}: {m}" for f, m in pairs), file=file)
@@ -95,4 +202,4 @@ def load_model(model: type[ModelT], path: str | Path, data: dict[str, Any] | Non
     try:
         return model.model_validate(data, context=context)
     except ValidationError as exc:
-        raise validation_to_spec_error(exc, str(path)) from None
+        raise validation_to_spec_error(exc, str(path), data, model) from None
