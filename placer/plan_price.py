@@ -39,7 +39,8 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.3f} ms"
 
 
-def check_plan_file(path: str, hardware_path: str | None, workload_path: str | None) -> str:
+def check_plan_file(path: str, hardware_path: str | None, workload_path: str | None, *,
+                    allow_implausible: bool = False) -> str:
     """Validate a plan file; with hardware and workload, also check it against them (devices, coverage, every
     memory's capacity) and re-price it. Returns a one-line summary. The file's 'predicted' and 'solver' blocks
     are claims: reported as recorded, never as checked facts (the re-priced step is)."""
@@ -60,7 +61,7 @@ def check_plan_file(path: str, hardware_path: str | None, workload_path: str | N
     from placer.specs import load_hardware, load_workload
 
     wl = load_workload(workload_path)
-    topo = Topology(load_hardware(hardware_path), wl.dense.dtype)
+    topo = Topology(load_hardware(hardware_path, allow_implausible=allow_implausible), wl.dense.dtype)
     step = priced_plan(plan, topo, wl, file=path)["step_time_s"]
     out = f"{head}, maps onto the hardware and workload and fits their memories; re-priced step {_ms(step)}"
     if recorded is not None and abs(recorded - step) > 1e-6 * max(step, 1e-12):

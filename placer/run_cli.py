@@ -24,6 +24,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("hardware", metavar="HW", help="hardware spec the prediction is made for (YAML/JSON)")
     p.add_argument("workload", metavar="WL", help="workload spec (YAML/JSON)")
     p.add_argument("plan", metavar="PLAN", help="plan JSON (placer solve, or written by hand)")
+    from placer.commands._common import add_allow_implausible
+
+    add_allow_implausible(p)
     p.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda when available)")
     p.add_argument("--steps", type=argtypes.steps, default=50, metavar="N",
                    help=f"timed training steps, 1..{argtypes.MAX_STEPS:,} (default 50)")
@@ -65,7 +68,7 @@ def run(args, what_if: WhatIf | None = None) -> int:
 
     if args.threads is not None and args.threads < 1:
         raise SpecError("--threads must be >= 1")
-    hw = load_hardware(args.hardware)
+    hw = load_hardware(args.hardware, allow_implausible=getattr(args, "allow_implausible", False))
     wl = load_workload(args.workload)
     plan = load_plan(args.plan)
     if what_if is not None:

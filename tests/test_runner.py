@@ -323,9 +323,10 @@ def test_run_refuses_an_oversized_plan_with_exit_3(tmp_path, capsys):
     hw_path, wl_path, plan_path = tmp_path / "hw.yaml", tmp_path / "wl.yaml", tmp_path / "plan.json"
     hw_path.write_text(HUGE_HW)
     wl_path.write_text(HUGE_WL)
-    hw, wl = load_hardware(hw_path), load_workload(wl_path)
+    hw, wl = load_hardware(hw_path, allow_implausible=True), load_workload(wl_path)  # 1e6 GiB of DRAM: meant
     make_plan(wl, hw, [host(wl.tables[0])]).write(plan_path)
-    code = main(["run", str(hw_path), str(wl_path), str(plan_path), "--device", "cpu", "--steps", "2"])
+    code = main(["run", str(hw_path), str(wl_path), str(plan_path), "--device", "cpu", "--steps", "2",
+                 "--allow-implausible"])
     assert code == 3
     err = capsys.readouterr().err
     assert "does not fit this machine" in err and "MemAvailable" in err and "--scale" in err

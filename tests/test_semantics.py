@@ -247,3 +247,84 @@ def test_an_unknown_hardware_field_gets_did_you_mean(tmp_path, capsys):
     f.write_text((ROOT / "hardware_specs/dgx-h100.yaml").read_text().replace("hbm_GiB:", "hbm_gib:"))
     code, _, err = _run(["check", f], capsys)
     assert code == 2 and "gpus.hbm_gib: unknown field; did you mean 'hbm_GiB'?" in err, err
+
+
+# ---- item 6: a likely unit mistake is an error unless --allow-implausible --------------------------------------
+
+DGX = yaml.safe_load((ROOT / "hardware_specs/dgx-h100.yaml").read_text())
+T = next(iter(DGX["templates"]))
+
+
+def _hardware_with(tmp_path, path: list, value) -> str:
+    doc = copy.deepcopy(DGX)
+    node = doc
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    f = tmp_path / "hw.yaml"
+    f.write_text(yaml.safe_dump(doc))
+    return str(f)
+
+
+def _link(kind: str) -> int:
+    return next(i for i, link in enumerate(DGX["templates"][T]["links"]) if link["kind"] == kind)
+
+
+@pytest.mark.parametrize("path, value, field, unit, meant", [
+    (["gpus", "hbm_GiB"], 40960, "gpus.hbm_GiB", "MiB", "40 GiB"),
+    (["gpus", "hbm_GiB"], 143771, "gpus.hbm_GiB", "MiB", "140.4 GiB"),
+    (["gpus", "hbm_bw_GBps"], 4.8, "gpus.hbm_bw_GBps", "TB/s", "4,800 GB/s"),
+    (["gpus", "hbm_bw_GBps"], 900_000, "gpus.hbm_bw_GBps", "MB/s", "900 GB/s"),
+    (["host", "dram_GiB"], 524_288, "host.dram_GiB", "MiB", "512 GiB"),
+    (["gpus", "peak_TFLOPs", "bf16"], 67_000, "gpus.peak_TFLOPs.bf16", "GFLOP/s", "67 TFLOP/s"),
+    (["links", _link("nvlink"), "bw_GBps"], 7200, f"links[{_link('nvlink')}].bw_GBps", "Gb/s", "900 GB/s"),
+    (["gpus", "kernel_launch_us"], 50_000, "gpus.kernel_launch_us", "ns", "50 us"),
+])
+def test_a_likely_unit_mistake_is_an_error_naming_the_unit_meant(tmp_path, capsys, path, value, field, unit, meant):
+    f = _hardware_with(tmp_path, ["templates", T] + path, value)
+    for argv in (["check", f], ["solve", f, WL, "--method", "greedy_size"], ["show", f]):
+        code, out, err = _run(argv, capsys)
+        assert code == 2, (argv, out, err)
+        assert f"{f}: templates.{T}.{field}: likely a unit mistake" in err, err
+        assert f"looks like {unit}" in err and f"is {meant})" in err and "--allow-implausible" in err, err
+
+
+def test_allow_implausible_plans_it_with_a_warning(tmp_path, capsys):
+    f = _hardware_with(tmp_path, ["templates", T, "gpus", "hbm_GiB"], 40960)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")  # pyproject's filterwarnings ignores SpecWarning in the suite
+        code, out, err = _run(["solve", f, WL, "--method", "greedy_size", "--allow-implausible"], capsys)
+    assert code == 0 and "warning:" in err and "looks like MiB (40,960 MiB is 40 GiB)" in err, err
+    from placer.specs import load_hardware
+
+    assert load_hardware(f, allow_implausible=True).templates[T].gpus.hbm_GiB == 40960
+
+
+def test_every_command_that_loads_hardware_takes_the_flag(tmp_path, capsys):
+    f = _hardware_with(tmp_path, ["templates", T, "gpus", "hbm_GiB"], 40960)
+    for argv in (["check", f], ["show", f], ["compare", f, WL, "--time-limit", "5"],
+                 ["sweep", f, WL, "--gpus", "8", "--time-limit", "5"]):
+        code, out, err = _run(argv + ["--allow-implausible"], capsys)
+        assert code == 0, (argv, err)
+
+
+@pytest.mark.parametrize("path, value", [
+    (["gpus", "hbm_GiB"], 0.5),  # a deliberately small test machine (tests/conftest.py): not a unit mistake
+    (["gpus", "hbm_GiB"], 500_000),  # as MiB 488 GiB, more than any device: unusual, not explained
+    (["gpus", "hbm_bw_GBps"], 1e-3),
+])
+def test_an_unusual_value_no_unit_explains_is_only_a_warning(tmp_path, capsys, path, value):
+    f = _hardware_with(tmp_path, ["templates", T] + path, value)
+    if value == 0.5:
+        f = _hardware_with(tmp_path, ["templates", T, "gpus"],
+                           {**DGX["templates"][T]["gpus"], "hbm_GiB": 0.5, "hbm_reserve_GiB": 0.1})
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        code, _, err = _run(["check", f], capsys)
+    assert code == 0 and "warning:" in err and "realistic range" in err and "likely" not in err, err
+
+
+def test_shipped_specs_and_workloads_pass_check(capsys):
+    files = sorted((ROOT / "hardware_specs").glob("*.yaml")) + sorted((ROOT / "workloads").glob("*.yaml"))
+    code, out, err = _run(["check"] + files, capsys)
+    assert code == 0 and "warning" not in err, err

@@ -12,6 +12,18 @@ from placer.planner.solve import METHODS, SolveConfig
 def add_hw_wl(p: argparse.ArgumentParser) -> None:
     p.add_argument("hardware", metavar="HW", help="hardware spec (YAML/JSON)")
     p.add_argument("workload", metavar="WL", help="workload spec (YAML/JSON)")
+    add_allow_implausible(p)
+
+
+def add_allow_implausible(p: argparse.ArgumentParser) -> None:
+    """--allow-implausible: accept hardware values that look like a unit mistake (placer/specs/plausible.py)."""
+    p.add_argument("--allow-implausible", action="store_true",
+                   help="accept hardware values that are most likely a unit mistake (hbm_GiB 40960: MiB?), "
+                        "refused otherwise; they are still reported as warnings")
+
+
+def allow_implausible(args) -> bool:
+    return bool(getattr(args, "allow_implausible", False))
 
 
 def add_solver_options(p: argparse.ArgumentParser, method: bool = True) -> None:
@@ -98,7 +110,8 @@ def load_pair(args):
     from placer.specs import load_hardware, load_workload
     from placer.topology import Topology
 
-    hw = load_hardware(args.hardware)  # HW first, as on the command line: swapped files are named in order
+    # HW first, as on the command line: swapped files are named in order
+    hw = load_hardware(args.hardware, allow_implausible=allow_implausible(args))
     if getattr(args, "gpus", None) is not None:
         hw = with_gpus(hw, args.gpus)
     wl = load_workload(args.workload)

@@ -6,6 +6,7 @@ import argparse
 from rich.console import Console
 from rich.markup import escape
 
+from placer.commands._common import add_allow_implausible
 from placer.errors import PlacerError
 from placer.specs.detect import detect_kind
 from placer.specs.loading import read_document
@@ -16,13 +17,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("files", nargs="+", metavar="FILE", help="hardware spec, workload or plan (YAML or JSON)")
     p.add_argument("--hardware", help="hardware spec to check plans against")
     p.add_argument("--workload", help="workload to check plans against")
+    add_allow_implausible(p)
 
 
-def summarize_hardware(path: str) -> str:
+def summarize_hardware(path: str, allow_implausible: bool = False) -> str:
     from placer.specs.hardware import load_hardware
     from placer.topology import Topology
 
-    spec = load_hardware(path)
+    spec = load_hardware(path, allow_implausible=allow_implausible)
     s = Topology(spec).summary()
     links = ", ".join(f"{n} {k}" for k, n in sorted(s["links"].items()))
     return (f"hardware {spec.name}: {s['nodes']} node(s), {s['gpus']} GPU(s), HBM {fmt_bytes(s['hbm_bytes'])}, "
@@ -42,7 +44,8 @@ def summarize_workload(path: str) -> str:
 def summarize_plan(path: str, args) -> str:
     from placer.plan_price import check_plan_file
 
-    return check_plan_file(path, getattr(args, "hardware", None), getattr(args, "workload", None))
+    return check_plan_file(path, getattr(args, "hardware", None), getattr(args, "workload", None),
+                           allow_implausible=getattr(args, "allow_implausible", False))
 
 
 def run(args) -> int:
@@ -53,7 +56,7 @@ def run(args) -> int:
         try:
             kind = detect_kind(read_document(path), path)
             if kind == "hardware":
-                line = summarize_hardware(path)
+                line = summarize_hardware(path, getattr(args, "allow_implausible", False))
             elif kind == "workload":
                 line = summarize_workload(path)
             else:

@@ -5,6 +5,7 @@ import argparse
 
 from rich.console import Console
 
+from placer.commands._common import add_allow_implausible, allow_implausible
 from placer.commands._output import check_plot_path, save_figure
 from placer.errors import SpecError
 from placer.specs.detect import detect_kind
@@ -14,6 +15,7 @@ from placer.specs.loading import read_document
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="hardware spec or workload (YAML or JSON)")
     p.add_argument("--plot", metavar="PNG", help="draw the topology graph or the workload's size/skew chart")
+    add_allow_implausible(p)
 
 
 def run(args) -> int:
@@ -26,7 +28,7 @@ def run(args) -> int:
     if kind == "hardware":
         from placer.specs.hardware import load_hardware
 
-        spec = load_hardware(args.file)
+        spec = load_hardware(args.file, allow_implausible=allow_implausible(args))
         topo = report_specs.show_hardware(spec, console)
         if args.plot is not None:
             path = save_figure(lambda: report_specs.plot_hardware(spec, args.plot, topo), args.plot, "--plot")

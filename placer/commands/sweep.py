@@ -7,7 +7,7 @@ import json
 import sys
 
 from placer import argtypes as _args
-from placer.commands._common import add_hw_wl, add_solver_options, solve_config
+from placer.commands._common import add_hw_wl, add_solver_options, allow_implausible, solve_config
 from placer.commands._output import check_plot_path, save_figure
 from placer.report import make_console
 
@@ -47,7 +47,7 @@ def run(args) -> int:
         raise SpecError("--search needs --target-throughput N")
     if args.target_throughput is not None and args.target_throughput <= 0:
         raise SpecError("--target-throughput must be positive (samples/s)")
-    spec = load_hardware(args.hardware)  # HW first, as on the command line
+    spec = load_hardware(args.hardware, allow_implausible=allow_implausible(args))  # HW first, as on the command line
     wl = load_workload(args.workload)
     per = gpus_per_node(spec)
     if args.search:

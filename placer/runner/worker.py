@@ -123,7 +123,8 @@ def prepare_distributed(hw_path: str, wl_path: str, plan_path: str, config: RunC
 
     if config.steps < 1 or config.warmup < 0:
         raise SpecError("--steps must be >= 1 and --warmup >= 0")
-    hw, wl0, plan0 = load_hardware(hw_path), load_workload(wl_path), load_plan(plan_path)
+    # the command (run_cli) has refused likely unit mistakes already, or the user allowed them: not again here
+    hw, wl0, plan0 = load_hardware(hw_path, allow_implausible=True), load_workload(wl_path), load_plan(plan_path)
     topo, wl, plan, predicted = prepare(hw, wl0, plan0, scale=config.scale, plan_file=plan_path)
     rmap = rank_map(topo, world, wl.batch_size)
     check_distributable(plan, rmap)

@@ -8,7 +8,8 @@ Device naming: inside a node the GPUs are ``gpu0..gpuN-1``, the host is ``host``
 switches by their own names; globally a device is ``<node>/<local name>``, nodes ``node0..`` in file order.
 A device's kind (gpu, host, switch, nic) is where it is declared (``NodeTemplate.device_kinds``), never read
 from its name. Every number is finite and within the bounds of ``placer/specs/limits.py``; values outside
-the realistic range of their kind of part warn (``placer/specs/plausible.py``).
+the realistic range of their kind of part warn, or are refused when a unit mistake explains them
+(``placer/specs/plausible.py``).
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from placer.specs import limits as L
 from placer.specs.common import StrictModel
 from placer.specs.detect import expect_kind
 from placer.specs.loading import load_model, read_document, validation_to_spec_error
-from placer.specs.plausible import warn_implausible
+from placer.specs.plausible import check_plausible
 
 Rate = L.OpRate
 #: bytes an op touches, as an op-cost table key (1 PiB at most)
@@ -362,12 +363,13 @@ class HardwareSpec(StrictModel):
         return spec.model_copy(update={"source_path": self.source_path, "sha256": self.sha256})
 
 
-def load_hardware(path: str | Path) -> HardwareSpec:
-    """Load and validate a hardware spec (YAML or JSON). Raises SpecError naming file and field; warns
-    (placer.specs.plausible.SpecWarning) for values outside the realistic range of their kind of part."""
+def load_hardware(path: str | Path, *, allow_implausible: bool = False) -> HardwareSpec:
+    """Load and validate a hardware spec (YAML or JSON). Raises SpecError naming file and field, also for a value
+    that is most likely a unit mistake (placer/specs/plausible.py) unless ``allow_implausible``; warns
+    (placer.specs.plausible.SpecWarning) for other values outside the realistic range of their kind of part."""
     data = read_document(path)
     expect_kind(data, path, "hardware")
     spec = load_model(HardwareSpec, path, data)
-    warn_implausible(spec, str(path))  # SpecWarning for values that look like a unit mistake
+    check_plausible(spec, str(path), allow_implausible)  # a likely unit mistake: SpecError; unusual: SpecWarning
     digest = hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
     return spec.model_copy(update={"source_path": str(path), "sha256": digest})

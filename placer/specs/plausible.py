@@ -1,6 +1,8 @@
-"""Realistic ranges for hardware numbers: a value outside one is accepted (``limits.py`` holds what is refused)
-but reported as a ``SpecWarning`` naming the file, the field and the unit mistake it most likely is
-(hbm_GiB 143771 looks like MiB; a NIC at 400 GB/s looks like Gb/s; HBM at 4.8 GB/s looks like TB/s).
+"""Realistic ranges for hardware numbers (``limits.py`` holds what is refused outright). A value outside its
+range that a unit mistake explains (hbm_GiB 143771 is 140 GiB written in MiB; a NIC at 400 "GB/s" is 50 GB/s
+written in Gb/s; HBM at 4.8 "GB/s" is 4,800 GB/s written in TB/s) is an error naming the file, the field and
+the value it most likely meant, unless the user says it is meant (--allow-implausible); any other value
+outside its range is a ``SpecWarning``.
 
 Ranges are per kind of part, wide enough for every datasheet through 2026 (units in the field names).
 Templates whose "GPUs" are CPU processes (``unified_memory``) skip the HBM ranges: their "HBM" is DRAM.
@@ -9,39 +11,74 @@ from __future__ import annotations
 
 import sys
 import warnings
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 
 class SpecWarning(UserWarning):
     """A spec value placer accepts but that is outside the realistic range for its kind of part."""
 
 
-#: (lowest, highest) realistic value, and the likely mistake below / above it
-HBM_GiB = (1.0, 1024.0, "looks like TiB", "looks like MiB (143,771 MiB is 140 GiB)")
-HBM_BW_GBps = (10.0, 50_000.0, "looks like TB/s (4.8 TB/s is 4,800 GB/s)", "looks like MB/s")
-DRAM_GiB = (0.5, 65_536.0, "looks like TiB", "looks like MiB")
-DRAM_BW_GBps = (0.5, 20_000.0, "looks like TB/s", "looks like MB/s")
-NIC_BW_GBps = (0.01, 200.0, "looks like bits or MB/s", "looks like Gb/s (400 Gb/s is 50 GB/s)")
+#: A field's realistic range, the span real devices through 2026 have (narrower), and the units a value is
+#: most likely written in by mistake when it lies above / below the range: (unit, factor to the field's unit).
+#: A value outside the range is a *likely unit mistake* when one of those units turns it into a value inside
+#: the span of real devices (40,960 "GiB" of HBM: as MiB it is 40 GiB); that is an error unless the user says
+#: the value is meant (load_hardware(allow_implausible=True), --allow-implausible). Any other value outside
+#: the range (a deliberately tiny test machine, an exotic one) is a SpecWarning only.
+class Range(NamedTuple):
+    low: float
+    high: float
+    real: tuple[float, float]
+    unit: str
+    above: tuple[tuple[str, float], ...] = ()
+    below: tuple[tuple[str, float], ...] = ()
+
+
+_MIB = (("MiB", 1 / 1024),)
+_TIB = (("TiB", 1024.0),)
+_MBPS = (("MB/s", 1e-3),)
+_TBPS = (("TB/s", 1e3),)
+_GBITS = (("Gb/s", 1 / 8), ("MB/s", 1e-3))
+HBM_GiB = Range(1.0, 1024.0, (8.0, 288.0), "GiB", _MIB, _TIB)
+HBM_BW_GBps = Range(10.0, 50_000.0, (100.0, 10_000.0), "GB/s", _MBPS, _TBPS)
+DRAM_GiB = Range(0.5, 65_536.0, (8.0, 32_768.0), "GiB", _MIB, _TIB)
+DRAM_BW_GBps = Range(0.5, 20_000.0, (5.0, 2_000.0), "GB/s", _MBPS, _TBPS)
+NIC_BW_GBps = Range(0.01, 200.0, (1.0, 100.0), "GB/s", _GBITS)
 LINK_BW_GBps = {  # per link kind
-    "nvlink": (1.0, 2_000.0, "looks like TB/s", "looks like Gb/s or MB/s"),
-    "pcie": (0.05, 256.0, "looks like TB/s", "looks like Gb/s (PCIe Gen5 x16 is 64 GB/s, 512 Gb/s)"),
-    "network": (0.01, 200.0, "looks like bits or MB/s", "looks like Gb/s (400 Gb/s is 50 GB/s)"),
+    "nvlink": Range(1.0, 2_000.0, (20.0, 1_800.0), "GB/s", _GBITS, _TBPS),
+    "pcie": Range(0.05, 256.0, (1.0, 128.0), "GB/s", _GBITS, _TBPS),
+    "network": NIC_BW_GBps,
 }
-PEAK_TFLOPs = (1e-3, 20_000.0, "looks like PFLOP/s", "looks like GFLOP/s")
-LATENCY_us = (0.0, 10_000.0, "", "looks like ns (10,000 us is 10 ms)")
+PEAK_TFLOPs = Range(1e-3, 20_000.0, (0.05, 10_000.0), "TFLOP/s", (("GFLOP/s", 1e-3),), (("PFLOP/s", 1e3),))
+LATENCY_us = Range(0.0, 10_000.0, (0.1, 1_000.0), "us", (("ns", 1e-3),))
 
 
-def _outside(value: float, limits, field: str) -> Iterator[tuple[str, str]]:
-    low, high, below, above = limits
-    if value < low and below:
-        yield field, f"{value:g} is below the realistic range [{low:g}, {high:g}]: {below}"
-    elif value > high and above:
-        yield field, f"{value:g} is above the realistic range [{low:g}, {high:g}]: {above}"
+class Finding(NamedTuple):
+    """A value outside its realistic range: the field path, the message, and whether it is a likely unit
+    mistake (an error unless allowed) rather than only unusual (a warning)."""
+
+    field: str
+    message: str
+    mistake: bool
+    fix: str = ""  # for a mistake: "write 40, or pass --allow-implausible if 40,960 GiB is meant"
 
 
-def hardware_warnings(spec) -> list[tuple[str, str]]:
-    """(field path, message) for every value of a HardwareSpec outside its realistic range."""
-    out: list[tuple[str, str]] = []
+def _outside(value: float, r: Range, field: str) -> Iterator[Finding]:
+    if r.low <= value <= r.high:
+        return
+    side = "above" if value > r.high else "below"
+    head = f"{value:,g} {r.unit} is {side} the realistic range [{r.low:,g}, {r.high:,g}] {r.unit}"
+    for unit, factor in (r.above if side == "above" else r.below):
+        meant = value * factor
+        if r.real[0] <= meant <= r.real[1]:
+            yield Finding(field, f"{head}: it looks like {unit} ({value:,g} {unit} is {meant:,.4g} {r.unit})", True,
+                          f"write {meant:.4g}, or pass --allow-implausible if {value:,g} {r.unit} is meant")
+            return
+    yield Finding(field, f"{head} (no unit mistake explains it; check the value)", False)
+
+
+def implausible_values(spec) -> list[Finding]:
+    """Every value of a HardwareSpec outside its realistic range, each marked a likely unit mistake or not."""
+    out: list[Finding] = []
     for name, t in spec.templates.items():
         at = f"templates.{name}"
         g, h = t.gpus, t.host
@@ -65,12 +102,34 @@ def hardware_warnings(spec) -> list[tuple[str, str]]:
     return out
 
 
-def warn_implausible(spec, file: str | None) -> list[tuple[str, str]]:
-    """Issue one SpecWarning per value outside its realistic range ("file: field: message"); returns them."""
-    found = hardware_warnings(spec)
-    for field, message in found:
-        warnings.warn(f"{file + ': ' if file else ''}{field}: {message}", SpecWarning, stacklevel=3)
+def hardware_warnings(spec) -> list[tuple[str, str]]:
+    """(field path, message) for every value of a HardwareSpec outside its realistic range."""
+    return [(f.field, f.message) for f in implausible_values(spec)]
+
+
+def check_plausible(spec, file: str | None, allow_implausible: bool = False) -> list[Finding]:
+    """Refuse likely unit mistakes (SpecError naming the file and every such field, exit 2) unless
+    ``allow_implausible``; issue one SpecWarning per other value outside its range ("file: field: message"),
+    and per mistake when allowed. Returns the findings."""
+    found = implausible_values(spec)
+    mistakes = [f for f in found if f.mistake]
+    if mistakes and not allow_implausible:
+        from placer.errors import SpecError
+
+        if len(mistakes) == 1:
+            m = mistakes[0]
+            raise SpecError(f"likely a unit mistake: {m.message}; {m.fix}", file=file, field=m.field)
+        raise SpecError("likely unit mistakes (pass --allow-implausible if the values are meant):\n  "
+                        + "\n  ".join(f"{f.field}: {f.message}" for f in mistakes), file=file)
+    for f in found:
+        warnings.warn(f"{file + ': ' if file else ''}{f.field}: {f.message}", SpecWarning, stacklevel=3)
     return found
+
+
+def warn_implausible(spec, file: str | None) -> list[tuple[str, str]]:
+    """Issue one SpecWarning per value outside its realistic range, mistakes included ("file: field: message");
+    returns them (for callers that accept every value: a spec placer itself measured)."""
+    return [(f.field, f.message) for f in check_plausible(spec, file, allow_implausible=True)]
 
 
 def print_spec_warnings_plainly() -> None:
