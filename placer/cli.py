@@ -1,18 +1,17 @@
 """The ``placer`` command. Each subcommand lives in ``placer/commands/<name>.py`` with two functions:
-``add_arguments(parser)`` and ``run(args) -> int``. Exit codes: 0 ok, 1 bug, 2 bad input, 3 infeasible."""
+``add_arguments(parser)`` and ``run(args) -> int``. Exit codes: 0 ok, 1 bug, 2 bad input (an unwritable stdout
+too), 3 infeasible; 130 SIGINT, 143 SIGTERM, 129 SIGHUP (children stopped, temporary files removed); a reader of
+stdout that went away (``placer show x | head -1``) ends it quietly by SIGPIPE, as git (a shell's ``$?``: 141).
+Run as the command, the process is owned by placer/process.py (streams, signals, children, temporary files)
+before anything heavy is imported; ``main(argv)`` from Python leaves the caller's process alone."""
 from __future__ import annotations
 
 import argparse
 import importlib
-import os
-import sys
 import time
 
 #: When the command started (perf_counter seconds), before its imports: ``solve --time-limit`` counts from here.
 STARTED_S = time.perf_counter()
-
-from rich.console import Console
-from rich.markup import escape
 
 from placer.errors import PlacerError
 
@@ -37,54 +36,82 @@ MODULES = {"import": "import_plan"}
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="placer", description="Place DLRM embedding tables, with proof.")
+    parser.add_argument("--version", action="version", version=f"placer {version()}",
+                        help="print placer's version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, help_text in COMMANDS.items():
         module = importlib.import_module(f"placer.commands.{MODULES.get(name, name)}")
         p = sub.add_parser(name, help=help_text, description=help_text)
         module.add_arguments(p)
-        p.set_defaults(_run=module.run)
+        p.set_defaults(_run=module.run, _actions=tuple(p._actions))
     return parser
 
 
+def version() -> str:
+    """The installed package's version (its metadata), else the source tree's ``placer.__version__``."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("placer")
+    except metadata.PackageNotFoundError:
+        import placer
+
+        return placer.__version__
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit code (and exits with it when run as a script)."""
+    """Entry point; returns the exit code (and exits with it when run as a script: ``argv`` None)."""
+    if argv is None:  # the command: own the process first (streams, signals, children, temporary files)
+        from placer import process
+
+        process.own()
+    from placer.commands._output import refuse_inputs_as_outputs
     from placer.specs.plausible import print_spec_warnings_plainly
 
-    print_spec_warnings_plainly()
-    parser = build_parser()
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse already printed usage; bad arguments are bad input
-        code = exc.code if isinstance(exc.code, int) else 2
-        return _exit(code, argv)
-    args._started_s = STARTED_S
-    try:
+        print_spec_warnings_plainly()
+        parser = build_parser()
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:  # argparse already printed usage (or --help, --version); bad arguments: bad input
+            code = exc.code if isinstance(exc.code, int) else 2
+            return _exit(code, argv)
+        args._started_s = STARTED_S
+        refuse_inputs_as_outputs(args, args._actions)
         code = args._run(args)
     except PlacerError as exc:
+        from rich.console import Console
+        from rich.markup import escape
+
         Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(str(exc))}",
                                                                     markup=True)
         code = exc.exit_code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # a library caller's Ctrl-C (the command's own SIGINT ends in process.py)
         code = 130
+    except (Exception, SystemExit) as exc:  # a bug: its traceback, exit 1, children and temporary files cleaned
+        if argv is not None:
+            raise
+        if isinstance(exc, SystemExit):
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        else:
+            import traceback
+
+            traceback.print_exc()
+            code = 1
     return _exit(code, argv)
 
 
 def _exit(code: int, argv) -> int:
     """Run as the command (``argv`` None): exit with ``code`` at once, without tearing the interpreter down (its
-    output flushed, its child processes killed first): freeing a large solve's objects one by one took 1.8 s after
-    ``solve`` had written its plan (production-856 @ dgx-h100-16node), time its ``--time-limit`` counts. Called
-    with ``argv`` (tests, Python callers): return ``code``."""
+    output flushed, its child processes stopped and temporary files removed first: process.finish): freeing a
+    large solve's objects one by one took 1.8 s after ``solve`` had written its plan (production-856 @
+    dgx-h100-16node), time its ``--time-limit`` counts. Called with ``argv`` (tests, Python callers): return
+    ``code``."""
     if argv is not None:
         return code
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed pipe or stream: nothing more to write there
-            pass
-    if "multiprocessing" in sys.modules:  # a child still running (none should be) must not outlive the command
-        for child in sys.modules["multiprocessing"].active_children():
-            child.kill()
-    os._exit(code)
+    from placer import process
+
+    process.finish(code)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """Paths a command writes: checked BEFORE the work (a solve or a calibration can take minutes), and write
-errors turned into SpecError (exit 2) naming the argument, never a traceback after the work is done."""
+errors turned into SpecError (exit 2) naming the argument, never a traceback after the work is done; an output
+that names one of the command's inputs refused (refuse_inputs_as_outputs, for every command)."""
 from __future__ import annotations
 
 import os
@@ -91,3 +92,56 @@ def save_figure(save, path: str | os.PathLike, argument: str):
         return save()
     except OSError as exc:
         raise SpecError(f"{argument} {os.fspath(path)}: cannot write ({exc.strerror or exc})") from None
+
+
+#: argument destinations that name a file the command writes (-o/--output, export's --python, --plot)
+OUTPUT_DESTS = ("output", "python", "plot")
+#: optional arguments that name files the command reads; every positional argument is taken as one too
+INPUT_DESTS = ("hardware", "workload", "plan", "ids")
+
+
+def _label(action) -> str:
+    """How the user wrote the argument: '-o/--output', or a positional's metavar ('WL')."""
+    if action.option_strings:
+        return "/".join(action.option_strings)
+    return str(action.metavar or action.dest)
+
+
+def _paths(value) -> list[str]:
+    values = value if isinstance(value, (list, tuple)) else [value]
+    return [v for v in values if isinstance(v, (str, os.PathLike)) and os.fspath(v)]
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether ``a`` and ``b`` name one existing regular file (links, '..' and case of spelling included)."""
+    try:
+        sa, sb = os.stat(a), os.stat(b)
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISREG(sa.st_mode) and (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
+def refuse_inputs_as_outputs(args, actions) -> None:
+    """Refuse (SpecError, exit 2, before any work) a file the command would write that is one of the files it
+    reads (``solve hw.yaml wl.yaml -o wl.yaml``, a link to it, ``./wl.yaml``), or that two of its outputs share:
+    writing it would silently replace the input with the output. ``actions``: the command's argparse actions;
+    outputs are those in OUTPUT_DESTS, inputs the positional ones and those in INPUT_DESTS. Called by
+    placer.cli.main for every command."""
+    outputs, inputs = [], []
+    for action in actions:
+        value = getattr(args, action.dest, None)
+        if value is None or action.dest.startswith("_"):
+            continue
+        if action.dest in OUTPUT_DESTS:
+            outputs += [(_label(action), p) for p in _paths(value)]
+        elif not action.option_strings or action.dest in INPUT_DESTS:
+            inputs += [(_label(action), p) for p in _paths(value)]
+    for n, (flag, path) in enumerate(outputs):
+        for label, source in inputs:
+            if _same_file(path, source):
+                same = "" if os.fspath(path) == os.fspath(source) else f" ({source})"
+                raise SpecError(f"{flag} {os.fspath(path)}: is the input {label}{same} of this command; writing "
+                                "it would replace that file: give another file name")
+        for other_flag, other in outputs[n + 1:]:
+            if _same_file(path, other) or os.path.abspath(path) == os.path.abspath(other):
+                raise SpecError(f"{flag} {os.fspath(path)}: {other_flag} names the same file; give each its own")
