@@ -259,3 +259,116 @@ def test_imported_plan_is_a_plan(tiny_export, tmp_path, capsys):
         assert main(["simulate", hw, wl, str(tmp_path / "b.json"), "--batch", "1000"]) == 0
     err = " ".join(capsys.readouterr().err.split())
     assert f"batch_size {plan.workload.fields['batch_size']} -> 1000" in err
+
+
+# ---- what TorchRec runs (issue 37 items 4-5; trained under DMP by tests/test_torchrec_dmp.py) ------------
+
+ODD_YAML = """
+schema_version: 1
+name: odd-tables
+batch_size: 64
+optimizer: {name: sgd, lr: 0.1}
+tables:
+  - {name: a, rows: 49, dim: 8, access: {kind: uniform}}
+  - {name: b, rows: 300, dim: 12, access: {kind: uniform}}
+  - {name: c, rows: 100, dim: 10, access: {kind: uniform}}
+dense:
+  num_dense_features: 4
+  bottom_mlp: [8]
+  interaction: {kind: concat}
+  top_mlp: [1]
+"""
+
+
+@pytest.fixture
+def odd_plan(tmp_path):
+    """dgx-h100 (8 GPUs) and three tables: a row-wise over 8 GPUs (49 rows: TorchRec's blocks of 7 leave rank 7
+    empty), b column-wise in two 6-wide pieces, c table-wise (dim 10)."""
+    from placer.options import row_wise_placement
+    from placer.plan import Shard, SpecRef
+    from placer.specs import load_hardware, load_workload
+    from placer.topology import Topology
+
+    p = tmp_path / "odd.yaml"
+    p.write_text(ODD_YAML)
+    w = load_workload(p)
+    topo = Topology(load_hardware(ROOT / "hardware_specs/dgx-h100.yaml"), w.dense.dtype)
+    t = {x.name: x for x in w.tables}
+    g = list(topo.gpus)
+    placements = [
+        row_wise_placement(t["a"], g, "fp32", 1.0),
+        Placement(table="b", sharding="column_wise", precision="fp32", shards=[
+            Shard(device=g[i], rows=(0, 300), cols=(6 * i, 6 * i + 6), hbm_rows=300, host_rows=0) for i in range(2)]),
+        Placement(table="c", sharding="table_wise", precision="fp32", shards=[
+            Shard(device=g[2], rows=(0, 100), cols=(0, 10), hbm_rows=0, host_rows=100)])]
+    plan = Plan(hardware=SpecRef(name=topo.spec.name), workload=SpecRef(name=w.name), method="hand",
+                placements=placements)
+    return topo, w, plan
+
+
+def test_row_wise_and_column_pieces_as_torchrec_runs_them(odd_plan):
+    """Row-wise shards are written as TorchRec routes ids (blocks of ceil(rows / ranks), one per rank, the
+    empty one included), not placer's near-equal split; 6-wide column pieces become 8 + 4 on the same GPUs;
+    both noted; the import gives the mapped plan back."""
+    from placer.torchrec_io import mapping
+
+    topo, w, plan = odd_plan
+    assert mapping.row_blocks(49, 8) == [(0, 7), (7, 14), (14, 21), (21, 28), (28, 35), (35, 42), (42, 49), (49, 49)]
+    assert mapping.row_blocks(20001, 4) == [(0, 5001), (5001, 10002), (10002, 15003), (15003, 20001)]
+    assert mapping.column_blocks(12, 2) == [(0, 8), (8, 12)] and mapping.column_blocks(10, 2) is None
+    doc = json.loads(json.dumps(export_document(plan, topo, w)))
+    a = doc["tables"]["a"]["parameter_sharding"]
+    assert a["ranks"] == list(range(8))
+    assert [s["shard_sizes"] for s in a["sharding_spec"]["shards"]] == [[7, 8]] * 7 + [[0, 8]]
+    assert [s["shard_offsets"][0] for s in a["sharding_spec"]["shards"]] == [0, 7, 14, 21, 28, 35, 42, 49]
+    assert "blocks of ceil(49 / 8) = 7 rows" in doc["tables"]["a"]["mapping_note"]
+    b = doc["tables"]["b"]["parameter_sharding"]["sharding_spec"]["shards"]
+    assert [(s["shard_offsets"], s["shard_sizes"], s["placement"]) for s in b] == [
+        ([0, 0], [300, 8], "rank:0/cuda:0"), ([0, 8], [300, 4], "rank:1/cuda:1")]
+    assert "multiples of 4" in doc["tables"]["b"]["mapping_note"]
+    assert not doc["predicted"]["exact"] and doc["device"] == "cuda"
+    back = plan_from_document(doc, topo, w, file="<export>")
+    mapped, _ = mapped_plan(plan, topo, w)
+    assert _dump(back.placements) == _dump(mapped.placements)
+    assert [s.rows for s in back.placements[0].shards] == mapping.row_blocks(49, 8)[:7]
+
+
+def test_column_pieces_that_cannot_be_multiples_of_4_are_refused(odd_plan):
+    from placer.errors import SpecError
+    from placer.plan import Shard
+
+    topo, w, plan = odd_plan
+    g = list(topo.gpus)
+    c = Placement(table="c", sharding="column_wise", precision="fp32", shards=[
+        Shard(device=g[i], rows=(0, 100), cols=(5 * i, 5 * i + 5), hbm_rows=100, host_rows=0) for i in range(2)])
+    bad = plan.model_copy(update={"placements": plan.placements[:2] + [c]})
+    with pytest.raises(SpecError, match=r"TorchRec cannot run this plan: table 'c': column_wise pieces \[5, 5\] wide"):
+        export_document(bad, topo, w, file="p.json")
+
+
+def test_device_cpu_placements_and_import(odd_plan):
+    """--device cpu: placements rank:R/cpu, UVM and cached tables as fused (TorchRec's host kernel on CPU,
+    noted), data_parallel stays dense; the import reads cpu placements (fused: every row in device memory) and
+    refuses 'rank:R/cpu:N' and meta."""
+    from placer.errors import SpecError
+    from placer.torchrec_io import mapping
+
+    topo, w, plan = odd_plan
+    doc = json.loads(json.dumps(export_document(plan, topo, w, device="cpu")))
+    assert doc["device"] == "cpu"
+    shards = doc["tables"]["a"]["parameter_sharding"]["sharding_spec"]["shards"]
+    assert [s["placement"] for s in shards] == [f"rank:{r}/cpu" for r in range(8)]
+    c = doc["tables"]["c"]
+    assert c["parameter_sharding"]["compute_kernel"] == "fused" and c["parameter_constraints"]["compute_kernels"] == ["fused"]
+    assert "plain host kernel" in c["mapping_note"]
+    back = plan_from_document(doc, topo, w, file="<export>")
+    assert back.placements[2].shards[0].hbm_rows == 100 and back.placements[2].shards[0].device == topo.gpus[2]
+    dp = export_document(_plan("dgx-h100", "tiny", "torchrec"), *shipped_pair("dgx-h100", "tiny"), device="cpu",
+                         price_each=False)
+    assert all(e["parameter_sharding"]["compute_kernel"] == "dense" for e in dp["tables"].values()
+               if e["parameter_sharding"]["sharding_type"] == "data_parallel")
+    ranks = mapping.Ranks(topo)
+    assert ranks.device_of_placement("rank:3/cpu", file="f", field="x") == topo.gpus[3]
+    for text in ("rank:3/cpu:1", "rank:3/meta"):
+        with pytest.raises(SpecError):
+            ranks.device_of_placement(text, file="f", field="x")

@@ -28,7 +28,7 @@ from placer.planner.solve import BASELINES, SolveConfig, solve
 from placer.topology import Topology
 from placer.torchrec_io.exporter import export_document, mapped_plan
 from placer.torchrec_io.importer import plan_from_document
-from placer.torchrec_io.mapping import load_factor_for
+from placer.torchrec_io.mapping import load_factor_for, row_blocks, row_wise_group
 from tests.conftest import ROOT, shipped_pair
 from tests.test_torchrec_io import METHODS as IO_METHODS
 from tests.test_torchrec_io import PAIRS as IO_PAIRS
@@ -67,6 +67,9 @@ INEXPRESSIBLE = {
     "data_parallel with host rows": "data_parallel replicas with rows in host DRAM",  # TorchRec replicates in HBM
     "data_parallel on some GPUs": "TorchRec's data_parallel replicates on every rank",
     "shards with different hot fractions": "shards with different hot fractions",  # one load factor per table
+    # TorchRec routes row-wise ids in blocks of ceil(rows / ranks), whatever the shard sizes: re-split so
+    "row split other than TorchRec's blocks": "TorchRec routes row-wise ids to its",
+    "column pieces not multiples of 4": "FBGEMM needs widths in multiples of 4",  # re-cut on the same GPUs
 }
 #: (hw, wl, method) whose plan TorchRec may be unable to run at all: the export refuses it (exit 2, 'TorchRec
 #: cannot run this plan'). The ILP fills every GPU's HBM and looks a few tables up on the host CPU, which needs
@@ -127,6 +130,12 @@ def why_inexpressible(p: Placement, topo: Topology) -> str | None:
         if sorted(s.device for s in p.shards) != sorted(topo.gpus):
             return "data_parallel on some GPUs"
         return None
+    if p.sharding == "row_wise":
+        group = row_wise_group(p, topo)
+        if [s.rows for s in p.shards] != [b for b in row_blocks(p.shards[-1].rows[1], len(group)) if b[1] > b[0]]:
+            return "row split other than TorchRec's blocks"
+    if p.sharding == "column_wise" and any(s.num_cols % 4 for s in p.shards):
+        return "column pieces not multiples of 4"
     if len({s.hbm_rows / s.num_rows for s in p.shards}) > 1 and load_factor_for(p.shards) is None:
         return "shards with different hot fractions"
     return None
