@@ -8,7 +8,8 @@ with a memory cap (``--memory-GiB``, address space beyond the parent's) and a wa
 promise checked: exit 0, 2 or 3 only; never a traceback (an exception escaping ``main``), never a hang (the
 case's time limit), never unbounded memory (MemoryError or death by signal), and exit 0 never prints a
 non-finite number in JSON output or in the plan it writes, and exit 3 names a shortfall in GiB or says the
-candidate menu is the limit. Outcomes: ok, traceback, exit1, hang, memory, crash, nonfinite, exit3_vague.
+candidate menu is the limit. Outcomes: ok, traceback, exit1, hang, memory, crash, nonfinite, exit3_vague,
+wrong_exit (a case with a known exit code, a mislabelled plan: 2, that ended otherwise).
 
 Writes ``validation/results/fuzz-inputs-<date>.json``: the command, commit, versions, the counts per outcome and
 per command, and each distinct failure (exception type and placer frame, or outcome and command) with its
@@ -137,6 +138,8 @@ def classify(case: Case, result: dict) -> str:
         return "memory" if error["type"] == "MemoryError" else "traceback"
     if result["code"] not in OK_CODES:
         return "exit1"
+    if case.expect_code is not None and result["code"] != case.expect_code:
+        return "wrong_exit"  # e.g. a mislabelled plan (fuzz_mutations.mislabel_plan) accepted
     if result["code"] == 3 and not result.get("exit3_named"):
         return "exit3_vague"
     if result["code"] == 0 and result.get("written_finite") is False:

@@ -314,6 +314,46 @@ class Case:
     argv: list[str]
     note: str
     timeout_s: float = 60.0
+    #: the exit code the case must end with, where one is known (a mislabelled plan: 2), else None (0, 2 or 3)
+    expect_code: int | None = None
+
+
+#: the note of a plan whose sharding label no longer describes its shards (mislabel_plan)
+MISLABELLED = "mislabelled"
+
+
+def mislabel_plan(doc: dict, rng: random.Random) -> tuple[dict, str] | None:
+    """A copy of the plan with one single-shard placement cut in two pieces (by rows or by columns, on the
+    same device) under a label that does not describe the cut: table_wise or the other axis's label. The
+    plan check must refuse it (exit 2) in every command that reads the plan (plan.check_plan)."""
+    placements = doc.get("placements") if isinstance(doc, dict) else None
+    if not isinstance(placements, list):
+        return None
+    ok = [i for i, p in enumerate(placements) if isinstance(p, dict) and len(p.get("shards") or []) == 1
+          and p.get("sharding") in ("table_wise", "row_wise", "column_wise")
+          and p["shards"][0]["rows"][1] - p["shards"][0]["rows"][0] >= 2
+          and p["shards"][0]["cols"][1] - p["shards"][0]["cols"][0] >= 2]
+    if not ok:
+        return None
+    doc = copy.deepcopy(doc)
+    i = rng.choice(ok)
+    p = doc["placements"][i]
+    s = p["shards"][0]
+    hot = s["hbm_rows"] / max(s["hbm_rows"] + s["host_rows"], 1)
+    axis = rng.choice(["rows", "cols"])
+    lo, hi = s[axis]
+    cut = rng.randint(lo + 1, hi - 1)
+    pieces = []
+    for span in ((lo, cut), (cut, hi)):
+        piece = dict(s, **{axis: [span[0], span[1]]})
+        n = piece["rows"][1] - piece["rows"][0]
+        piece["hbm_rows"] = int(round(hot * n))
+        piece["host_rows"] = n - piece["hbm_rows"]
+        pieces.append(piece)
+    p["shards"] = pieces
+    p["sharding"] = rng.choice(["table_wise", "column_wise" if axis == "rows" else "row_wise"])
+    p.pop("hot_fraction", None)
+    return doc, f"{MISLABELLED}: placements[{i}] cut by {axis} at {cut}, labelled {p['sharding']}"
 
 
 def _write(folder: Path, name: str, data: bytes | str) -> Path:
@@ -328,7 +368,14 @@ def _document(rng: random.Random, folder: Path, name: str, doc: dict, mutate: bo
     if not mutate:
         return _write(folder, name + suffix, dump(doc, suffix)), ""
     has_tables = isinstance(doc.get("tables"), list)
-    how = rng.choices(["doc", "text", "file", "access_file"], weights=[8, 2, 1, 1 if has_tables else 0])[0]
+    has_placements = isinstance(doc.get("placements"), list)
+    how = rng.choices(["doc", "text", "file", "access_file", "label"],
+                      weights=[8, 2, 1, 1 if has_tables else 0, 2 if has_placements else 0])[0]
+    if how == "label":  # the sharding label against the shards' geometry (falls through when no table can be cut)
+        mislabelled = mislabel_plan(doc, rng)
+        if mislabelled is not None:
+            return _write(folder, name + suffix, dump(mislabelled[0], suffix)), mislabelled[1]
+        how = "doc"
     if how == "access_file":  # a table's access read from a .npy beside the workload: hostile file or array
         doc = copy.deepcopy(doc)
         i = rng.randrange(len(doc["tables"]))
@@ -368,6 +415,7 @@ def make_case(rng: random.Random, folder: Path, bases: Bases, weights: dict[str,
     wl, wl_note = _document(rng, folder, "wl", bases.workloads[wl_name], target == "wl")
     plan, plan_note = _document(rng, folder, "plan", bases.plans.get((hw_name, wl_name), {}), target == "plan")
     note = f"{hw_name} x {wl_name}; {target or 'arguments'}: {hw_note or wl_note or plan_note}"
+    refused = 2 if plan_note.startswith(MISLABELLED) and target == "plan" else None
     out = str(folder / "out.json")
     fast = ["--time-limit", "3"]
     if command == "check":
@@ -375,14 +423,14 @@ def make_case(rng: random.Random, folder: Path, bases: Bases, weights: dict[str,
     if command == "show":
         return Case("show", ["show", str(hw if target == "hw" else wl)], note, 30)
     if command == "check_plan":
-        return Case(command, ["check", str(plan), "--hardware", str(hw), "--workload", str(wl)], note, 30)
+        return Case(command, ["check", str(plan), "--hardware", str(hw), "--workload", str(wl)], note, 30, refused)
     if command == "solve":
         return Case(command, ["solve", str(hw), str(wl), "-o", out] + fast, note, 90)
     if command == "baseline":
         method = rng.choice(["host_cpu", "uvm", "greedy_size", "round_robin", "random", "fae"])
         return Case(command, ["solve", str(hw), str(wl), "--method", method, "-o", out], note + f"; {method}", 60)
     if command == "simulate":
-        return Case(command, ["simulate", str(hw), str(wl), str(plan), "--json"], note, 60)
+        return Case(command, ["simulate", str(hw), str(wl), str(plan), "--json"], note, 60, refused)
     if command == "compare":
         return Case(command, ["compare", str(hw), str(wl), "--methods", "ilp,greedy_size,fae"] + fast, note, 120)
     if command == "sweep":
