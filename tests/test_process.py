@@ -306,5 +306,6 @@ def test_fuzz_outputs_that_name_inputs(tmp_path, seed, capsys):
 
 def test_two_outputs_naming_one_file_are_refused(tmp_path, capsys):
     out = tmp_path / "same.txt"
-    assert main(["export", "--torchrec", str(ROOT / HW), str(ROOT / TINY), str(ROOT / TINY), "-o", str(out), "--python", str(out)]) == 2
+    argv = ["export", "--torchrec", str(ROOT / HW), str(ROOT / TINY), str(ROOT / TINY)]
+    assert main(argv + ["-o", str(out), "--python", str(out)]) == 2
     assert "--python names the same file" in capsys.readouterr().err
