@@ -2,7 +2,7 @@
 
 ``document_from_plan`` reads a ShardingPlan (or one module's EmbeddingModuleShardingPlan, or a plain
 {table: ParameterSharding} dict): every ParameterSharding's sharding_type, compute_kernel, ranks, sharding_spec
-shards (shard_offsets, shard_sizes in rows and columns, placement 'rank:R/cuda:D') and cache load factor.
+shards (shard_offsets, shard_sizes in rows and columns, placement 'rank:R/cuda:D' or 'rank:R/cpu') and cache load factor.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from placer.torchrec_io import FORMAT, FORMAT_VERSION
 
 
 def _placement_text(placement) -> str:
-    """'rank:R/cuda:D' of a ShardMetadata placement (a _remote_device or a string)."""
+    """'rank:R/cuda:D' or 'rank:R/cpu' of a ShardMetadata placement (a _remote_device or a string)."""
     return str(placement)
 
 
