@@ -104,7 +104,8 @@ def test_exported_plans_train_under_dmp(world):
              for n, e in kinds.items()}
     assert types == {"big": ("row_wise", "fused"),
                      "wide": ("table_row_wise" if world == 4 else "row_wise", "fused"),
-                     "odd": ("column_wise", "fused"), "small": ("data_parallel", "dense"), "mid": ("table_wise", "fused")}
+                     "odd": ("column_wise", "fused"), "small": ("data_parallel", "dense"),
+                     "mid": ("table_wise", "fused")}
     big = kinds["big"]["parameter_sharding"]["sharding_spec"]["shards"]
     block = -(-20001 // world)
     assert [s["shard_sizes"][0] for s in big] == [min(block, 20001 - i * block) for i in range(world)]

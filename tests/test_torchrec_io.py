@@ -359,7 +359,8 @@ def test_device_cpu_placements_and_import(odd_plan):
     shards = doc["tables"]["a"]["parameter_sharding"]["sharding_spec"]["shards"]
     assert [s["placement"] for s in shards] == [f"rank:{r}/cpu" for r in range(8)]
     c = doc["tables"]["c"]
-    assert c["parameter_sharding"]["compute_kernel"] == "fused" and c["parameter_constraints"]["compute_kernels"] == ["fused"]
+    assert c["parameter_sharding"]["compute_kernel"] == "fused"
+    assert c["parameter_constraints"]["compute_kernels"] == ["fused"]
     assert "plain host kernel" in c["mapping_note"]
     back = plan_from_document(doc, topo, w, file="<export>")
     assert back.placements[2].shards[0].hbm_rows == 100 and back.placements[2].shards[0].device == topo.gpus[2]

@@ -39,9 +39,10 @@ _JSON_LINE = 'PLAN_JSON = Path(__file__).with_name("plan.torchrec.json")'
 
 def mapped_plan(plan: Plan, topo: Topology, wl: Workload) -> tuple[Plan, dict[str, list[str]]]:
     """The plan TorchRec will run (every placement at its nearest TorchRec equivalent) and the notes per
-    table that changed. SpecError for a table TorchRec cannot run. Host tables go table-wise UVM on a GPU of their node: the one with the most HBM left
-    after the plan's own tables and the host tables placed before (placer's memory model: a UVM table keeps its
-    rows in host DRAM but its lookup buffers in HBM), so the mapping fits wherever some order of them does."""
+    table that changed. SpecError for a table TorchRec cannot run. Host tables go table-wise UVM on a GPU of
+    their node: the one with the most HBM left after the plan's own tables and the host tables placed before
+    (placer's memory model: a UVM table keeps its rows in host DRAM but its lookup buffers in HBM), so the
+    mapping fits wherever some order of them does."""
     tables = {t.name: t for t in wl.tables}
     free, model = None, None
     if any(p.sharding == "host" for p in plan.placements):

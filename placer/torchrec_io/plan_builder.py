@@ -11,7 +11,8 @@ Generated next to its JSON by placer; needs torchrec (not placer). Usage::
 
 Ranks are global ranks (placer's node<i>/gpu<j> is rank i * gpus_per_node + j, on cuda:<j>, or on cpu for an
 export with --device cpu); the document's "ranks" object lists them. Row-wise shards are one per rank of the
-group in rank order, in TorchRec's blocks of ceil(rows / ranks) (the way it routes ids), empty ones included. Sizes are rows and columns (elements), offsets [first row, first column].
+group in rank order, in TorchRec's blocks of ceil(rows / ranks) (the way it routes ids), empty ones included.
+Sizes are rows and columns (elements), offsets [first row, first column].
 """
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 
 ``document_from_plan`` reads a ShardingPlan (or one module's EmbeddingModuleShardingPlan, or a plain
 {table: ParameterSharding} dict): every ParameterSharding's sharding_type, compute_kernel, ranks, sharding_spec
-shards (shard_offsets, shard_sizes in rows and columns, placement 'rank:R/cuda:D' or 'rank:R/cpu') and cache load factor.
+shards (shard_offsets, shard_sizes in rows and columns, placement 'rank:R/cuda:D' or
+'rank:R/cpu') and cache load factor.
 """
 from __future__ import annotations
 
