@@ -73,13 +73,14 @@ def column_wise(t, pieces=4):
         for i in range(pieces)])
 
 
-def grid(t):
-    """2 row ranges x 2 column bands, the second row range split differently: a general tiling."""
-    h, w = t.rows // 3, t.dim // 2
+def uneven_columns(t):
+    """Three column pieces of unequal widths, one split hot/cold, one all in host memory (a grid of row and
+    column cuts has no sharding label: check_plan refuses it)."""
+    w = t.dim // 4
     return Placement(table=t.name, sharding="column_wise", shards=[
-        Shard(device=GPUS[0], rows=(0, h), cols=(0, t.dim), hbm_rows=h // 2, host_rows=h - h // 2),
-        Shard(device=GPUS[1], rows=(h, t.rows), cols=(0, w), hbm_rows=t.rows - h, host_rows=0),
-        Shard(device=GPUS[2], rows=(h, t.rows), cols=(w, t.dim), hbm_rows=0, host_rows=t.rows - h)])
+        Shard(device=GPUS[0], rows=(0, t.rows), cols=(0, w), hbm_rows=t.rows // 2, host_rows=t.rows - t.rows // 2),
+        Shard(device=GPUS[1], rows=(0, t.rows), cols=(w, 3 * w), hbm_rows=t.rows, host_rows=0),
+        Shard(device=GPUS[2], rows=(0, t.rows), cols=(3 * w, t.dim), hbm_rows=0, host_rows=t.rows)])
 
 
 def data_parallel(t, n=4):
@@ -233,7 +234,7 @@ def test_sharded_tables_equal_unsharded(tiny, hw4):
     t = {x.name: x for x in tiny.tables}
     unsharded, want = _embed(tiny, hw4, [tw(x) for x in tiny.tables])
     sharded, got = _embed(tiny, hw4, [
-        row_wise(t["t_users"], hot=0.3), column_wise(t["t_items"]), host(t["t_geo"]), grid(t["t_ads"]),
+        row_wise(t["t_users"], hot=0.3), column_wise(t["t_items"]), host(t["t_geo"]), uneven_columns(t["t_ads"]),
         data_parallel(t["t_hist"]), row_wise(t["t_shared"], pieces=3, hot=0.0)])
     for a, b in zip(want, got):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

@@ -320,7 +320,8 @@ def stage_report(out: Path, dry: bool, args) -> dict:
     print(markdown(data))
     s, e = data["summary"], data["summary_embedding_phases"]
     return {"file": f"{stem}.json", "plans": s.get("plans", 0), "mape_step": s.get("mape"),
-            "spearman_step": s.get("spearman"), "mape_embedding": e.get("mape"), "spearman_embedding": e.get("spearman"),
+            "spearman_step": s.get("spearman"), "mape_embedding": e.get("mape"),
+            "spearman_embedding": e.get("spearman"),
             "embedding_share_30pct": data["plans_with_embedding_share_30pct"]}
 
 
