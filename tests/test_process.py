@@ -123,6 +123,62 @@ def test_closed_stderr_keeps_the_bad_input_exit_code(tmp_path):
     assert res.returncode == 2
 
 
+#: the process fuzz's commands: (arguments, exit code when nothing goes wrong, writes stdout, writes stderr)
+QUICK = [(["check", TINY, HW], 0, True, False), (["show", BIG_HW], 0, True, False),
+         (["show", "workloads/production-856.yaml"], 0, True, False), (["check", "missing.yaml"], 2, False, True),
+         (["solve", ONE_GPU, TINY, "--method", "greedy_size", "-q", "--json"], 0, True, False)]
+STREAMS = ("ok", "closed", "full", "reader-gone")
+
+
+def _target(kind: str, keep: list):
+    """What the child's stream is: captured, closed (by preexec), /dev/full, or a pipe whose reader left."""
+    if kind == "ok":
+        return subprocess.PIPE
+    if kind == "full":
+        f = open("/dev/full", "wb")
+        keep.append(f)
+        return f
+    if kind == "closed":
+        return subprocess.DEVNULL
+    r, w = os.pipe()
+    os.close(r)
+    keep.append(w)
+    return w
+
+
+@pytest.mark.parametrize("seed", range(int(os.environ.get("PLACER_FUZZ_PROCESS", 6))))
+def test_fuzz_streams(tmp_path, seed):
+    """Fuzz: a quick command whose output stream is closed, a full device or a pipe whose reader left (the other
+    one any of those, or captured). Exit: the command's own code, 2 when its stdout is a full device, killed by SIGPIPE when its reader
+    left; never a traceback, nothing left in TMPDIR."""
+    rng = random.Random(seed)
+    args, code, writes_out, writes_err = rng.choice(QUICK)
+    adverse = rng.choice(STREAMS[1:])  # the stream the command writes to is always one that goes wrong
+    out = adverse if writes_out else rng.choice(STREAMS)
+    err = adverse if writes_err else rng.choice(STREAMS)
+    keep: list = []
+    closed = [fd for fd, kind in ((1, out), (2, err)) if kind == "closed"]
+    try:
+        proc = subprocess.Popen(_placer(*args), cwd=ROOT, env=_env(tmp_path), stdout=_target(out, keep),
+                                stderr=_target(err, keep),
+                                preexec_fn=(lambda: [os.close(fd) for fd in closed]) if closed else None)
+    finally:
+        for k in keep:
+            k.close() if hasattr(k, "close") else os.close(k)
+    got_out, got_err = proc.communicate(timeout=TIMEOUT_S)
+    expected = code
+    if writes_out and out == "reader-gone" or writes_err and err == "reader-gone":
+        expected = -signal.SIGPIPE
+    elif writes_out and out == "full":
+        expected = 2
+    assert proc.returncode == expected, (args, out, err, got_err)
+    if got_err is not None:
+        _no_traceback(got_err)
+        if expected == 2 and out == "full":
+            assert got_err == b"error: cannot write to stdout: No space left on device\n"
+    _empty(tmp_path)
+
+
 # --- signals ----------------------------------------------------------------------------------------------------
 
 def _stat(pid: int) -> tuple[str, str] | None:
