@@ -214,15 +214,16 @@ class BackgroundParts(Generic[T]):
         self.call = ForkedCall.start(items, "placer-background-parts", nice, parts=True)
         self.got: list[T] = []
 
-    def collect(self, timeout_s: float | None = None) -> tuple[list[T], bool]:
+    def collect(self, timeout_s: float | None = None, at_least: int = 0) -> tuple[list[T], bool]:
         """(the items that came, in order; whether they all did), waiting at most ``timeout_s`` seconds (None:
-        for all of them). The child is closed either way. An exception raised in the child is raised here."""
+        for all of them), and past them for the first ``at_least`` items (or the child's end). The child is
+        closed either way. An exception raised in the child is raised here."""
         if self.call is None:
             return (list(self.items()), True) if timeout_s is None else (self.got, False)
         deadline = None if timeout_s is None else time.perf_counter() + max(0.0, timeout_s)
         try:
             while True:
-                wait = None if deadline is None else max(0.0, deadline - time.perf_counter())
+                wait = None if deadline is None or len(self.got) < at_least else max(0.0, deadline - time.perf_counter())
                 if not self.call.poll(wait):
                     return self.got, False
                 kind, value = self.call.receive()

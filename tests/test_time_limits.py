@@ -2,6 +2,8 @@
 stages and does not wait for the rest (noted as cut by the limit); under a work limit it waits for all of them."""
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -60,3 +62,68 @@ def test_work_limited_solve_waits_for_every_baseline(monkeypatch):
     plan = solve(topo, workload, SolveConfig(work_limit=2000))
     assert "two-stage" in plan.solver.backend and "baselines" not in plan.solver.ran_out
     assert plan.solver.wall_s >= 8.0
+
+
+# ---- issue 36 item 3: --time-limit holds where the least work fits in it, and a plan comes back where it does not
+
+from placer.planner import two_stage  # noqa: E402
+from placer.planner.budget import Budget  # noqa: E402
+from validation.time_limits import small_tables_yaml  # noqa: E402
+
+
+def test_a_time_budgets_child_is_clipped_to_what_is_left():
+    parent = Budget(2.0)
+    assert parent.child(10.0).seconds <= 2.0  # a floor (stage 1's 5 s) no longer outlasts its parent
+    assert Budget(-1.0).child(5.0).seconds == 0.0
+    work = Budget.of_work(100)  # a work budget keeps its floors: deterministic either way
+    assert work.child(10.0).seconds == 10.0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the baselines' child is forked (Linux only)")
+def test_two_stage_cut_in_its_option_kinds_returns_the_best_baseline(monkeypatch):
+    """The kinds stop at their deadline (here: at once); the plan is the baselines' best, without a bound."""
+    def cut(self, processes=2, deadline=None):
+        assert deadline is not None  # a time limit gives the kinds a deadline
+        return self.kinds_of(range(len(self.ctx.model.wl.tables)), deadline=time.perf_counter() - 1)
+
+    monkeypatch.setattr(two_stage.KindFolder, "kinds", cut)
+    workload = load_workload(ROOT / "workloads" / "tiny.yaml")
+    topo = Topology(load_hardware(ROOT / "hardware_specs" / "dgx-h100-2node.yaml"), workload.dense.dtype)
+    plan = solve(topo, workload, SolveConfig(time_limit_s=20))
+    s = plan.solver
+    assert "two-stage" in s.backend and "option kinds" in s.ran_out and "cut by the time limit" in s.note
+    assert s.lower_bound_step_time_s is None and s.objective_step_time_s == plan.predicted["step_time_s"]
+    assert "plan from" in s.note and "plan from two_stage" not in s.note
+
+
+def _cli(*argv: str, timeout: float) -> tuple[subprocess.CompletedProcess, float]:
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "placer.cli", *argv], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+    return proc, time.perf_counter() - t0
+
+
+def test_production_856_on_dgx_h100_ends_near_a_5_s_limit(tmp_path):
+    """It took 13.4 s (idle) and 45 s (loaded) before: stage floors, the option kinds, the what-ifs. Now the least
+    work (greedy_size, priced) and a plan; 9 s leaves room for a loaded 2-core CI machine."""
+    out = tmp_path / "p.json"
+    proc, wall = _cli("solve", "hardware_specs/dgx-h100.yaml", "workloads/production-856.yaml", "--time-limit", "5",
+                      "-q", "-o", str(out), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert wall < 9.0
+    plan = json.loads(out.read_text())
+    assert plan["solver"]["ran_out"] and "the time limit cut" in plan["solver"]["note"]
+
+
+def test_10000_tables_at_a_small_limit_return_a_plan_said_up_front(tmp_path):
+    """10,000 small tables on dgx-h100 at 5 s: the least work takes longer than the limit; one line says so before
+    the work, and the command returns greedy_size's plan (it exited 1 on one core: no baseline had come back)."""
+    wl, out = tmp_path / "small-10000.yaml", tmp_path / "p.json"
+    wl.write_text(small_tables_yaml())
+    proc, wall = _cli("solve", "hardware_specs/dgx-h100.yaml", str(wl), "--time-limit", "5", "-q", "-o", str(out),
+                      timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    first = proc.stderr.strip().splitlines()[0]
+    assert "less than the least work" in first and "10,000 tables" in first
+    plan = json.loads(out.read_text())
+    assert "plan from greedy_size" in plan["solver"]["note"] and "skipped" in plan["robustness"]

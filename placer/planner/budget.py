@@ -150,11 +150,16 @@ class Budget:
 
     def child(self, seconds: float | None = None, *, fraction: float | None = None) -> Budget:
         """A budget starting now of ``seconds``, or of ``fraction`` of the time left here (one of the two),
-        recording its stages here. It is not clipped to this budget: a stage given a floor (at least 5 s for
-        stage 1) keeps it even when this budget has less left."""
+        recording its stages here. Under a time limit it is clipped to what is left here (never below 0): a
+        stage's floor (at least 5 s for stage 1, 10 s for a relaxation) holds only while the limit leaves that
+        much, so that the command ends within its limit (issue 36: production-856 @ dgx-h100 at --time-limit 5
+        ended after 13.4 s). Under a work limit it is not clipped: the floors are part of the deterministic
+        budget, and the same inputs give the same plan whatever the clipping would have made of them."""
         if (seconds is None) == (fraction is None):
             raise ValueError("Budget.child takes seconds or fraction, not both or neither")
         length = seconds if seconds is not None else fraction * self.left()
+        if not self.deterministic:
+            length = max(0.0, min(length, self._remaining()))
         return Budget(length, stages=self.stages, clock=self.clock, stage_work=self.stage_work, shared=self.shared)
 
     @contextmanager
@@ -170,6 +175,11 @@ class Budget:
             self.shared.open.pop()
             self.stages[name] = self.stages.get(name, 0.0) + (time.perf_counter() - t0)
             self.stage_work[name] = self.stage_work.get(name, 0.0) + (self.counted() - w0)
+
+
+class OutOfTime(Exception):
+    """A stage stopped because its deadline passed (a time limit only: KindFolder.kinds_of between tables); the
+    caller falls back on what it has (the two-stage planner: the baselines). Pickles (a forked child raises it)."""
 
 
 class _Shared:

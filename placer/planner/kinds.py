@@ -9,6 +9,7 @@ vectors (CostModel.exchange_bytes_per_gpu); options over all GPUs are folded fro
 from __future__ import annotations
 
 import functools
+import time
 
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from placer.heap import no_cyclic_gc
 from placer.options import (OptionConfig, data_parallel_allowed, data_parallel_placement, precisions,
                              row_wise_placement, table_options)
 from placer.plan import Placement
+from placer.planner.budget import OutOfTime
 from placer.planner.context import Context
 from placer.planner.symmetry import resource_class
 from placer.program.ops import EVERY_GPU, GroupKey
@@ -101,18 +103,19 @@ class KindFolder:
         self._exchange_cache: dict = {}
         self._allreduce_folded: dict | None = None
 
-    def kinds(self, processes: int = 2) -> list[list[Kind]]:
+    def kinds(self, processes: int = 2, deadline: float | None = None) -> list[list[Kind]]:
         """Every table's canonical options, folded. Options over all GPUs are priced from one shard or
         replica (the others are its relabelings) and built in full only if chosen. ``processes`` = 2: a forked
         child (placer/forked.py) folds every other table while this process folds the rest (the same
-        kinds: folding one table reads nothing another table's folding changes)."""
+        kinds: folding one table reads nothing another table's folding changes). ``deadline``: a
+        ``time.perf_counter()`` reading past which folding stops with budget.OutOfTime (None: never)."""
         n = len(self.ctx.model.wl.tables)
         with no_cyclic_gc():  # placer/heap.py: 7.0-7.9 s -> 5.4-5.7 s on production-856 @ 16node
             if processes < 2 or n < PARALLEL_MIN_TABLES:
-                return self.kinds_of(range(n))
-            theirs = Background(lambda: self.kinds_of(range(1, n, 2)))
+                return self.kinds_of(range(n), deadline)
+            theirs = Background(lambda: self.kinds_of(range(1, n, 2), deadline))
             try:
-                mine = self.kinds_of(range(0, n, 2))
+                mine = self.kinds_of(range(0, n, 2), deadline)
                 odd = theirs.result()
             finally:
                 theirs.close()
@@ -120,13 +123,16 @@ class KindFolder:
         out[0::2], out[1::2] = mine, odd
         return out
 
-    def kinds_of(self, tables) -> list[list[Kind]]:
-        """The folded, undominated kinds of the tables at the indices ``tables``, in that order."""
+    def kinds_of(self, tables, deadline: float | None = None) -> list[list[Kind]]:
+        """The folded, undominated kinds of the tables at the indices ``tables``, in that order (budget.OutOfTime
+        once ``deadline``, a ``time.perf_counter()`` reading, has passed: checked between tables)."""
         topo, wl, own_cfg = self.ctx.topo, self.ctx.model.wl, self.ctx.cfg
         cfg = OptionConfig(**{**own_cfg.__dict__, "canonical": True, "all_gpu_kinds": False})
         gpus = list(topo.gpus)
         out = []
         for ti in tables:
+            if deadline is not None and time.perf_counter() > deadline:
+                raise OutOfTime(f"option kinds: {len(out)} of {len(tables)} tables folded by the deadline")
             t = wl.tables[ti]
             ks = [self.fold(ti, p) for p in table_options(t, topo, wl, cfg)]
             for prec in precisions(t, own_cfg):

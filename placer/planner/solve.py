@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ from placer.forked import BackgroundParts
 from placer.heap import frozen
 from placer.options import OptionConfig, all_options
 from placer.plan import Placement, Plan, SolverInfo, SpecRef, check_plan
-from placer.planner import effort, ilp, infeasible, tiebreak, tiebreak_local
+from placer.planner import effort, ilp, infeasible, tiebreak, tiebreak_local, two_stage
 from placer.planner.fit import with_fit_levels
 from placer.planner.baselines import BASELINES, EXTERNAL, run_baseline
 from placer.planner.budget import WORK_UNIT_S, Budget
@@ -145,7 +146,44 @@ def _solve(topology: Topology, workload: Workload, config: SolveConfig) -> Plan:
             update={"objective_step_time_s": plan.predicted["step_time_s"]})})
     else:
         plan = solve_ilp(model, config)
+    if config.method != "ilp" or config.work_limit is not None:
+        return with_robustness(model, plan)
+    # the what-ifs are within the limit (SolveConfig.time_limit_s); they price the plan twice afresh (23 s for
+    # 10,000 tables on 8 GPUs): where what the limit leaves cannot hold them, the plan goes without them
+    left = Budget(config.time_limit_s, start=config.started_s)._remaining()
+    need = WHAT_IF_S_PER_PAIR * _pairs(model)
+    if left < need:
+        return plan.model_copy(update={"robustness": {
+            "skipped": f"the --time-limit of {config.time_limit_s:g} s left {max(left, 0.0):.1f} s, less than the "
+                       f"skew what-ifs take here (about {need:.1f} s): run placer whatif on the plan for them"}})
     return with_robustness(model, plan)
+
+
+#: What the skew what-ifs (placer/skew.py, two pricings afresh) take per (table, GPU) pair, GPUs counted up to
+#: LEAST_WORK_GPUS (s). Measured on the shared 2-core VM, loaded: production-856 @ dgx-h100 1.6-1.85 s, @
+#: dgx-h100-16node 3.4 s, synthetic-1000 @ dgx-h100-32node 5.8 s, 10,000 small tables @ dgx-h100 23 s.
+WHAT_IF_S_PER_PAIR = 2.8e-4
+#: The least work of a solve under a time limit: the cost model (the dense step traced, the routes between GPUs),
+#: the greedy_size baseline and its pricing, estimated as LEAST_WORK_S + LEAST_WORK_S_PER_PAIR per (table, GPU)
+#: pair, GPUs counted up to LEAST_WORK_GPUS (greedy_size tries every GPU up to 8, then picks by symmetry), +
+#: LEAST_WORK_S_PER_GPU2 x GPUs^2 (a shortest-path search from every GPU over a graph that grows with them).
+#: Measured on the shared 2-core VM, loaded (greedy_size run in-process, model + run + pricing): production-856 @
+#: dgx-h100 3.0 s, @ dgx-h100-16node 5.6 s, synthetic-1000 @ dgx-h100-32node 10.9 s, 10,000 small tables @
+#: dgx-h100 28 s, tiny @ 1,024 GPUs (128 DGX H100 nodes) about 28 s, most of it the routes.
+LEAST_WORK_S = 1.5
+LEAST_WORK_S_PER_PAIR = 3.5e-4
+LEAST_WORK_GPUS = 16
+LEAST_WORK_S_PER_GPU2 = 2.5e-5
+
+
+def _pairs(model: CostModel) -> int:
+    return len(model.wl.tables) * min(len(model.topo.gpus), LEAST_WORK_GPUS)
+
+
+def least_work_s(model: CostModel) -> float:
+    """Estimated seconds of the least work a solve does (the cost model, greedy_size and its pricing)."""
+    gpus = len(model.topo.gpus)
+    return LEAST_WORK_S + LEAST_WORK_S_PER_PAIR * _pairs(model) + LEAST_WORK_S_PER_GPU2 * gpus * gpus
 
 
 def with_robustness(model: CostModel, plan: Plan) -> Plan:
@@ -178,6 +216,16 @@ def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
     budget = (Budget.of_work(config.work_limit, wall_start=config.started_s) if config.work_limit is not None
               else Budget(config.time_limit_s, start=config.started_s))
     tracker = Tracker(config.progress)
+    if not budget.deterministic:
+        least, left = least_work_s(model), budget.left()
+        if least > left:  # said before the work starts; the plan is the cheapest baseline's, the limit named as cut
+            print(f"placer: the --time-limit of {config.time_limit_s:g} s leaves {max(left, 0.0):.1f} s, less than the "
+                  f"least work here takes (about {least:.0f} s: the cost model, the greedy_size baseline and its "
+                  f"pricing for {len(model.wl.tables):,} tables on {len(model.topo.gpus):,} GPUs); the command "
+                  f"returns that baseline's plan when it is done, without the ILP", file=sys.stderr, flush=True)
+            plan = _cheapest_plan(model, config, budget, tracker, "the time limit left less than the least work")
+            if plan is not None:
+                return plan
     gpus = len(model.topo.gpus)
     if gpus > FULL_ILP_MAX_GPUS or (gpus > 1 and gpus * len(model.wl.tables) > FULL_ILP_MAX_PAIRS):
         sym = Symmetry.of(model.topo)
@@ -241,6 +289,33 @@ def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
               else f"{budget.limit_name} reached: feasible, gap to the best valid lower bound") + _limit_note(budget),
         stage_times_s=dict(budget.stages), **_work_record(config, budget))
     return make_plan(model, "ilp", placements, info)
+
+
+def _cheapest_baseline(model: CostModel, seed: int) -> tuple[str, list[Placement]] | None:
+    """(name, placements) of the first baseline in BASELINE_ORDER that fits (greedy_size first), or None."""
+    return next(iter(_each_feasible_baseline(model, seed, BASELINE_ORDER)), None)
+
+
+def _cheapest_plan(model: CostModel, config: SolveConfig, budget: Budget, tracker: Tracker, why: str
+                   ) -> Plan | None:
+    """Where the time limit cannot hold the least work: the first baseline that fits (greedy_size first) as the
+    plan, the ILP named as cut by the limit; None where no baseline fits (the ILP may split tables)."""
+    budget.note_ran_out("ilp")
+    tracker.update("baseline: greedy_size (the time limit leaves no time for the ILP)")
+    with budget.stage("baseline"):
+        infeasible.check_dense(model)
+        found = _cheapest_baseline(model, config.seed)
+    if found is None:
+        return None
+    name, placements = found
+    tracker.update("done")
+    info = SolverInfo(backend=f"{config.solver} (not run: {why})", status="heuristic",
+                      time_limit_s=config.time_limit_s, wall_s=budget.wall_elapsed(), gap_tolerance=config.gap,
+                      warm_start="none", note=f"plan from {name}: {why}" + _limit_note(budget),
+                      stage_times_s=dict(budget.stages), **_work_record(config, budget))
+    plan = make_plan(model, "ilp", placements, info)
+    return plan.model_copy(update={"solver": plan.solver.model_copy(
+        update={"objective_step_time_s": plan.predicted["step_time_s"]})})
 
 
 def _limit_text(config: SolveConfig) -> str:
@@ -366,6 +441,13 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, budge
     with budget.stage("model"):
         infeasible.check_dense(model)
         infeasible.check_tables(model, config.options)
+    if (not budget.deterministic
+            and budget.left() - TWO_STAGE_RESERVE_S - after_solve_s(model) < two_stage.MIN_STAGES_S):
+        # the stages would stop at once (their kinds' deadline passed): the cheapest baseline here, at full
+        # priority, instead of waiting for the baselines' child (synthetic-1000 @ dgx-h100-32node at 10 s)
+        plan = _cheapest_plan(model, config, budget, tracker, "the time limit left no time for the two stages")
+        if plan is not None:
+            return plan
     # the baselines, priced, on a second core while the stages run (placer/forked.py), yielding the cores to the
     # stages' own work (the option kinds fold in two processes); the plan is the best of them and the two
     # stages' either way (under a time limit, of those priced by the end of stage 2: synthetic-1000 @
@@ -376,7 +458,11 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, budge
             cfg = with_fit_levels(model, config.options)
         # a work budget is charged for the setup (deterministic) as a time budget spends it (effort.py)
         budget.charge(effort.SETUP_S_PER_PAIR * len(model.wl.tables) * len(model.topo.gpus))
-        seconds = max(10.0, budget.left() - TWO_STAGE_RESERVE_S - after_solve_s(model))
+        # no floor under a time limit (it was 10 s: production-856 @ dgx-h100 at --time-limit 5 ended after 13.4 s);
+        # a work limit keeps it (deterministic either way)
+        seconds = budget.left() - TWO_STAGE_RESERVE_S - after_solve_s(model)
+        if budget.deterministic:
+            seconds = max(10.0, seconds)
         placements, bound, stage1, _ = solve_two_stage(model, sym, cfg, budget=budget.child(seconds),
                                                        gap=config.gap, backend=config.solver,
                                                        threads=config.threads, tracker=tracker)
@@ -384,11 +470,19 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, budge
         with budget.stage("baselines (waited for)"):
             wait = None if budget.deterministic else max(0.0, budget.left() - TWO_STAGE_RESERVE_S
                                                          - after_solve_s(model))
-            candidates, complete = baselines.collect(wait)
+            # with no plan of its own, the solve waits for the first baseline (greedy_size) past the limit, as it
+            # would compute it itself (it never ends without a plan where a baseline fits)
+            candidates, complete = baselines.collect(wait, at_least=0 if placements else 1)
         if not complete:
             budget.note_ran_out("baselines")
     finally:
         baselines.close()
+    if not candidates and not placements and stage1.status != "infeasible":  # no child, or it died: here then
+        with budget.stage("baseline"):
+            found = _cheapest_baseline(model, config.seed)
+        if found is not None:
+            plan = Plan(hardware=hw, workload=wl, method=found[0], placements=found[1])
+            candidates.append((predict(model, plan)["step_time_s"], found[0], found[1]))
     if candidates:
         tracker.update(incumbent_s=min(c[0] for c in candidates))
     if stage1.status == "infeasible":
@@ -404,22 +498,30 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, budge
     ceiling = min((c[0] for c in candidates if c[1] != "two_stage"), default=None)
     # at most what the limit leaves after pricing the plan (synthetic-1000 @ dgx-h100-32node has tables in host
     # memory to try for 10 s, which ran the command 7 s past a 60 s limit)
-    with budget.stage("tie-break"):
-        best, tie = tiebreak_local.local_tie_break(
-            model, best, tiebreak_local.step_cap(step, bound, config.gap, ceiling), cfg,
-            budget=tiebreak.budget_of(budget, keep_s=after_solve_s(model)))
+    tie_budget = tiebreak.budget_of(budget, keep_s=after_solve_s(model))
+    if not budget.deterministic and tie_budget.seconds <= 0:  # it prices the whole plan first (3 s on 256 GPUs)
+        budget.note_ran_out("tie-break")
+        tie = {"objective": tiebreak_local.OBJECTIVE, "method": tiebreak_local.METHOD, "moves": [],
+               "step_time_before_s": step, "step_time_after_s": step, "result": "skipped: the time limit was spent"}
+    else:
+        with budget.stage("tie-break"):
+            best, tie = tiebreak_local.local_tie_break(
+                model, best, tiebreak_local.step_cap(step, bound, config.gap, ceiling), cfg, budget=tie_budget)
     step = tie["step_time_after_s"]
     gap = max(0.0, (step - bound) / step)
     tracker.update("done", incumbent_s=step, bound_s=min(bound, step))
     status = "optimal" if gap <= config.gap else "feasible"
+    no_bound = stage1.chosen is None and bound <= 0  # the limit cut the stages before stage 1 had a bound
     info = SolverInfo(
         backend=f"{config.solver} (two-stage)", status=status, objective_step_time_s=step,
-        lower_bound_step_time_s=min(bound, step), gap=gap, gap_tolerance=config.gap,
+        lower_bound_step_time_s=None if no_bound else min(bound, step), gap=None if no_bound else gap,
+        gap_tolerance=config.gap,
         time_limit_s=config.time_limit_s, wall_s=budget.wall_elapsed(),
         num_variables=stage1.num_variables, num_constraints=stage1.num_constraints, warm_start="none",
         tie_break=tie,
-        note=(f"two-stage: aggregated ILP over symmetry classes ({stage1.status}) gives the bound; "
-              f"plan from {source}" + ("; optimal = within gap_tolerance of that bound" if status == "optimal"
-                                       else "") + _limit_note(budget)),
+        note=((f"two-stage: aggregated ILP over symmetry classes ({stage1.status}) gives the bound; " if not no_bound
+               else f"two-stage: cut by the time limit before stage 1 chose ({stage1.backend}), no bound; ")
+              + f"plan from {source}" + ("; optimal = within gap_tolerance of that bound" if status == "optimal"
+                                         else "") + _limit_note(budget)),
         stage_times_s=dict(budget.stages), **_work_record(config, budget))
     return make_plan(model, "ilp", best, info)

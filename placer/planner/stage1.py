@@ -89,6 +89,9 @@ def solve_stage1(ctx: Context, kinds: list[list[Kind]], budget: Budget, gap: flo
             relaxation = Relaxation(problem)
     tracker.update("stage 1: rounding")
     if values is None:
+        if not budget.deterministic and not budget.allows(1.0):  # the whole MIP would overrun a spent time limit
+            return Stage1(ilp.IlpResult(None, "no_solution", None, problem.simple_lower_bound(), budget.elapsed(),
+                                        nvars, 0, "none", backend), problem, [])
         return Stage1(ilp.solve(problem, backend=backend, gap=gap, threads=threads, budget=budget), problem, [])
     chosen = ilp.complete_relaxation(problem, values, budget=budget.child(max(1.0, left() * 0.6)))
     found = [chosen] if chosen is not None else []  # every choice stage 1 makes on the way

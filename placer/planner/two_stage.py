@@ -40,7 +40,7 @@ from placer.options import OptionConfig
 from placer.plan import Placement
 from placer.planner import ilp, stage1_mip
 from placer.planner.assign import Assigner
-from placer.planner.budget import Budget
+from placer.planner.budget import Budget, OutOfTime
 from placer.planner.context import Context
 from placer.planner.kinds import Kind, KindFolder
 from placer.planner.lp import Relaxation
@@ -59,10 +59,21 @@ def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, budge
     of ``budget``, less a reserve for stage 2; stage 2 stops 0.5 s before the budget's end. The wall seconds of
     "option kinds", "stage 1" and "stage 2" are added to ``budget.stages``."""
     tracker = tracker or Tracker(None)
+    # under a time limit the kinds stop where too little of it would be left for stages 1 and 2 (issue 36: at
+    # --time-limit 5 production-856 @ dgx-h100 folded them for 5-6 s, then ran stage 1's floors): the caller
+    # then has the baselines
+    deadline = None if budget.deterministic else budget.deadline - MIN_STAGES_S
     with budget.stage("option kinds"):
         ctx = Context.of(model, sym, cfg, tracker)
         tracker.update("stage 1: option kinds")
-        kinds = KindFolder(ctx).kinds()
+        try:
+            kinds = KindFolder(ctx).kinds(deadline=deadline)
+        except OutOfTime:
+            budget.note_ran_out("option kinds")
+            return None, 0.0, _cut(backend, budget, "the time limit cut the option kinds"), budget.elapsed()
+    if deadline is not None and budget.left() < MIN_STAGES_S:
+        budget.note_ran_out("stage 1")
+        return None, 0.0, _cut(backend, budget, "the time limit left no time for stage 1"), budget.elapsed()
     reserve = min(0.2 * budget.seconds, 15.0)  # stage 2 + pricing the plan (measured: 8.5 s on 128 GPUs, 10 s on 256)
     mip: BesideMip | None = None
     tree: BesideTree | None = None
@@ -93,6 +104,16 @@ def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, budge
             for child in (mip, tree):
                 if child is not None:
                     child.close()
+
+
+#: Under a time limit, the least of it stages 1 and 2 get after the option kinds (s): with less, the kinds stop
+#: folding (budget.OutOfTime) or stage 1 does not start, and the plan is the best baseline.
+MIN_STAGES_S = 1.0
+
+
+def _cut(backend: str, budget: Budget, why: str) -> ilp.IlpResult:
+    """Stage 1's result where the time limit stopped the two stages before it chose: no choice, no bound."""
+    return ilp.IlpResult(None, "no_solution", None, 0.0, budget.elapsed(), 0, 0, "none", f"{backend} ({why})")
 
 
 def _after_stage1(ctx: Context, kinds: list[list[Kind]], stage1: Stage1, mip: BesideMip | None,

@@ -126,8 +126,12 @@ class DenseTrace:
 def trace(workload, samples: int, device_type: str) -> DenseTrace:
     """The dense step (forward, BCE loss, backward, optimizer step) of ``workload`` on ``samples`` samples, as
     the runner issues it on a ``device_type`` ("cuda" or "cpu") device."""
+    # keyed on the workload less its tables' access skew, which the dense step never reads: a plan's skew what-ifs
+    # (placer/skew.py: the same workload at skew x0.8 and x1.2) reuse the trace instead of tracing it twice more
+    # (1.5 s each on production-856 @ dgx-h100, after the solve and within its --time-limit; issue 36)
+    key = workload.model_dump_json(exclude={"tables": {"__all__": {"access"}}})
     with no_cyclic_gc():  # the first one imports torch: five collections of a growing heap, 0.6 s (placer/heap.py)
-        return _trace(workload.model_dump_json(), int(samples), device_type)
+        return _trace(key, int(samples), device_type)
 
 
 @lru_cache(maxsize=64)
