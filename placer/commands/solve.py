@@ -57,8 +57,13 @@ def run(args) -> int:
 
     if args.output is not None:
         check_output_path(args.output, "-o/--output")  # before the solve, which may take minutes
-    # --time-limit is the whole command's: loading the specs, the solve, pricing the plan and its what-ifs
-    config = dataclasses.replace(solve_config(args), started_s=getattr(args, "_started_s", None))
+    # --time-limit is the whole command's: loading the specs, the solve, pricing the plan and its what-ifs; counted
+    # from the process's start where it is the command (placer/process.py), else from this call: ``main(argv)``
+    # from Python may come long after placer.cli was imported, and the stages' shares are clipped to what is left
+    from placer import process
+
+    started = getattr(args, "_started_s", None) if process.owned() else None
+    config = dataclasses.replace(solve_config(args), started_s=started)
     topo, wl = load_pair(args)
     with frozen():  # the solve's heap frozen to the end: collections walk only what is new (placer/heap.py)
         with progress_reporter(args.quiet) as reporter:
