@@ -85,13 +85,15 @@ def cost_of(ops: list[Op], buffers: list[Buffer] = (), every_gpu: tuple[list[str
 class CostModel:
     """Prices placements of one workload on one machine. Pure: no state but caches of derived values."""
 
-    def __init__(self, topology: Topology, workload: Workload, include_exchange: bool = True):
+    def __init__(self, topology: Topology, workload: Workload, include_exchange: bool = True,
+                 cpu_reads_host: bool = False):
         """``include_exchange=False`` leaves out the links' load of the all-to-all of pooled embeddings (FX/BX
-        phases), for callers that price it themselves from ``exchange_bytes_per_gpu`` (planner/kinds.py)."""
+        phases), for callers that price it themselves from ``exchange_bytes_per_gpu`` (planner/kinds.py);
+        ``cpu_reads_host``: price GPU rows in host memory as CPU lookups (ProgramBuilder)."""
         self.include_exchange = include_exchange
         self.topo = topology
         self.wl = workload
-        self.builder = ProgramBuilder(topology, workload, include_exchange)
+        self.builder = ProgramBuilder(topology, workload, include_exchange, cpu_reads_host)
         self.traffic = self.builder.traffic
         self.gpus = topology.gpus
         self.W = len(self.gpus)

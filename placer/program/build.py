@@ -48,10 +48,15 @@ class Buffer:
 class ProgramBuilder:
     """Builds the ops and buffers of placements on one machine for one workload. Pure: caches only."""
 
-    def __init__(self, topology: Topology, workload: Workload, include_exchange: bool = True):
+    def __init__(self, topology: Topology, workload: Workload, include_exchange: bool = True,
+                 cpu_reads_host: bool = False):
         """``include_exchange=False`` leaves out the links' load of the all-to-all (callers that price it
-        themselves from ``exchange_bytes_per_gpu``: planner/kinds.py); the streams' work stays in."""
+        themselves from ``exchange_bytes_per_gpu``: planner/kinds.py); the streams' work stays in.
+        ``cpu_reads_host``: the GPUs cannot read host memory (the runner's ``cpu_gather_copy``): rows a plan
+        puts in host memory for a GPU (uvm) are looked up by the host's CPU and their pooled outputs copied, as
+        a host shard's are; what runs then is priced, not the zero-copy reads the plan assumed."""
         self.topo = topology
+        self.cpu_reads_host = cpu_reads_host
         self.wl = workload
         self.include_exchange = include_exchange
         self.traffic = Traffic.of(topology)
@@ -129,16 +134,22 @@ class ProgramBuilder:
             frac = k / n
             u_hot, u_cold = self.unique_split(p.table, self.lookups_per_step(p.table), frac)
             if k == n or k == 0:
-                where = "hbm" if k == n else "uvm"
-                out.append((GroupKey(s.device, where, p.precision, c),
+                out.append((GroupKey(s.device, "hbm", p.precision, c) if k == n else self._host_rows_key(s, p, c),
                             Member(p.table, i, "all", n, cols, bags, lookups, (u_hot + u_cold) * share, ids)))
                 continue
             hit = self.coverage(p.table, frac)
             out.append((GroupKey(s.device, "hbm", p.precision, c),
                         Member(p.table, i, "hot", k, cols, bags, lookups * hit, u_hot * share, ids)))
-            out.append((GroupKey(s.device, "uvm", p.precision, c),
+            out.append((self._host_rows_key(s, p, c),
                         Member(p.table, i, "cold", n - k, cols, bags, lookups * (1 - hit), u_cold * share, ids)))
         return out
+
+    def _host_rows_key(self, s: Shard, p: Placement, c: int) -> GroupKey:
+        """The group of a GPU shard's rows in host memory: the GPU's uvm group (zero-copy reads), or, where the
+        GPU cannot read host memory (``cpu_reads_host``), its host's cpu group."""
+        if self.cpu_reads_host and not self.topo.is_unified(s.device):
+            return GroupKey(self.topo.host_of(s.device), "cpu", p.precision, c)
+        return GroupKey(s.device, "uvm", p.precision, c)
 
     # ---- ops -----------------------------------------------------------------------------------------------
 

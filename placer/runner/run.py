@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from placer.cost import PHASES
+from placer.cost import PHASES, CostModel
 from placer.errors import SpecError
 from placer.plan import Plan
 from placer.plan_price import priced_plan
@@ -30,6 +30,7 @@ from placer.runner.opcompare import compare
 from placer.runner.scale import scale_plan
 from placer.runner.timing import OpTimer, PhaseTimer, StepTimer, step_measurements, summarize, synchronize
 from placer.runner.trainer import Trainer
+from placer.simulate import predict
 from placer.specs.workload import Workload
 from placer.topology import Topology
 
@@ -147,6 +148,8 @@ def run_plan(hardware, workload: Workload, plan: Plan, config: RunConfig = RunCo
         trainer = Trainer(plan, wl, device, topo, seed=config.seed, host_read=config.host_read, pool_batches=pool,
                           samples=config.samples)
         build_s = time.perf_counter() - t_build
+        if trainer.builder.cpu_reads_host:  # the prediction prices the host-read mechanism that runs
+            predicted = predict(CostModel(topo, wl, cpu_reads_host=True), plan)
         trainer.train(config.warmup)
         synchronize(device)
         timer = StepTimer(device)
@@ -213,6 +216,8 @@ def _result(trainer: Trainer, topo, wl, plan, predicted, config, device, times, 
         "seed": config.seed,
         "batch_size": wl.batch_size,
         "host_read_mechanism": trainer.host.mechanism,
+        "prediction_prices_host_reads_as": ("CPU lookups and copies (as cpu_gather_copy runs them)"
+                                            if trainer.builder.cpu_reads_host else "zero-copy reads by the GPU (uva)"),
         "host_read_detail": trainer.host.detail,
         "devices_folded": trainer.gpu_devices_folded,
         "dense_dtype": trainer.dense_dtype,

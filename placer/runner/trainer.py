@@ -182,8 +182,9 @@ class Trainer(GroupOwner):
                  host_read: str = "auto", pool_batches: int = 4, overlap_host: bool | None = None, samples=None):
         self.plan, self.wl, self.device, self.topo = plan, workload, device, topology
         self.B = workload.batch_size
-        self.builder = ProgramBuilder(topology, workload)
         self.host = HostMemory(device, host_read)
+        # where the GPU cannot read host memory, its host rows are looked up by the CPU: built and priced so
+        self.builder = ProgramBuilder(topology, workload, cpu_reads_host=self.host.mechanism == "cpu_gather_copy")
         self.optimizer = SparseRowOptimizer(workload.optimizer.name, workload.optimizer.lr)
         torch.manual_seed(seed)
         self.gen = BatchGenerator(workload, plan, seed, samples)  # samples: real ids (run --ids) or None
