@@ -33,7 +33,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,6 +40,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from placer.calibrate.benches import expected_unique  # noqa: E402
+from placer.calibrate.ids import skewed_ids  # noqa: E402
 from placer.calibrate.record import Sample, price  # noqa: E402
 from placer.calibrate.timing import bench, sync  # noqa: E402
 from placer.runner import kernels  # noqa: E402
@@ -75,17 +75,8 @@ SIZES = {"full": Sizes(reduce_lookups=(2**20, 2**23), sort_ids=(2**20, 2**24), u
 
 
 def zipf_ids(n: int, alpha: float | None, seed: int, space: int = ID_SPACE) -> torch.Tensor:
-    """``n`` ids in [0, space): uniform (alpha None) or zipf(alpha) ranks, hottest ids scattered (a fixed
-    permutation of the ranks, as the workloads' skew model draws them)."""
-    rng = np.random.default_rng(seed)
-    if alpha is None:
-        return torch.from_numpy(rng.integers(0, space, n, dtype=np.int64))
-    ranks = rng.zipf(alpha, n) - 1
-    ranks = ranks[ranks < space] if (ranks >= space).any() else ranks
-    while ranks.size < n:  # redraw the (rare) ranks past the table
-        more = rng.zipf(alpha, n - ranks.size) - 1
-        ranks = np.concatenate([ranks, more[more < space]])
-    return torch.from_numpy(((ranks.astype(np.int64) * 2654435761) % space).astype(np.int64))
+    """``n`` ids in [0, space): uniform (alpha None) or zipf(alpha), hottest ids scattered (calibrate/ids.py)."""
+    return skewed_ids(n, alpha, seed, space)
 
 
 def timed(fn, device: torch.device, reps: int) -> tuple[float, int]:

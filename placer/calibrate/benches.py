@@ -33,6 +33,7 @@ import statistics
 import torch
 
 from placer.calibrate.cold import ColdPool
+from placer.calibrate.ids import skewed_ids
 from placer.calibrate.record import Calibration, Entry, OpCostEntries, Sample
 from placer.calibrate.timing import Sizes, bench, bench_tiny
 from placer.program.opcosts import RateTable
@@ -49,6 +50,7 @@ CACHED_DRAWS = 16  # the cached lookup draws 16 x the big lookup's ids ...
 CACHED_REUSE = 256  # ... from a table of at most 1/256 as many rows
 MAX_ID_SETS = 8  # random id sets a benchmark rotates through (the warm-up's included)
 CACHED_BAG = 32  # lookups per bag of the cached lookup
+SKEW_CHECKS = (1.05, 1.2)  # zipf exponents the sort and the segment reduce are checked on (the workloads' range)
 
 
 def expected_unique(rows: float, draws: float) -> float:
@@ -396,6 +398,12 @@ class OpBench:
                      exact=False)
         for m in self.s.sort_check_ids:
             self.add("sort", {"ids": m}, timed(m), f"{m} ids", about="sort_ns_per_id")
+        n = max(self.s.sort_ids)
+        bags = torch.arange(n, device=self.device) // BAG
+        for alpha in SKEW_CHECKS:  # the workloads' skew: many repeats of the hottest ids
+            sets = [skewed_ids(n, alpha, seed=k, space=span).to(self.device) for k in range(min(self.sets, 3))]
+            t = bench(lambda i: kernels.sort(sets[i % len(sets)], bags), self.device, self.s.reps)
+            self.add("sort", {"ids": n}, t, f"{n} zipf {alpha} ids", about="sort_ns_per_id")
 
     def segment_reduces(self) -> None:
         """``segment_reduce_GBps`` per gradient row bytes (fp32, widths as the fp32 rows)."""
@@ -416,6 +424,14 @@ class OpBench:
                                                           f"{what}, inverted: L grb / (T - fixed segment_reduce)")
             self.add("segment_reduce", {"row_bytes": grb, "lookups": L}, t, what,
                      defines=(f"segment_reduce_GBps.{grb}",), exact=exact)
+            for alpha in SKEW_CHECKS:  # the same lookups on zipf ids: a hot row's long run must not cost more
+                skewed = kernels.sort(skewed_ids(L, alpha, seed=c, space=L).to(self.device),
+                                      torch.arange(L, device=self.device) // BAG)
+                t = bench(lambda i: kernels.segment_reduce(grads[i][0], skewed[2], skewed[1]), self.device,
+                          self.s.reps)
+                self.add("segment_reduce", {"row_bytes": grb, "lookups": L}, t,
+                         f"{L} zipf {alpha} lookups (hottest row {int(skewed[1].max())})",
+                         about=f"segment_reduce_GBps.{grb}")
 
     def updates(self) -> None:
         """``update_GBps[opt][dtype]`` per row bytes (weights + fp32 state) for every optimizer and dtype."""
