@@ -149,8 +149,8 @@ def _target(kind: str, keep: list):
 @pytest.mark.parametrize("seed", range(int(os.environ.get("PLACER_FUZZ_PROCESS", 6))))
 def test_fuzz_streams(tmp_path, seed):
     """Fuzz: a quick command whose output stream is closed, a full device or a pipe whose reader left (the other
-    one any of those, or captured). Exit: the command's own code, 2 when its stdout is a full device, killed by SIGPIPE when its reader
-    left; never a traceback, nothing left in TMPDIR."""
+    one any of those, or captured). Exit: the command's own code, 2 when its stdout is a full device, killed by
+    SIGPIPE when its reader left; never a traceback, nothing left in TMPDIR."""
     rng = random.Random(seed)
     args, code, writes_out, writes_err = rng.choice(QUICK)
     adverse = rng.choice(STREAMS[1:])  # the stream the command writes to is always one that goes wrong
