@@ -223,7 +223,8 @@ class BackgroundParts(Generic[T]):
         deadline = None if timeout_s is None else time.perf_counter() + max(0.0, timeout_s)
         try:
             while True:
-                wait = None if deadline is None or len(self.got) < at_least else max(0.0, deadline - time.perf_counter())
+                waiting = deadline is None or len(self.got) < at_least
+                wait = None if waiting else max(0.0, deadline - time.perf_counter())
                 if not self.call.poll(wait):
                     return self.got, False
                 kind, value = self.call.receive()
