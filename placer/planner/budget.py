@@ -162,6 +162,15 @@ class Budget:
             length = max(0.0, min(length, self._remaining()))
         return Budget(length, stages=self.stages, clock=self.clock, stage_work=self.stage_work, shared=self.shared)
 
+    def at_least(self, seconds: float) -> Budget:
+        """This budget (its records, its start for wall_elapsed) ending no sooner than ``seconds`` from now: a time
+        budget extended where the least work needs more than is left; a work budget as it is."""
+        if self.deterministic or self._remaining() >= seconds:
+            return self
+        out = Budget(seconds, stages=self.stages, clock=self.clock, stage_work=self.stage_work, shared=self.shared)
+        out.wall_start = self.wall_start
+        return out
+
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
         """Add the wall seconds the block takes to ``stages[name]`` (a stage entered again adds up), whatever

@@ -216,6 +216,7 @@ def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
     budget = (Budget.of_work(config.work_limit, wall_start=config.started_s) if config.work_limit is not None
               else Budget(config.time_limit_s, start=config.started_s))
     tracker = Tracker(config.progress)
+    tried_baseline = False  # the cheapest baseline tried first (the time limit too short), and none fit
     if not budget.deterministic:
         least, left = least_work_s(model), budget.left()
         if least > left:  # said before the work starts; the plan is the cheapest baseline's, the limit named as cut
@@ -226,11 +227,22 @@ def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
             plan = _cheapest_plan(model, config, budget, tracker, "the time limit left less than the least work")
             if plan is not None:
                 return plan
+            budget, tried_baseline = _no_baseline_fits(config, budget), True
     gpus = len(model.topo.gpus)
     if gpus > FULL_ILP_MAX_GPUS or (gpus > 1 and gpus * len(model.wl.tables) > FULL_ILP_MAX_PAIRS):
         sym = Symmetry.of(model.topo)
         if sym is not None:
-            return _solve_two_stage(model, sym, config, budget, tracker)
+            return _solve_two_stage(model, sym, config, budget, tracker, tried_baseline)
+    if not budget.deterministic and not tried_baseline:
+        # the options of every table on every device and every baseline come before the search, unbounded (8.6 s
+        # for production-856 @ cpu-server, whose 5 s limit then ended after 16 s): where they cannot fit in what
+        # the limit leaves, the cheapest baseline instead
+        pairs = len(model.wl.tables) * gpus
+        if LEAST_WORK_S + (OPTIONS_S_PER_PAIR + 2 * WHAT_IF_S_PER_PAIR) * pairs > budget.left():
+            plan = _cheapest_plan(model, config, budget, tracker, "the time limit left no time for the options")
+            if plan is not None:
+                return plan
+            budget = _no_baseline_fits(config, budget)
     tracker.update("options and baselines")
     with budget.stage("options and baselines"):
         infeasible.check_dense(model)
@@ -257,9 +269,17 @@ def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
             _, warm, warm_name = best
     tracker.update(f"{config.solver}: branch and bound", incumbent_s=best[0] if best else None,
                    bound_s=problem.simple_lower_bound())
-    with budget.stage("branch and bound"):
-        result = ilp.solve(problem, backend=config.solver, gap=config.gap, threads=config.threads, warm_start=warm,
-                           msg=config.msg, tracker=tracker, budget=budget.child(_search_s(model, budget)))
+    if not budget.deterministic and warm is not None and budget.left() < MIN_SEARCH_S:
+        # no time left for the search (CBC overruns a 1 s limit on large models: 6.5 s on production-856 @
+        # cpu-server): the best baseline stands, the search named as cut
+        budget.note_ran_out("branch and bound")
+        result = ilp.IlpResult(list(warm), "feasible", problem.objective(warm), problem.simple_lower_bound(), 0.0,
+                               0, 0, "not searched: the time limit was spent", config.solver)
+    else:
+        with budget.stage("branch and bound"):
+            result = ilp.solve(problem, backend=config.solver, gap=config.gap, threads=config.threads,
+                               warm_start=warm, msg=config.msg, tracker=tracker,
+                               budget=budget.child(_search_s(model, budget)))
     if result.chosen is None:
         if result.status == "infeasible":
             raise infeasible.after_solver(model, problem, cfg)
@@ -291,6 +311,26 @@ def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
     return make_plan(model, "ilp", placements, info)
 
 
+#: Where no baseline fits, the ILP is the least work (it may split tables, or prove that nothing fits): it gets
+#: at least this many seconds from then on, past the time limit if need be, which one line on stderr says first.
+NO_BASELINE_MIN_S = 20.0
+#: The single-stage ILP's options and baselines, per (table, GPU) pair, before its search (s): measured on the
+#: loaded 2-core VM, production-856 @ cpu-server (1,712 pairs) 8.6 s. With LEAST_WORK_S (the dense model) and
+#: the plan's pricing and what-ifs (2 x WHAT_IF_S_PER_PAIR per pair), what must fit in the limit before the ILP
+#: is tried; else the cheapest baseline.
+OPTIONS_S_PER_PAIR = 5e-3
+
+
+def _no_baseline_fits(config: SolveConfig, budget: Budget) -> Budget:
+    """The budget the ILP gets where no baseline fits: at least NO_BASELINE_MIN_S from now (said on stderr)."""
+    if budget.left() >= NO_BASELINE_MIN_S:
+        return budget
+    print(f"placer: no baseline fits; the ILP, which may split tables or show that nothing fits, gets at least "
+          f"{NO_BASELINE_MIN_S:g} s from now, past the --time-limit of {config.time_limit_s:g} s",
+          file=sys.stderr, flush=True)
+    return budget.at_least(NO_BASELINE_MIN_S)
+
+
 def _cheapest_baseline(model: CostModel, seed: int) -> tuple[str, list[Placement]] | None:
     """(name, placements) of the first baseline in BASELINE_ORDER that fits (greedy_size first), or None."""
     return next(iter(_each_feasible_baseline(model, seed, BASELINE_ORDER)), None)
@@ -300,13 +340,13 @@ def _cheapest_plan(model: CostModel, config: SolveConfig, budget: Budget, tracke
                    ) -> Plan | None:
     """Where the time limit cannot hold the least work: the first baseline that fits (greedy_size first) as the
     plan, the ILP named as cut by the limit; None where no baseline fits (the ILP may split tables)."""
-    budget.note_ran_out("ilp")
     tracker.update("baseline: greedy_size (the time limit leaves no time for the ILP)")
     with budget.stage("baseline"):
         infeasible.check_dense(model)
         found = _cheapest_baseline(model, config.seed)
     if found is None:
         return None
+    budget.note_ran_out("ilp")
     name, placements = found
     tracker.update("done")
     info = SolverInfo(backend=f"{config.solver} (not run: {why})", status="heuristic",
@@ -433,7 +473,8 @@ def _priced_baselines(model: CostModel, seed: int) -> Iterator[tuple[float, str,
         yield predict(model, plan)["step_time_s"], name, placements
 
 
-def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, budget: Budget, tracker: Tracker) -> Plan:
+def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, budget: Budget, tracker: Tracker,
+                     tried_baseline: bool = False) -> Plan:
     """Aggregated ILP + assignment; the plan is the better of it and every baseline, priced exactly, then the
     local tie-break (planner/tiebreak_local.py: host/UVM tables into free HBM, step at most the single-stage
     tie-break's cap), recorded as solver.tie_break; the stages' wall seconds as solver.stage_times_s."""
@@ -441,13 +482,14 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, budge
     with budget.stage("model"):
         infeasible.check_dense(model)
         infeasible.check_tables(model, config.options)
-    if (not budget.deterministic
+    if (not budget.deterministic and not tried_baseline
             and budget.left() - TWO_STAGE_RESERVE_S - after_solve_s(model) < two_stage.MIN_STAGES_S):
         # the stages would stop at once (their kinds' deadline passed): the cheapest baseline here, at full
         # priority, instead of waiting for the baselines' child (synthetic-1000 @ dgx-h100-32node at 10 s)
         plan = _cheapest_plan(model, config, budget, tracker, "the time limit left no time for the two stages")
         if plan is not None:
             return plan
+        budget = _no_baseline_fits(config, budget)
     # the baselines, priced, on a second core while the stages run (placer/forked.py), yielding the cores to the
     # stages' own work (the option kinds fold in two processes); the plan is the best of them and the two
     # stages' either way (under a time limit, of those priced by the end of stage 2: synthetic-1000 @
@@ -477,7 +519,7 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, budge
             budget.note_ran_out("baselines")
     finally:
         baselines.close()
-    if not candidates and not placements and stage1.status != "infeasible":  # no child, or it died: here then
+    if not candidates and not complete and not placements and stage1.status != "infeasible":  # no child, or it died
         with budget.stage("baseline"):
             found = _cheapest_baseline(model, config.seed)
         if found is not None:
