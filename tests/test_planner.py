@@ -479,7 +479,9 @@ def _assert_books_exact(model, planner, placements, acc) -> None:
 
 
 @pytest.mark.parametrize("fault, words", [("missing", "tables without a placement"),
-                                          ("overlap", "not covered exactly once"),
+                                          # a whole table placed twice under table_wise reads as copies
+                                          ("overlap", "whole copies of the table .*that is data_parallel"),
+                                          ("overlap-rows", "not covered exactly once"),
                                           ("device", "unknown GPU device")])
 def test_a_planner_plan_that_does_not_hold_is_refused_as_a_bug(two_gpu_model, fault, words):
     """solve.make_plan checks every method's decoded plan as a plan file is checked before pricing it: a table
@@ -496,6 +498,9 @@ def test_a_planner_plan_that_does_not_hold_is_refused_as_a_bug(two_gpu_model, fa
     shard = p.shards[0]
     broken = {"missing": placements[1:],
               "overlap": [p.model_copy(update={"shards": [shard, shard]})] + placements[1:],
+              "overlap-rows": [p.model_copy(update={"sharding": "row_wise", "shards": [shard, shard.model_copy(
+                  update={"rows": (0, shard.rows[1] // 2), "hbm_rows": shard.rows[1] // 2, "host_rows": 0})]})]
+              + placements[1:],
               "device": [p.model_copy(update={"shards": [shard.model_copy(update={"device": "node9/gpu9"})]})]
               + placements[1:]}[fault]
     with pytest.raises(SolverError, match=f"the greedy_size planner made a plan that does not hold: .*{words}"
