@@ -8,8 +8,9 @@ with a memory cap (``--memory-GiB``, address space beyond the parent's) and a wa
 promise checked: exit 0, 2 or 3 only; never a traceback (an exception escaping ``main``), never a hang (the
 case's time limit), never unbounded memory (MemoryError or death by signal), and exit 0 never prints a
 non-finite number in JSON output or in the plan it writes, and exit 3 names a shortfall in GiB or says the
-candidate menu is the limit. Outcomes: ok, traceback, exit1, hang, memory, crash, nonfinite, exit3_vague,
-wrong_exit (a case with a known exit code, a mislabelled plan: 2, that ended otherwise).
+candidate menu is the limit, and exit 0 with --json prints JSON and nothing else on stdout. Outcomes: ok,
+traceback, exit1, hang, memory, crash, nonfinite, badjson, exit3_vague, wrong_exit (a case with a known exit code,
+a mislabelled plan: 2, that ended otherwise).
 
 Writes ``validation/results/fuzz-inputs-<date>.json``: the command, commit, versions, the counts per outcome and
 per command, and each distinct failure (exception type and placer frame, or outcome and command) with its
@@ -55,6 +56,9 @@ def _child(case: Case, folder: Path, memory_bytes: int, write_fd: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (_vm_bytes() + memory_bytes,) * 2)
     out, err = io.StringIO(), io.StringIO()
     sys.stdout, sys.stderr = out, err
+    fd1 = os.open(folder / "fd1.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # what bypasses sys.stdout
+    os.dup2(fd1, 1)
+    os.close(fd1)
     result = {"code": None, "error": None}
     try:
         from placer.cli import main
@@ -74,7 +78,12 @@ def _child(case: Case, folder: Path, memory_bytes: int, write_fd: int) -> None:
         except (ValueError, OSError):
             result["written_finite"] = None
     result["exit3_named"] = "GiB" in err.getvalue() or "candidate" in err.getvalue()
-    result["stdout"] = out.getvalue()[-20000:]
+    json_out = "--json" in case.argv
+    result["stdout"] = out.getvalue() if json_out else out.getvalue()[-20000:]  # JSON whole: it must parse
+    try:
+        result["stdout_fd"] = (folder / "fd1.txt").read_text(errors="replace")[:2000]  # e.g. a solver's banner
+    except OSError:
+        result["stdout_fd"] = ""
     result["stderr"] = err.getvalue()[-600:]
     os.write(write_fd, json.dumps(result, default=str).encode())
     os._exit(0)
@@ -145,11 +154,13 @@ def classify(case: Case, result: dict) -> str:
     if result["code"] == 0 and result.get("written_finite") is False:
         return "nonfinite"
     if result["code"] == 0 and "--json" in case.argv:
+        if result.get("stdout_fd"):
+            return "badjson"  # written to descriptor 1 past sys.stdout: the JSON would be corrupted
         try:
             if not finite_numbers(json.loads(result["stdout"])):
                 return "nonfinite"
         except (json.JSONDecodeError, ValueError):
-            pass
+            return "badjson"  # --json must print JSON and nothing else on stdout
     return "ok"
 
 
