@@ -1,7 +1,7 @@
 """Speed checks that used to be wall-clock asserts in unit tests (they flaked on a loaded machine): each is
 timed here alone, repeated, and its median printed beside the budget it is meant to meet.
 
-    python3 validation/perf_checks.py [--runs 5] [--out validation/results/perf-checks.json]
+    python3 validation/perf_checks.py [--runs 5] [--out validation/results/perf-checks-<date>.json]
 
 Checks (budget in seconds, the median must be below it):
 - zipf coverage of 1,000 fractions on a 40M-row table (0.05 s)
@@ -119,7 +119,8 @@ CHECKS = {  # name: (function, budget in seconds)
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--out", type=Path, default=ROOT / "validation" / "results" / "perf-checks.json")
+    parser.add_argument("--out", type=Path,
+                        default=ROOT / "validation" / "results" / f"perf-checks-{time.strftime('%Y-%m-%d')}.json")
     args = parser.parse_args(argv)
     rows = []
     for name, (fn, budget) in CHECKS.items():
