@@ -31,8 +31,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(rank:R/cpu, DistributedModelParallel over gloo; fused_uvm and fused_uvm_caching are "
                         "exported as fused, TorchRec's host kernel there)")
     p.add_argument("--module-path", default=None, metavar="FQN",
-                   help="where the EmbeddingBagCollection sits in the model (default "
-                        "sparse_arch.embedding_bag_collection, as in TorchRec's DLRM)")
+                   help="where the EmbeddingBagCollection sits in the model: a dotted path, or the preset dlrm "
+                        "(sparse_arch.embedding_bag_collection, TorchRec's DLRM; the default) or dlrm-train "
+                        "(model.sparse_arch.embedding_bag_collection, DLRMTrain around it)")
+    p.add_argument("--names", default=None, metavar="MAP",
+                   help="TorchRec names for the workload's tables and features: a YAML/JSON file {tables: "
+                        "{placer: torchrec}, features: {placer: torchrec}}, or the preset dlrm (TorchRec's DLRM "
+                        "example: tables t_cat_0.., features cat_0.., in workload order); default placer's names")
 
 
 def default_python_path(out: str) -> Path:
@@ -43,32 +48,42 @@ def default_python_path(out: str) -> Path:
     return p.with_name(stem + ".py")
 
 
+def mapping_summary(pred: dict, noted: int) -> str:
+    """One line on how TorchRec's run relates to the plan: exact only when the placements are the same and no
+    table has a note (hot/cold splits run as a dynamic cache, fp16 needs the config's data_type, ...)."""
+    ms = f"{pred['plan_step_time_s'] * 1e3:.3f} ms"
+    if pred["exact"] and not noted:
+        return f"TorchRec expresses the plan exactly: predicted step {ms}"
+    if pred["exact"]:
+        return (f"TorchRec runs the plan's placements (predicted step {ms}); {noted} table(s) run differently "
+                "from placer's model or need a setting, as noted:")
+    return (f"TorchRec runs a nearest mapping: predicted step {ms} as planned, "
+            f"{pred['mapped_step_time_s'] * 1e3:.3f} ms as mapped; {noted} table(s) noted:")
+
+
 def run(args) -> int:
     from placer.plan import load_plan
     from placer.report import make_console
     from placer.torchrec_io import INSTALL_HINT
-    from placer.torchrec_io.exporter import DEFAULT_MODULE_PATH, builder_module, export_document
+    from placer.torchrec_io.exporter import builder_module, export_document
+    from placer.torchrec_io.names import load_name_map, module_path
 
     out = check_output_path(args.output, "-o")
     py = check_output_path(args.python or default_python_path(args.output), "--python")
     if py.resolve() == out.resolve():
         raise SpecError(f"--python {py}: the same file as -o; give another name", field="--python")
+    path = module_path(args.module_path)
     topo, wl = load_pair(args)
+    names = load_name_map(args.names, wl)
     plan = load_plan(args.plan)
-    doc = export_document(plan, topo, wl, file=args.plan, module_path=args.module_path or DEFAULT_MODULE_PATH,
-                          device=args.device)
+    doc = export_document(plan, topo, wl, file=args.plan, module_path=path, device=args.device, names=names)
     write_text(out, json.dumps(doc, indent=1) + "\n", "-o")
-    write_text(py, builder_module(out.name), "--python")
+    write_text(py, builder_module(out.name, py.stem), "--python")
     console = make_console()
-    pred = doc["predicted"]
     noted = {n: t["mapping_note"] for n, t in doc["tables"].items() if "mapping_note" in t}
-    console.print(f"{len(doc['tables'])} tables over {doc['world_size']} ranks written to {out}; "
-                  f"ShardingPlan builder {py}")
-    if pred["exact"]:
-        console.print(f"TorchRec expresses the plan exactly: predicted step {pred['plan_step_time_s'] * 1e3:.3f} ms")
-    else:
-        console.print(f"TorchRec runs a nearest mapping: predicted step {pred['plan_step_time_s'] * 1e3:.3f} ms "
-                      f"as planned, {pred['mapped_step_time_s'] * 1e3:.3f} ms as mapped")
+    console.print(f"{len(doc['tables'])} tables over {doc['world_size']} ranks written to {out} (EmbeddingBagConfigs "
+                  f"and ShardingPlan at {path}, names: {names.source}); builder module {py}")
+    console.print(mapping_summary(doc["predicted"], len(noted)), markup=False)
     for name, note in list(noted.items())[:10]:
         console.print(f"  {name}: {note}", markup=False)
     if len(noted) > 10:

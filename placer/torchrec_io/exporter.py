@@ -8,6 +8,8 @@ The document (format ``placer-torchrec-plan`` version 1)::
      "device": "cuda",                                      # placements rank:R/cuda:D, or "cpu": rank:R/cpu
      "ranks": {"0": "node0/gpu0", ...},                     # global rank -> placer GPU (hardware spec order)
      "module_path": "sparse_arch.embedding_bag_collection", # where the EmbeddingBagCollection sits in the model
+     "names": {"source", "tables": {placer: torchrec}, "features": {placer: torchrec}},   # names.py
+     "embedding_bag_configs": [{name, num_embeddings, embedding_dim, feature_names, pooling, data_type}],
      "predicted": {"plan_step_time_s", "mapped_step_time_s", "exact"},
      "tables": {name: {"parameter_sharding": {...},      # ParameterSharding fields (mapping.parameter_sharding)
                        "parameter_constraints": {...},   # ParameterConstraints fields
@@ -17,6 +19,7 @@ The document (format ``placer-torchrec-plan`` version 1)::
                        "mapped_step_time_s": ...}}}      # with the note: the plan's step time with only this
                                                          # table mapped (seconds)
 
+Table names in "tables" and "embedding_bag_configs" are TorchRec's (the "names" map; placer's by default).
 Step times are placer's cost model (seconds per training step): ``plan_step_time_s`` for the plan as placer
 made it, ``mapped_step_time_s`` for what TorchRec will run (every table mapped); equal when ``exact``.
 """
@@ -31,10 +34,12 @@ from placer.specs.workload import Workload
 from placer.topology import Topology
 from placer.torchrec_io import FORMAT, FORMAT_VERSION
 from placer.torchrec_io import mapping
+from placer.torchrec_io.names import NameMap, embedding_bag_configs, identity
 
 DEFAULT_MODULE_PATH = "sparse_arch.embedding_bag_collection"
 _BUILDER = Path(__file__).with_name("plan_builder.py")
 _JSON_LINE = 'PLAN_JSON = Path(__file__).with_name("plan.torchrec.json")'
+_IMPORT_LINE = "    from plan_builder import "
 
 
 def mapped_plan(plan: Plan, topo: Topology, wl: Workload) -> tuple[Plan, dict[str, list[str]]]:
@@ -89,10 +94,13 @@ def _pooling_factors(wl: Workload) -> dict[str, list[float]]:
 
 
 def export_document(plan: Plan, topo: Topology, wl: Workload, *, file: str | None = None,
-                    module_path: str = DEFAULT_MODULE_PATH, price_each: bool = True, device: str = "cuda") -> dict:
+                    module_path: str = DEFAULT_MODULE_PATH, price_each: bool = True, device: str = "cuda",
+                    names: NameMap | None = None) -> dict:
     """The export document of ``plan`` (see the module docstring). Checks and prices the plan first
     (SpecError naming ``file``); ``price_each``: price the plan with each noted table alone mapped; ``device``:
-    the placements' device, cuda or cpu (DistributedModelParallel over gloo)."""
+    the placements' device, cuda or cpu (DistributedModelParallel over gloo); ``names``: the TorchRec names of
+    the workload's tables and features (names.py; default placer's own)."""
+    names = names or identity(wl)
     ranks = mapping.Ranks(topo, device)
     plan_step = priced_plan(plan, topo, wl, file=file, check_hashes=False)["step_time_s"]
     try:
@@ -131,7 +139,7 @@ def export_document(plan: Plan, topo: Topology, wl: Workload, *, file: str | Non
                 alone = plan.model_copy(update={"placements": [q if j == i else o
                                                                for j, o in enumerate(plan.placements)]})
                 entry["mapped_step_time_s"] = priced_plan(alone, topo, wl, file=file, check_hashes=False)["step_time_s"]
-        entries[p.table] = entry
+        entries[names.tables[p.table]] = entry
     local = sorted({len(topo.gpus_of_node(n)) for n in topo.nodes})
     return {
         "format": FORMAT, "format_version": FORMAT_VERSION,
@@ -142,14 +150,19 @@ def export_document(plan: Plan, topo: Topology, wl: Workload, *, file: str | Non
         "device": device,
         "ranks": {str(r): g for r, g in enumerate(ranks.gpus)},
         "module_path": module_path,
+        "names": names.as_json(),
+        "embedding_bag_configs": embedding_bag_configs(wl, names, {q.table for q in mapped.placements
+                                                                   if q.precision == "fp16"}),
         "predicted": {"plan_step_time_s": plan_step, "mapped_step_time_s": mapped_step,
                       "exact": mapped.placements == plan.placements},
         "tables": entries,
     }
 
 
-def builder_module(json_name: str) -> str:
-    """Source of the generated module: plan_builder.py, reading ``json_name`` next to itself by default."""
+def builder_module(json_name: str, module_name: str = "plan_builder") -> str:
+    """Source of the generated module: plan_builder.py, reading ``json_name`` next to itself by default, its
+    usage importing it as ``module_name`` (the generated file's stem)."""
     text = _BUILDER.read_text(encoding="utf-8")
-    assert _JSON_LINE in text, "plan_builder.py lost its PLAN_JSON line"
+    assert _JSON_LINE in text and _IMPORT_LINE in text, "plan_builder.py lost its PLAN_JSON or usage line"
+    text = text.replace(_IMPORT_LINE, f"    from {module_name} import ")
     return text.replace(_JSON_LINE, f"PLAN_JSON = Path(__file__).with_name({json_name!r})")

@@ -49,6 +49,21 @@ def read_source(path: str, *, allow_pickle: bool = False) -> dict:
     return document_from_plan(obj, file=str(path))
 
 
+def _reverse_table_names(doc: dict, file: str) -> dict[str, str]:
+    """TorchRec table name -> placer's, from the document's "names" map (export --names); empty without one."""
+    names = doc.get("names")
+    if names is None:
+        return {}
+    tables = names.get("tables") if isinstance(names, dict) else None
+    if not isinstance(tables, dict) or not all(isinstance(v, str) for v in tables.values()):
+        raise SpecError("expected names.tables: an object of placer name -> TorchRec name", file=file,
+                        field="names.tables")
+    out = {v: k for k, v in tables.items()}
+    if len(out) != len(tables):
+        raise SpecError("two placer tables share one TorchRec name", file=file, field="names.tables")
+    return out
+
+
 def plan_from_document(doc: dict, topo: Topology, wl: Workload, *, file: str, method: str | None = None) -> Plan:
     """A placer Plan (not yet checked or priced: plan_price.priced_plan does both) from an export document.
     SpecError names ``file`` and the field for anything placer cannot read."""
@@ -71,9 +86,11 @@ def plan_from_document(doc: dict, topo: Topology, wl: Workload, *, file: str, me
     if not isinstance(tables, dict) or not tables:
         raise SpecError("expected an object of tables (name -> parameter_sharding)", file=file, field="tables")
     specs = {t.name: t for t in wl.tables}
+    placer_name = _reverse_table_names(doc, file)
     placements = []
-    for name, entry in tables.items():
-        field = f"tables.{name}"
+    for torchrec_name, entry in tables.items():
+        field = f"tables.{torchrec_name}"
+        name = placer_name.get(torchrec_name, torchrec_name)
         if name not in specs:
             raise SpecError(f"table {name!r} is not in workload {wl.name!r}", file=file, field=field)
         if not isinstance(entry, dict):

@@ -2,10 +2,12 @@
 
 Generated next to its JSON by placer; needs torchrec (not placer). Usage::
 
-    from plan_builder import sharding_plan, parameter_constraints, fp16_tables
+    from plan_builder import embedding_bag_configs, sharding_plan, parameter_constraints
+    ebc = EmbeddingBagCollection(tables=embedding_bag_configs(), device=torch.device("meta"))
+    model = ...                            # the model holding ebc at the document's module_path
     plan = sharding_plan()                 # torchrec.distributed.types.ShardingPlan
     model = DistributedModelParallel(model, env=env, plan=plan)
-    # tables placer stores at fp16: build them with EmbeddingBagConfig(..., data_type=DataType.FP16)
+    # embedding_bag_configs(): the workload's tables (rows, dims, features, fp16 storage) by TorchRec's names
     # or let TorchRec's planner choose under the same constraints:
     # EmbeddingShardingPlanner(topology, constraints=parameter_constraints())
 
@@ -67,6 +69,20 @@ def parameter_constraints(path=None) -> dict:
             c["cache_params"] = CacheParams(**c["cache_params"])
         out[name] = ParameterConstraints(**c)
     return out
+
+
+def embedding_bag_configs(path=None) -> list:
+    """TorchRec EmbeddingBagConfigs of the workload's tables (num_embeddings rows, embedding_dim columns,
+    feature_names, SUM pooling, FP16 for tables placer stores at fp16), in the workload's order."""
+    from torchrec import EmbeddingBagConfig, PoolingType
+    from torchrec.types import DataType
+
+    doc = read_document(path)
+    if "embedding_bag_configs" not in doc:
+        raise KeyError("this export has no embedding_bag_configs (written by placer export since issue 40)")
+    return [EmbeddingBagConfig(name=c["name"], num_embeddings=c["num_embeddings"], embedding_dim=c["embedding_dim"],
+                               feature_names=list(c["feature_names"]), pooling=PoolingType[c["pooling"]],
+                               data_type=DataType[c["data_type"]]) for c in doc["embedding_bag_configs"]]
 
 
 def fp16_tables(path=None) -> list:
