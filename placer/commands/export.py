@@ -84,8 +84,10 @@ def run(args) -> int:
     console.print(f"{len(doc['tables'])} tables over {doc['world_size']} ranks written to {out} (EmbeddingBagConfigs "
                   f"and ShardingPlan at {path}, names: {names.source}); builder module {py}")
     console.print(mapping_summary(doc["predicted"], len(noted)), markup=False)
+    placer_name = {v: k for k, v in names.tables.items()}
     for name, note in list(noted.items())[:10]:
-        console.print(f"  {name}: {note}", markup=False)
+        shown = name if placer_name[name] == name else f"{name} ({placer_name[name]})"
+        console.print(f"  {shown}: {note}", markup=False)
     if len(noted) > 10:
         console.print(f"  ... {len(noted) - 10} more tables with a mapping_note in {out}")
     if importlib.util.find_spec("torchrec") is None:

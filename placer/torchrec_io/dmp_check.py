@@ -259,19 +259,33 @@ def _one_plan(name, doc, tables, ctx) -> dict:
     return {"forward_error": fwd_err, "weight_error": w_err, "max_error": max(fwd_err, w_err)}
 
 
-def _worker(rank: int, job: dict) -> None:
+def init_group(rank: int, job: dict, backend: str = "gloo"):
+    """Join the process group of one spawned rank on 127.0.0.1 (``job``: port, world_size, local_world_size,
+    timeout_s in seconds): the environment TorchRec reads (RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, LOCAL_RANK) and
+    ``backend`` (gloo on CPU, one torch thread per rank; nccl on the rank's GPU cuda:LOCAL_RANK). Returns the
+    group (the world)."""
     import datetime
 
     import torch
     import torch.distributed as dist
 
-    torch.set_num_threads(1)
+    local = rank % job["local_world_size"]
+    if backend == "nccl":
+        torch.cuda.set_device(local)
+    else:
+        torch.set_num_threads(1)
     os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(job["port"]), "RANK": str(rank),
                        "WORLD_SIZE": str(job["world_size"]), "LOCAL_WORLD_SIZE": str(job["local_world_size"]),
-                       "LOCAL_RANK": str(rank % job["local_world_size"])})
-    dist.init_process_group("gloo", rank=rank, world_size=job["world_size"],
+                       "LOCAL_RANK": str(local)})
+    dist.init_process_group(backend, rank=rank, world_size=job["world_size"],
                             timeout=datetime.timedelta(seconds=job["timeout_s"]))
-    ctx = dict(job, rank=rank, pg=dist.group.WORLD)
+    return dist.group.WORLD
+
+
+def _worker(rank: int, job: dict) -> None:
+    import torch.distributed as dist
+
+    ctx = dict(job, rank=rank, pg=init_group(rank, job))
     results = {}
     try:
         for name, doc in job["documents"].items():

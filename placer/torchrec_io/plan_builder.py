@@ -25,7 +25,10 @@ PLAN_JSON = Path(__file__).with_name("plan.torchrec.json")
 
 
 def read_document(path=None) -> dict:
-    """The export document (JSON) at ``path`` (default: the one written beside this module)."""
+    """The export document (JSON) at ``path`` (default: the one written beside this module); a dict is taken as
+    the document itself (every function's ``path`` may be one)."""
+    if isinstance(path, dict):
+        return path
     return json.loads(Path(path or PLAN_JSON).read_text(encoding="utf-8"))
 
 
