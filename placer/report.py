@@ -52,9 +52,10 @@ def _device_busy(v: dict) -> float:
 
 
 def plan_summary(plan: Plan, workload, console: Console, max_tables: int = 12, max_devices: int = 16,
-                 show_all: bool = False, tables: str | None = None) -> None:
+                 show_all: bool = False, tables: str | None = None, insights: list[str] | None = None) -> None:
     """Print the per-device table, the largest tables' placements and the solver account. ``show_all``: every
-    device (busiest first) and every table; ``tables``: only the tables ``table_matches``, all of them."""
+    device (busiest first) and every table; ``tables``: only the tables ``table_matches``, all of them;
+    ``insights``: sentences printed under the bottleneck (report_insight.step_insights' lines)."""
     pred = plan.predicted or {}
     devices = pred.get("devices", {})
     gpus = [d for d, v in devices.items() if "hbm_used_bytes" in v]
@@ -84,6 +85,8 @@ def plan_summary(plan: Plan, workload, console: Console, max_tables: int = 12, m
               *[f"[bold]{fmt_seconds(pred.get('phases_s', {}).get(ph, 0))}[/]" for ph in PHASES])
     console.print(t)
     console.print(f"bottleneck: {pred.get('bottleneck', '?')}")
+    for line in insights or ():
+        console.print(line, markup=False)
 
     sizes = {tb.name: tb.size_bytes() for tb in workload.tables}
     largest = sorted(plan.placements, key=lambda p: -sizes.get(p.table, 0))

@@ -2,8 +2,9 @@
 
 For every GPU count the cluster is the hardware spec's FIRST node group replicated to ``gpus / gpus_per_node``
 nodes (``HardwareSpec.with_gpu_count``): same template, same fabric. Counts that are not a multiple of the
-template's GPUs per node are refused, and so is more than one node when the template has no NICs or the spec
-no fabric (the network between nodes would be made up).
+template's GPUs per node are refused, and so is more than one node when the template has no NICs (the network
+between nodes would be made up). A spec without a fabric (one node) gets the one ``--fabric`` names, or
+DEFAULT_FABRIC (``with_fabric``), and the sweep says which.
 
 Scaling efficiency of a point = its throughput / (throughput at the base point x gpus / base gpus), where the
 base point is the smallest count that has a plan (1.0 = linear scaling, the ideal).
@@ -15,8 +16,13 @@ from dataclasses import asdict, dataclass
 from typing import Callable
 
 from placer.errors import InfeasibleError, PlacerError, SpecError
-from placer.specs.hardware import HardwareSpec, NodeTemplate
+from placer.specs.hardware import FabricSpec, HardwareSpec, NodeTemplate
 from placer.specs.workload import Workload
+
+#: the fabric a sweep adds to a spec that has none (one node) when --fabric is not given: a non-blocking NDR
+#: InfiniBand leaf-spine switch, 1.5 us between NICs as in hardware_specs/dgx-h100-16node.yaml (an assumption);
+#: each node reaches it through its template's NICs at their bandwidth
+DEFAULT_FABRIC = "infiniband:1.5"
 
 #: statuses that come with a plan
 PLANNED = ("optimal", "feasible", "heuristic")
@@ -93,8 +99,40 @@ def check_counts(spec: HardwareSpec, counts: list[int]) -> None:
                             "(e.g. hardware_specs/dgx-h100-2node.yaml)", file=where)
         if spec.fabric is None:
             raise SpecError(f"the spec has no 'fabric' between nodes: more than {per} GPUs (one node of "
-                            f"template {name!r}) needs one; use a multi-node spec of the same template "
+                            f"template {name!r}) needs one; give --fabric KIND[:LATENCY_US] (placer sweep adds "
+                            f"{DEFAULT_FABRIC} by default) or use a multi-node spec of the same template "
                             "(e.g. hardware_specs/dgx-h100-2node.yaml for dgx-h100)", file=where)
+
+
+def parse_fabric(text: str) -> FabricSpec:
+    """'infiniband' or 'infiniband:1.5' (KIND[:LATENCY_US], the switch latency between NICs in us; default
+    DEFAULT_FABRIC's) -> FabricSpec. SpecError naming --fabric on anything else."""
+    kind, _, latency = (text or "").strip().partition(":")
+    kind = kind.strip()
+    if not kind or not kind.replace("_", "").replace("-", "").isalnum():
+        raise SpecError(f"--fabric: {text!r} is not KIND[:LATENCY_US] (e.g. infiniband or infiniband:1.5)")
+    try:
+        us = float(latency) if latency.strip() else float(DEFAULT_FABRIC.split(":")[1])
+    except ValueError:
+        raise SpecError(f"--fabric: latency {latency!r} is not a number of microseconds (e.g. infiniband:1.5)") \
+            from None
+    if not 0 <= us <= 1000:
+        raise SpecError(f"--fabric: latency {us:g} us is outside 0..1000 us")
+    return FabricSpec(kind=kind, latency_us=us)
+
+
+def with_fabric(spec: HardwareSpec, text: str | None) -> tuple[HardwareSpec, str | None]:
+    """(spec with a fabric between nodes, a sentence saying where it came from or None): ``text`` (--fabric)
+    replaces the spec's fabric; a spec without one (one node) gets DEFAULT_FABRIC; a spec with one and no
+    ``text`` is returned as it is."""
+    if text is None and spec.fabric is not None:
+        return spec, None
+    fabric = parse_fabric(DEFAULT_FABRIC if text is None else text)
+    source = "--fabric" if text is not None else (f"the default ({DEFAULT_FABRIC}; --fabric "
+                                                  "KIND[:LATENCY_US] to change)")
+    what = "replaces the spec's" if spec.fabric is not None else "the spec has none"
+    note = (f"nodes joined by fabric {fabric.kind}, {fabric.latency_us:g} us between NICs: {source}; {what}")
+    return spec.model_copy(update={"fabric": fabric}), note
 
 
 def spec_for_gpus(spec: HardwareSpec, gpus: int) -> HardwareSpec:
@@ -139,11 +177,15 @@ def fill_efficiency(points: list[SweepPoint]) -> None:
 
 def run_sweep(spec: HardwareSpec, wl: Workload, counts: list[int], config,
               progress: Callable[[SweepPoint], None] | None = None,
-              stop_at_throughput: float | None = None) -> list[SweepPoint]:
-    """Solve every count (ascending). With ``stop_at_throughput``, stop at the first count that reaches it."""
+              stop_at_throughput: float | None = None,
+              starting: Callable[[int], None] | None = None) -> list[SweepPoint]:
+    """Solve every count (ascending). With ``stop_at_throughput``, stop at the first count that reaches it.
+    ``starting(gpus)`` is called before each count's solve, ``progress(point)`` after it."""
     check_counts(spec, counts)
     points = []
     for gpus in sorted(counts):
+        if starting:
+            starting(gpus)
         p = solve_point(spec, wl, gpus, config)
         points.append(p)
         if progress:

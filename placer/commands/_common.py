@@ -26,11 +26,29 @@ def allow_implausible(args) -> bool:
     return bool(getattr(args, "allow_implausible", False))
 
 
+#: --time-limit when none is given, s
+DEFAULT_TIME_LIMIT_S = 60.0
+
+
+def limit_line(limit_s: float, remaining_s: float | None = None, what: str = "time limit",
+               source: str | None = None) -> str:
+    """'time limit 60 s (the default; --time-limit S to change): ends by 10:31:05' for stderr: the limit, whether
+    it is the default (or ``source``), and the wall-clock time it ends at (``remaining_s`` from now, default the
+    whole limit)."""
+    import time as _time
+
+    left = limit_s if remaining_s is None else max(0.0, remaining_s)
+    end = _time.strftime("%H:%M:%S", _time.localtime(_time.time() + left))
+    if source is None:
+        source = "the default; --time-limit S to change" if limit_s == DEFAULT_TIME_LIMIT_S else "--time-limit"
+    return f"{what} {limit_s:g} s ({source}): ends by {end}"
+
+
 def add_solver_options(p: argparse.ArgumentParser, method: bool = True) -> None:
     if method:
         p.add_argument("--method", default="ilp", choices=METHODS, help="planner (default ilp)")
     p.add_argument("--solver", default="cbc", choices=SOLVERS, help="MILP backend (default cbc)")
-    p.add_argument("--time-limit", type=_args.time_limit, default=60.0, metavar="S",
+    p.add_argument("--time-limit", type=_args.time_limit, default=DEFAULT_TIME_LIMIT_S, metavar="S",
                    help=f"time limit, s: > 0 and at most {_args.MAX_TIME_LIMIT_S:g} (default 60); for solve, "
                         "of the whole command (loading, solving, pricing the plan)")
     p.add_argument("--gap", type=_args.gap, default=0.005, metavar="G",

@@ -78,10 +78,28 @@ def _priced_row(method: str, pred: dict, status: str, wall: float, **extra) -> d
             "hbm_used_bytes": hbm, "solve_wall_s": wall, "bottleneck": pred["bottleneck"], **extra}
 
 
-def compare_rows(topo, wl, args, started: float | None = None) -> list[dict]:
+def _said(row: dict) -> str:
+    """A finished method for stderr: 'greedy_size: 8.123 ms (feasible) in 0.4 s'."""
+    if row["step_time_s"] is None:
+        return f"  {row['method']}: {row['status']} after {row['solve_wall_s']:.1f} s"
+    return (f"  {row['method']}: step {row['step_time_s'] * 1e3:.3f} ms ({row['status']}) in "
+            f"{row['solve_wall_s']:.1f} s")
+
+
+def compare_rows(topo, wl, args, started: float | None = None, heartbeat=None) -> list[dict]:
     """One row per method: step time, throughput, speedup over host_cpu, HBM used, solve time (the method's
     own), the time limit it got, status (the ILP's with its gap). ``args.time_limit`` is the budget of the
-    whole comparison, counted from ``started`` (a time.perf_counter() value; default now)."""
+    whole comparison, counted from ``started`` (a time.perf_counter() value; default now). ``heartbeat``
+    (commands/_progress.Heartbeat): each method's start and result said on stderr, silences filled."""
+    from contextlib import nullcontext
+
+    def say(text: str) -> None:
+        if heartbeat is not None:
+            heartbeat.say(text)
+
+    def task(what: str, limit: float | None = None):
+        return heartbeat.task(what, limit) if heartbeat is not None else nullcontext()
+
     from placer.cost import CostModel
     from placer.errors import InfeasibleError, SolverError
     from placer.planner import infeasible
@@ -104,6 +122,7 @@ def compare_rows(topo, wl, args, started: float | None = None) -> list[dict]:
             model = CostModel(topo, wl)
             infeasible.check_dense(model)
             trec = trec_planner.start(model, time_limit_s=max(1.0, 0.9 * left), deadline_s=left)
+            say(f"  torchrec: planning in a child process alongside the others (killed after {left:.0f} s)")
         except trec_planner.TorchRecUnavailable as exc:
             rows["torchrec"] = _empty_row("torchrec", "skipped", time.perf_counter() - t0,
                                           f"torchrec not installed ({exc.reason}); install: {INSTALL_HINT}")
@@ -112,7 +131,8 @@ def compare_rows(topo, wl, args, started: float | None = None) -> list[dict]:
         except SolverError as exc:
             rows["torchrec"] = _empty_row("torchrec", "failed", time.perf_counter() - t0, str(exc))
     try:
-        for m in [m for m in methods if m not in ("ilp", "torchrec")] + (["ilp"] if "ilp" in methods else []):
+        order = [m for m in methods if m not in ("ilp", "torchrec")] + (["ilp"] if "ilp" in methods else [])
+        for i, m in enumerate(order, 1):
             config = solve_config(args, method=m)
             extra = {}
             if m == "ilp":  # last of the methods run here: it gets what the others left of the budget
@@ -121,21 +141,31 @@ def compare_rows(topo, wl, args, started: float | None = None) -> list[dict]:
                 limit = ilp_time_limit(deadline - time.perf_counter())
                 config = replace(config, time_limit_s=limit)
                 extra = {"time_limit_s": limit}
+                from placer.commands._common import limit_line
+
+                say(f"  [{i}/{len(order)}] ilp: " + limit_line(round(limit, 1), what="solver limit",
+                                                              source="what the budget leaves"))
+            else:
+                say(f"  [{i}/{len(order)}] {m} ...")
             t0 = time.perf_counter()
             try:
-                plan = solve(topo, wl, config)
+                with task(f"solving {m}", extra.get("time_limit_s")):
+                    plan = solve(topo, wl, config)
             except InfeasibleError as exc:
                 rows[m] = _empty_row(m, "infeasible", time.perf_counter() - t0, str(exc), **extra)
+                say(_said(rows[m]))
                 continue
             s = plan.solver
             if m == "ilp":
                 extra.update(gap=s.gap, lower_bound_step_time_s=s.lower_bound_step_time_s)
             rows[m] = _priced_row(m, plan.predicted, s.status, time.perf_counter() - t0, **extra)
+            say(_said(rows[m]))
         if trec is not None:
             t0 = time.perf_counter()
             limits = {"time_limit_s": trec.time_limit_s, "deadline_s": trec.deadline_s}
             try:
-                res = trec_planner.collect(trec)
+                with task("waiting for torchrec's planner", trec.deadline_s):
+                    res = trec_planner.collect(trec)
             except trec_planner.TorchRecUnavailable as exc:
                 rows["torchrec"] = _empty_row("torchrec", "skipped", trec.setup_s,
                                               f"torchrec not installed ({exc.reason}); install: {INSTALL_HINT}")
@@ -145,6 +175,7 @@ def compare_rows(topo, wl, args, started: float | None = None) -> list[dict]:
             else:
                 rows["torchrec"] = _priced_row("torchrec", res.predicted, "heuristic", res.wall_s,
                                                planner_s=res.planner_s, **limits)
+            say(_said(rows["torchrec"]))
     finally:
         if trec is not None:
             trec.cancel()
@@ -196,8 +227,13 @@ def run(args) -> int:
     if args.methods is not None:
         parse_methods(args.methods)  # refuse a typo before loading and solving anything
     solve_config(args)
-    topo, wl = load_pair(args)
-    rows = compare_rows(topo, wl, args, started=started)
+    from placer.commands._common import limit_line
+    from placer.commands._progress import Heartbeat
+
+    with Heartbeat() as heartbeat:
+        heartbeat.say("compare: " + limit_line(float(args.time_limit), what="time budget") + " (the whole comparison)")
+        topo, wl = load_pair(args)
+        rows = compare_rows(topo, wl, args, started=started, heartbeat=heartbeat)
     total = time.perf_counter() - started
     if args.json:
         sys.stdout.write(json.dumps(rows, indent=1) + "\n")

@@ -8,12 +8,16 @@ import sys
 from placer.report import add_listing_arguments, make_console
 
 from placer.commands._common import add_hw_wl, add_what_if, check_devices_exist, load_pair
+from placer.commands._output import check_plot_path
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_hw_wl(p)
     p.add_argument("plan", metavar="PLAN", help="plan JSON (from placer solve, or written by hand)")
     add_listing_arguments(p)
+    from placer.commands.solve import add_plot_argument
+
+    add_plot_argument(p)
     p.add_argument("--json", action="store_true", help="print the prediction as JSON")
     p.add_argument("--skew", type=float, metavar="SCALE", default=None,
                    help="price the plan with every table's skew scaled: zipf alpha x SCALE, cdf/histogram curves "
@@ -26,6 +30,10 @@ def run(args) -> int:
     from placer.plan_price import priced_plan
     from placer.report import plan_summary
 
+    from placer.commands.solve import write_plot
+
+    if getattr(args, "plot", None) is not None:
+        check_plot_path(args.plot, "--plot")
     topo, wl = load_pair(args)
     if getattr(args, "skew", None) is not None:
         from placer.skew import workload_with_skew
@@ -34,9 +42,13 @@ def run(args) -> int:
     plan = load_plan(args.plan)
     check_devices_exist(plan, topo, getattr(args, "gpus", None), file=args.plan)
     predicted = priced_plan(plan, topo, wl, file=args.plan)
+    write_plot(args, plan.model_copy(update={"predicted": predicted}))
     if args.json:
         sys.stdout.write(json.dumps({"method": plan.method, "predicted": predicted}, indent=1) + "\n")
     else:
-        plan_summary(plan.model_copy(update={"predicted": predicted}), wl, make_console(),
-                     show_all=getattr(args, "all", False), tables=getattr(args, "tables", None))
+        from placer.report_insight import step_insights
+
+        priced = plan.model_copy(update={"predicted": predicted})
+        plan_summary(priced, wl, make_console(), show_all=getattr(args, "all", False),
+                     tables=getattr(args, "tables", None), insights=step_insights(priced, topo, wl)["lines"])
     return 0

@@ -11,14 +11,15 @@ from placer import argtypes as _args
 from placer.heap import frozen
 from placer.report import add_listing_arguments, make_console
 
-from placer.commands._common import add_hw_wl, add_solver_options, load_pair, solve_config
-from placer.commands._output import check_output_path, write_text
+from placer.commands._common import add_hw_wl, add_solver_options, limit_line, load_pair, solve_config
+from placer.commands._output import check_output_path, check_plot_path, save_figure, write_text
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_hw_wl(p)
     p.add_argument("-o", "--output", metavar="PLAN", help="write the plan JSON here")
     add_listing_arguments(p)
+    add_plot_argument(p)
     p.add_argument("--json", action="store_true", help="print the plan JSON on stdout instead of the summary")
     p.add_argument("-q", "--quiet", action="store_true",
                    help="no progress on stderr while solving (stage, elapsed, best plan, bound, gap)")
@@ -31,9 +32,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 @contextmanager
-def progress_reporter(quiet: bool):
+def progress_reporter(quiet: bool, limit_s: float | None = None):
     """A reporter for the planner: a live line on a terminal (erased at the end), else a line on stderr when
-    the stage changes and every few seconds while the numbers move; None when quiet."""
+    the stage changes and every few seconds while the numbers move, and a heartbeat line after a few seconds
+    of silence (commands/_progress.py; ``limit_s``: the time limit it names); None when quiet."""
     from placer.planner.progress import LineReporter, line
 
     if quiet:
@@ -41,7 +43,10 @@ def progress_reporter(quiet: bool):
         return
     console = make_console(stderr=True)
     if not console.is_terminal:
-        yield LineReporter(lambda text: print(text, file=sys.stderr, flush=True))
+        from placer.commands._progress import Heartbeat
+
+        with Heartbeat() as heartbeat, heartbeat.task("solving", limit_s):
+            yield LineReporter(heartbeat.say)
         return
     from rich.live import Live
     from rich.text import Text
@@ -57,6 +62,8 @@ def run(args) -> int:
 
     if args.output is not None:
         check_output_path(args.output, "-o/--output")  # before the solve, which may take minutes
+    if getattr(args, "plot", None) is not None:
+        check_plot_path(args.plot, "--plot")
     # --time-limit is the whole command's: loading the specs, the solve, pricing the plan and its what-ifs; counted
     # from the process's start where it is the command (placer/process.py), else from this call: ``main(argv)``
     # from Python may come long after placer.cli was imported, and the stages' shares are clipped to what is left
@@ -64,25 +71,59 @@ def run(args) -> int:
 
     started = getattr(args, "_started_s", None) if process.owned() else None
     config = dataclasses.replace(solve_config(args), started_s=started)
+    if not args.quiet:
+        print(_limit_text(config, started), file=sys.stderr, flush=True)
     topo, wl = load_pair(args)
     with frozen():  # the solve's heap frozen to the end: collections walk only what is new (placer/heap.py)
-        with progress_reporter(args.quiet) as reporter:
+        limit = config.time_limit_s if config.work_limit is None else None
+        with progress_reporter(args.quiet, limit) as reporter:
             plan = solve(topo, wl, dataclasses.replace(config, progress=reporter))
-        _report(args, record_specs(plan, topo.spec, wl), wl)  # record_specs: what-ifs later name what changed
+        _report(args, record_specs(plan, topo.spec, wl), wl, topo)  # record_specs: what-ifs name what changed
     return 0
 
 
-def _report(args, plan, wl) -> None:
-    """The plan written (-o), printed as JSON (--json) or summed up on the terminal."""
+def _limit_text(config, started: float | None) -> str:
+    """The solve's limit for stderr: the work budget (--work-limit) or the time limit, and when it ends."""
+    if config.work_limit is not None:
+        return (f"solving {config.method}: work limit {config.work_limit:,.0f} units (--work-limit; deterministic, "
+                "no wall-clock end)")
+    elapsed = time.perf_counter() - started if started is not None else 0.0
+    return f"solving {config.method}: " + limit_line(config.time_limit_s, config.time_limit_s - elapsed) \
+        + " (the whole command)"
+
+
+def add_plot_argument(p: argparse.ArgumentParser) -> None:
+    """``--plot PNG`` of solve and simulate (placer/report_plot.py)."""
+    p.add_argument("--plot", metavar="PNG", default=None,
+                   help="also draw the plan to this PNG: per device, memory used against capacity and busy time "
+                        "by phase against the step, the bottleneck marked (many GPUs: the busiest and emptiest)")
+
+
+def write_plot(args, plan) -> None:
+    """``--plot``: draw the plan; say so on stderr (stdout may be JSON)."""
+    if getattr(args, "plot", None) is None:
+        return
+    from placer.report_plot import plot_plan
+
+    save_figure(lambda: plot_plan(plan, args.plot), args.plot, "--plot")
+    print(f"plot written to {args.plot}", file=sys.stderr)
+
+
+def _report(args, plan, wl, topo) -> None:
+    """The plan written (-o), drawn (--plot), printed as JSON (--json) or summed up on the terminal."""
     from placer.report import plan_summary
 
     if args.output is not None:
         write_text(args.output, plan.to_json() + "\n", "-o/--output")
+    write_plot(args, plan)
     if args.json:
         sys.stdout.write(plan.to_json() + "\n")
         return
+    from placer.report_insight import step_insights
+
     console = make_console()
-    plan_summary(plan, wl, console, show_all=getattr(args, "all", False), tables=getattr(args, "tables", None))
+    plan_summary(plan, wl, console, show_all=getattr(args, "all", False), tables=getattr(args, "tables", None),
+                 insights=step_insights(plan, topo, wl)["lines"])
     if plan.robustness and "step_time_s" in plan.robustness:
         from placer.skew import robustness_line
 

@@ -29,6 +29,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "the target is reached or --max-gpus")
     p.add_argument("--max-gpus", type=_args.int_range(1, MAX_SWEEP_GPUS, "a GPU count"), default=256, metavar="N",
                    help=f"largest count --search tries, at most {MAX_SWEEP_GPUS} (default 256)")
+    p.add_argument("--fabric", metavar="KIND[:US]", default=None,
+                   help="the network between the nodes a sweep adds: a kind and the switch latency in us, e.g. "
+                        "infiniband:1.5; replaces the spec's fabric (default: the spec's own, or for a one-node "
+                        "spec infiniband:1.5, a non-blocking NDR switch reached through the template's NICs)")
     p.add_argument("--plot", metavar="PNG", help="write throughput and scaling efficiency vs GPUs to this PNG")
     p.add_argument("--json", action="store_true", help="print the sweep as JSON instead of the table")
     add_solver_options(p)
@@ -38,7 +42,7 @@ def run(args) -> int:
     from placer.errors import SpecError
     from placer.specs import load_hardware, load_workload
     from placer.sweep import (check_counts, doubling_counts, gpus_per_node, parse_counts, plot_sweep, run_sweep,
-                              target_answer, template_of)
+                              target_answer, template_of, with_fabric)
 
     if args.plot is not None:
         check_plot_path(args.plot, "--plot")  # before the solves, which may take minutes
@@ -50,6 +54,7 @@ def run(args) -> int:
     spec = load_hardware(args.hardware, allow_implausible=allow_implausible(args))  # HW first, as on the command line
     wl = load_workload(args.workload)
     per = gpus_per_node(spec)
+    fabric_note = None
     if args.search:
         counts = doubling_counts(spec, args.max_gpus)
     elif args.gpus:
@@ -59,22 +64,36 @@ def run(args) -> int:
     if max(counts) > MAX_SWEEP_GPUS:
         raise SpecError(f"{max(counts)} GPUs is more than a sweep plans for (at most {MAX_SWEEP_GPUS})",
                         field="--gpus")
+    if max(counts) > per or args.fabric is not None:
+        spec, fabric_note = with_fabric(spec, args.fabric)
     check_counts(spec, counts)  # refuse before solving anything
     tname, _ = template_of(spec)
-    err = make_console(stderr=True)
+    from placer.commands._common import limit_line
+    from placer.commands._progress import Heartbeat
 
-    def progress(p) -> None:
-        if p.planned:
-            err.print(f"  {p.gpus:>5} GPUs: {p.throughput_samples_per_s:,.0f} samples/s ({p.status}, "
-                      f"solved in {p.solve_wall_s:.1f} s)")
-        else:
-            err.print(f"  {p.gpus:>5} GPUs: {p.status}")
+    with Heartbeat() as heartbeat:
+        def starting(gpus: int) -> None:
+            what = f"{gpus} GPUs ({gpus // per} node(s))"
+            limit = config.time_limit_s if config.method == "ilp" else None
+            heartbeat.say(f"  {what}: solving {config.method}"
+                          + (", " + limit_line(config.time_limit_s) if limit is not None else ""))
+            heartbeat.begin(f"solving {what}", limit)
 
-    err.print(f"sweep {wl.name} on {', '.join(map(str, counts))} GPUs of template {tname} ({per} per node), "
-              f"method {config.method}" + (f", time limit {config.time_limit_s:g} s per count"
-                                           if config.method == "ilp" else ""))
-    points = run_sweep(spec, wl, counts, config, progress=progress,
-                       stop_at_throughput=args.target_throughput if args.search else None)
+        def progress(p) -> None:
+            heartbeat.end()
+            if p.planned:
+                heartbeat.say(f"  {p.gpus:>5} GPUs: {p.throughput_samples_per_s:,.0f} samples/s ({p.status}, "
+                              f"solved in {p.solve_wall_s:.1f} s)")
+            else:
+                heartbeat.say(f"  {p.gpus:>5} GPUs: {p.status}")
+
+        heartbeat.say(f"sweep {wl.name} on {', '.join(map(str, counts))} GPUs of template {tname} ({per} per node), "
+                      f"method {config.method}" + (f", time limit {config.time_limit_s:g} s per count"
+                                                   if config.method == "ilp" else ""))
+        if fabric_note:
+            heartbeat.say(f"  {fabric_note}")
+        points = run_sweep(spec, wl, counts, config, progress=progress, starting=starting,
+                           stop_at_throughput=args.target_throughput if args.search else None)
     answer = target_answer(points, args.target_throughput, args.search) if args.target_throughput else None
     title = f"{wl.name} on {tname} nodes ({per} GPUs each), {config.method}"
     if args.plot:
@@ -82,7 +101,8 @@ def run(args) -> int:
                     "--plot")
     if args.json:
         out = {"hardware": spec.name, "template": tname, "gpus_per_node": per, "workload": wl.name,
-               "method": config.method, "points": [p.as_dict() for p in points]}
+               "method": config.method, "points": [p.as_dict() for p in points],
+               "fabric": spec.fabric.model_dump() if spec.fabric is not None else None}
         if answer:
             out["target"] = {"throughput_samples_per_s": args.target_throughput, "gpus": answer[0],
                              "message": answer[1]}
@@ -90,6 +110,8 @@ def run(args) -> int:
     else:
         console = make_console()
         _table(points, title, console)
+        if fabric_note:
+            console.print(fabric_note, markup=False)
         if answer:
             console.print(("[green]" if answer[0] else "[yellow]") + f"target {answer[1]}[/]")
         if args.plot:

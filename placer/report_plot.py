@@ -1,0 +1,166 @@
+"""A picture of a plan (``placer solve/simulate --plot PNG``): per device, memory used against capacity (HBM for a
+GPU, DRAM for a host) and busy time by phase against the step, the bottleneck marked.
+
+With many devices (more than MAX_ALL_GPUS GPUs) the plot shows the busiest and the emptiest GPUs and hosts, the
+bottleneck's device always among them, and says how many it left out; a strip under the bars shows every GPU's
+busy time, sorted, so that the spread of a 128-GPU plan is visible. Times in ms, memory in GiB.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from placer.cost import PHASES
+
+#: up to this many GPUs every device is drawn; above it the busiest and emptiest
+MAX_ALL_GPUS = 16
+#: with many GPUs: how many of the busiest and of the emptiest are drawn
+BUSIEST, EMPTIEST = 6, 3
+PHASE_COLORS = {"embedding_forward": "#4c72b0", "forward_exchange": "#55a868", "dense": "#c44e52",
+                "backward_exchange": "#8fd18f", "embedding_backward": "#8172b3", "gradient_allreduce": "#ccb974"}
+PHASE_LABELS = {"embedding_forward": "emb fwd", "forward_exchange": "fwd x", "dense": "dense",
+                "backward_exchange": "bwd x", "embedding_backward": "emb bwd", "gradient_allreduce": "allreduce"}
+GiB = float(2**30)
+
+
+def phase_busy(v: dict, phase: str) -> float:
+    """A device's busy time in ``phase``, s: its busiest resource kind there (as the summary's table)."""
+    return max((s for k, s in v.get("busy_s", {}).items() if k.startswith(phase + ":")), default=0.0)
+
+
+def device_busy(v: dict) -> float:
+    """A device's busy time over the step, s (the sum of its phases)."""
+    return sum(phase_busy(v, ph) for ph in PHASES)
+
+
+def bottleneck_device(pred: dict) -> tuple[str | None, str | None]:
+    """(device, phase) of the predicted bottleneck ('node0/gpu3:stream (dense)'), None where it is not a
+    device's resource (a link, 'none')."""
+    text = pred.get("bottleneck") or ""
+    if " (" not in text:
+        return None, None
+    resource, phase = text.rsplit(" (", 1)
+    device = resource.split(":", 1)[0]
+    return (device if device in pred.get("devices", {}) else None), phase.rstrip(")")
+
+
+def select_devices(pred: dict) -> tuple[list[str], str]:
+    """The devices drawn, busiest first, and a note on what was left out ('' when nothing)."""
+    devices = pred.get("devices", {})
+    gpus = sorted((d for d, v in devices.items() if "hbm_used_bytes" in v), key=lambda d: -device_busy(devices[d]))
+    hosts = sorted((d for d, v in devices.items() if "host_used_bytes" in v), key=lambda d: -device_busy(devices[d]))
+    if len(gpus) <= MAX_ALL_GPUS:
+        return gpus + hosts, ""
+    bneck, _ = bottleneck_device(pred)
+    pick = gpus[:BUSIEST] + gpus[-EMPTIEST:]
+    hpick = hosts if len(hosts) <= 3 else hosts[:2] + hosts[-1:]
+    if bneck and bneck not in pick + hpick:
+        (pick if bneck in gpus else hpick).insert(0, bneck)
+    pick = sorted(set(pick), key=lambda d: -device_busy(devices[d]))
+    hpick = sorted(set(hpick), key=lambda d: -device_busy(devices[d]))
+    note = (f"{len(pick)} of {len(gpus)} GPUs ({BUSIEST} busiest, {EMPTIEST} emptiest"
+            + (", the bottleneck's" if bneck in gpus and gpus.index(bneck) >= BUSIEST else "") + ")"
+            + (f", {len(hpick)} of {len(hosts)} hosts" if len(hpick) < len(hosts) else ""))
+    return pick + hpick, note
+
+
+def _memory(v: dict) -> tuple[float, float, str]:
+    if "hbm_used_bytes" in v:
+        return v["hbm_used_bytes"], v["hbm_capacity_bytes"], "HBM"
+    return v["host_used_bytes"], v["host_capacity_bytes"], "host"
+
+
+def plot_plan(plan, path: str | Path, title: str | None = None) -> Path:
+    """Draw ``plan``'s prediction (plan.predicted) to ``path`` (PNG, or any type matplotlib writes)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pred = plan.predicted or {}
+    devices = pred.get("devices", {})
+    shown, note = select_devices(pred)
+    many = bool(note)
+    step_ms = pred.get("step_time_s", 0.0) * 1e3
+    bneck, bphase = bottleneck_device(pred)
+    rows = ["step"] + shown
+    height = 2.2 + 0.3 * len(rows) + (2.0 if many else 0)
+    fig = plt.figure(figsize=(12, height), layout="constrained")
+    grid = fig.add_gridspec(2 if many else 1, 2, width_ratios=[1, 2.2],
+                            height_ratios=[0.3 * len(rows) + 0.8, 1.6] if many else None)
+    ax_mem = fig.add_subplot(grid[0, 0])
+    ax_t = fig.add_subplot(grid[0, 1], sharey=ax_mem)
+    ys = list(range(len(rows)))[::-1]
+    y_of = dict(zip(rows, ys))
+    # memory: used share of capacity, with the amounts written
+    for d in shown:
+        used, cap, kind = _memory(devices[d])
+        share = 100 * used / cap if cap else 0.0
+        ax_mem.barh(y_of[d], share, color="#1f77b4" if kind == "HBM" else "#ff7f0e", height=0.65)
+        ax_mem.text(min(share, 100) + 2, y_of[d], f"{used / GiB:,.1f} / {cap / GiB:,.0f} GiB {kind}", va="center",
+                    fontsize=7)
+    ax_mem.axvline(100, color="k", lw=0.8)
+    ax_mem.set_xlim(0, 200)
+    ax_mem.set_xticks([0, 25, 50, 75, 100])
+    ax_mem.set_xlabel("memory used, % of capacity", fontsize=9)
+    ax_mem.set_title("memory (HBM: GPU, host: DRAM)", fontsize=10)
+    # busy time by phase: the step's phases on top, each device's busiest resource per phase below
+    left = 0.0
+    for ph in PHASES:
+        w = pred.get("phases_s", {}).get(ph, 0.0) * 1e3
+        ax_t.barh(y_of["step"], w, left=left, color=PHASE_COLORS[ph], height=0.65, label=PHASE_LABELS[ph])
+        left += w
+    for d in shown:
+        left = 0.0
+        for ph in PHASES:
+            w = phase_busy(devices[d], ph) * 1e3
+            mark = d == bneck and ph == bphase
+            ax_t.barh(y_of[d], w, left=left, color=PHASE_COLORS[ph], height=0.65,
+                      edgecolor="red" if mark else "none", linewidth=2 if mark else 0)
+            left += w
+        ax_t.text(left + step_ms * 0.01, y_of[d], f"{left:.2f} ms", va="center", fontsize=7)
+    ax_t.axvline(step_ms, color="k", ls="--", lw=0.8)
+    ax_t.text(step_ms, len(rows) - 0.45, f" step {step_ms:.2f} ms", fontsize=8, va="bottom")
+    ax_t.set_xlim(0, step_ms * 1.15 if step_ms else 1)
+    ax_t.set_xlabel("busy time, ms (per phase: the device's busiest stream or link; dashed: the step)", fontsize=9)
+    ax_t.set_title(f"busy time by phase; bottleneck (red outline): {pred.get('bottleneck', '?')}", fontsize=10)
+    fig.legend(*ax_t.get_legend_handles_labels(), ncol=6, fontsize=8, loc="outside lower center")
+    ax_mem.set_yticks(ys)
+    ax_mem.set_yticklabels(rows, fontsize=8)
+    plt.setp(ax_t.get_yticklabels(), visible=False)
+    for label in ax_mem.get_yticklabels():
+        if label.get_text() == bneck:
+            label.set_color("red")
+            label.set_fontweight("bold")
+        if label.get_text() == "step":
+            label.set_fontweight("bold")
+    ax_mem.set_ylim(-0.6, len(rows) + 0.1)
+    if many:
+        _spread(fig.add_subplot(grid[1, :]), devices, step_ms)
+    head = title or (f"plan {plan.method}: {plan.workload.name} on {plan.hardware.name}, step {step_ms:.2f} ms, "
+                     f"{pred.get('throughput_samples_per_s', 0):,.0f} samples/s")
+    fig.suptitle(head + (f"\nshowing {note}" if note else ""), fontsize=11)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return Path(path)
+
+
+def _spread(ax, devices: dict, step_ms: float) -> None:
+    """Every GPU's busy time (ms) and HBM use (% of capacity), GPUs sorted by busy time."""
+    gpus = sorted((d for d, v in devices.items() if "hbm_used_bytes" in v), key=lambda d: -device_busy(devices[d]))
+    busy = [device_busy(devices[d]) * 1e3 for d in gpus]
+    x = range(1, len(gpus) + 1)
+    ax.plot(x, busy, color="#c44e52", lw=1.2, label="busy time, ms")
+    ax.axhline(step_ms, color="k", ls="--", lw=0.8)
+    ax.set_ylim(0, step_ms * 1.1 if step_ms else 1)
+    ax.set_xlim(1, max(2, len(gpus)))
+    ax.set_ylabel("busy, ms", fontsize=8)
+    ax.set_xlabel(f"all {len(gpus)} GPUs, busiest first", fontsize=8)
+    twin = ax.twinx()
+    hbm = [100 * devices[d]["hbm_used_bytes"] / devices[d]["hbm_capacity_bytes"]
+           if devices[d]["hbm_capacity_bytes"] else 0.0 for d in gpus]
+    twin.plot(x, hbm, color="#1f77b4", lw=1.0, label="HBM used, %")
+    twin.set_ylim(0, 105)
+    twin.set_ylabel("HBM, %", fontsize=8)
+    lines = ax.get_lines()[:1] + twin.get_lines()
+    ax.legend(lines, [ln.get_label() for ln in lines], fontsize=7, loc="lower left")
+    ax.set_title("every GPU: busy time and HBM used", fontsize=9)
