@@ -15,8 +15,8 @@ from placer.program.ops import EVERY_GPU
 from placer.specs.workload import Workload
 from placer.topology import Topology
 
-#: the dense phase's share of the step above which the summary says the dense dtype decides the step
-DENSE_DECIDES_SHARE = 0.5
+#: the dense dtype decides the step when the dense phase is the step's longest and at least this share of it
+DENSE_DECIDES_SHARE = 0.3
 #: the dtype a plan is re-priced at when its dense part is slower (fp32, tf32, fp16 all compared against it)
 ALTERNATIVE_DENSE_DTYPE = "bf16"
 PHASE_WORDS = {"embedding_forward": "embedding forward", "forward_exchange": "forward exchange",
@@ -97,7 +97,7 @@ def step_insights(plan: Plan, topo: Topology, wl: Workload) -> dict:
     dense_s = phases.get("dense", 0.0)
     out["dense_share"] = dense_s / step
     dtype = wl.dense.dtype
-    if dtype != ALTERNATIVE_DENSE_DTYPE and dense_s / step >= DENSE_DECIDES_SHARE:
+    if dtype != ALTERNATIVE_DENSE_DTYPE and name == "dense" and dense_s / step >= DENSE_DECIDES_SHARE:
         alt = repriced_dense(plan, topo, wl, ALTERNATIVE_DENSE_DTYPE)
         if alt is not None:
             out["alternative"] = {"dtype": ALTERNATIVE_DENSE_DTYPE, "step_s": alt}

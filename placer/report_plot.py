@@ -69,8 +69,9 @@ def _memory(v: dict) -> tuple[float, float, str]:
     return v["host_used_bytes"], v["host_capacity_bytes"], "host"
 
 
-def plot_plan(plan, path: str | Path, title: str | None = None) -> Path:
-    """Draw ``plan``'s prediction (plan.predicted) to ``path`` (PNG, or any type matplotlib writes)."""
+def plot_plan(plan, path: str | Path, title: str | None = None, notes: list[str] = ()) -> Path:
+    """Draw ``plan``'s prediction (plan.predicted) to ``path`` (PNG, or any type matplotlib writes); ``notes``:
+    sentences written under the title (report_insight.step_insights' lines)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -83,7 +84,7 @@ def plot_plan(plan, path: str | Path, title: str | None = None) -> Path:
     step_ms = pred.get("step_time_s", 0.0) * 1e3
     bneck, bphase = bottleneck_device(pred)
     rows = ["step"] + shown
-    height = 2.2 + 0.3 * len(rows) + (2.0 if many else 0)
+    height = 2.2 + 0.3 * len(rows) + (2.0 if many else 0) + 0.2 * len(notes)
     fig = plt.figure(figsize=(12, height), layout="constrained")
     grid = fig.add_gridspec(2 if many else 1, 2, width_ratios=[1, 2.2],
                             height_ratios=[0.3 * len(rows) + 0.8, 1.6] if many else None)
@@ -138,10 +139,16 @@ def plot_plan(plan, path: str | Path, title: str | None = None) -> Path:
         _spread(fig.add_subplot(grid[1, :]), devices, step_ms)
     head = title or (f"plan {plan.method}: {plan.workload.name} on {plan.hardware.name}, step {step_ms:.2f} ms, "
                      f"{pred.get('throughput_samples_per_s', 0):,.0f} samples/s")
-    fig.suptitle(head + (f"\nshowing {note}" if note else ""), fontsize=11)
+    fig.suptitle("\n".join([head] + ([f"showing {note}"] if note else []) + [_wrap(n) for n in notes]), fontsize=10)
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return Path(path)
+
+
+def _wrap(text: str, width: int = 150) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width))
 
 
 def _spread(ax, devices: dict, step_ms: float) -> None:

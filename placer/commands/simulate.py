@@ -42,13 +42,14 @@ def run(args) -> int:
     plan = load_plan(args.plan)
     check_devices_exist(plan, topo, getattr(args, "gpus", None), file=args.plan)
     predicted = priced_plan(plan, topo, wl, file=args.plan)
-    write_plot(args, plan.model_copy(update={"predicted": predicted}))
+    from placer.report_insight import step_insights
+
+    priced = plan.model_copy(update={"predicted": predicted})
+    insights = step_insights(priced, topo, wl)["lines"] if getattr(args, "plot", None) or not args.json else []
+    write_plot(args, priced, insights)
     if args.json:
         sys.stdout.write(json.dumps({"method": plan.method, "predicted": predicted}, indent=1) + "\n")
     else:
-        from placer.report_insight import step_insights
-
-        priced = plan.model_copy(update={"predicted": predicted})
         plan_summary(priced, wl, make_console(), show_all=getattr(args, "all", False),
-                     tables=getattr(args, "tables", None), insights=step_insights(priced, topo, wl)["lines"])
+                     tables=getattr(args, "tables", None), insights=insights)
     return 0

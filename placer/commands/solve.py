@@ -99,13 +99,13 @@ def add_plot_argument(p: argparse.ArgumentParser) -> None:
                         "by phase against the step, the bottleneck marked (many GPUs: the busiest and emptiest)")
 
 
-def write_plot(args, plan) -> None:
-    """``--plot``: draw the plan; say so on stderr (stdout may be JSON)."""
+def write_plot(args, plan, notes: list[str] = ()) -> None:
+    """``--plot``: draw the plan (``notes``: the summary's insight lines); say so on stderr (stdout may be JSON)."""
     if getattr(args, "plot", None) is None:
         return
     from placer.report_plot import plot_plan
 
-    save_figure(lambda: plot_plan(plan, args.plot), args.plot, "--plot")
+    save_figure(lambda: plot_plan(plan, args.plot, notes=notes), args.plot, "--plot")
     print(f"plot written to {args.plot}", file=sys.stderr)
 
 
@@ -113,17 +113,18 @@ def _report(args, plan, wl, topo) -> None:
     """The plan written (-o), drawn (--plot), printed as JSON (--json) or summed up on the terminal."""
     from placer.report import plan_summary
 
+    from placer.report_insight import step_insights
+
     if args.output is not None:
         write_text(args.output, plan.to_json() + "\n", "-o/--output")
-    write_plot(args, plan)
+    insights = step_insights(plan, topo, wl)["lines"] if getattr(args, "plot", None) or not args.json else []
+    write_plot(args, plan, insights)
     if args.json:
         sys.stdout.write(plan.to_json() + "\n")
         return
-    from placer.report_insight import step_insights
-
     console = make_console()
     plan_summary(plan, wl, console, show_all=getattr(args, "all", False), tables=getattr(args, "tables", None),
-                 insights=step_insights(plan, topo, wl)["lines"])
+                 insights=insights)
     if plan.robustness and "step_time_s" in plan.robustness:
         from placer.skew import robustness_line
 
