@@ -24,8 +24,12 @@ PHASE_WORDS = {"embedding_forward": "embedding forward", "forward_exchange": "fo
                "embedding_backward": "embedding backward", "gradient_allreduce": "gradient all-reduce"}
 
 
+#: the re-priced step must be at least this much shorter for the summary to say the dtype decides the step
+DECIDES_SPEEDUP = 1.1
+
+
 def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.1f} ms"
+    return f"{seconds * 1e3:.1f} ms" if seconds >= 1e-3 else f"{seconds * 1e3:.3f} ms"
 
 
 def op_kinds_on(model: CostModel, plan: Plan, phase: int, resource: str) -> dict[str, float]:
@@ -71,6 +75,13 @@ def repriced_dense(plan: Plan, topo: Topology, wl: Workload, dtype: str) -> floa
         return None
 
 
+def _dense_kind(model: CostModel, plan: Plan) -> str:
+    """The op kind that fills the dense phase on the first GPU's stream ('elementwise ops')."""
+    stream = model.builder.gpu_streams[0] if model.builder.gpu_streams else None
+    kinds = op_kinds_on(model, plan, PHASES.index("dense"), stream) if stream else {}
+    return f"{max(kinds, key=kinds.get)} ops" if kinds else "its fixed costs"
+
+
 def step_insights(plan: Plan, topo: Topology, wl: Workload) -> dict:
     """The facts behind the summary's 'dominated by' lines: {'phase', 'phase_s', 'step_s', 'share', 'resource',
     'op_kinds' (kind -> s on that resource, largest first), 'dense_dtype', 'dense_share', 'alternative'
@@ -100,10 +111,16 @@ def step_insights(plan: Plan, topo: Topology, wl: Workload) -> dict:
     if dtype != ALTERNATIVE_DENSE_DTYPE and name == "dense" and dense_s / step >= DENSE_DECIDES_SHARE:
         alt = repriced_dense(plan, topo, wl, ALTERNATIVE_DENSE_DTYPE)
         if alt is not None:
-            out["alternative"] = {"dtype": ALTERNATIVE_DENSE_DTYPE, "step_s": alt}
-            out["lines"].append(
-                f"dense {dtype}: {dense_s / step:.0%} of the step ({_ms(dense_s)} of {_ms(step)}); the dense dtype "
-                f"decides the step: {ALTERNATIVE_DENSE_DTYPE} would make this plan {_ms(alt)} "
-                f"({step / alt:.1f}x faster; same placements re-priced, dense.dtype: {ALTERNATIVE_DENSE_DTYPE} "
-                "in the workload)")
+            decides = step / alt >= DECIDES_SPEEDUP
+            out["alternative"] = {"dtype": ALTERNATIVE_DENSE_DTYPE, "step_s": alt, "decides": decides}
+            head = f"dense {dtype}: {dense_s / step:.0%} of the step ({_ms(dense_s)} of {_ms(step)}); "
+            alt_dtype = ALTERNATIVE_DENSE_DTYPE
+            if decides:
+                out["lines"].append(head + f"the dense dtype decides the step: {alt_dtype} would make this plan "
+                                    f"{_ms(alt)} ({step / alt:.1f}x faster; the same placements re-priced with "
+                                    f"dense.dtype: {alt_dtype} in the workload)")
+            else:
+                out["lines"].append(head + f"{alt_dtype} would change it little ({_ms(alt)}, the same placements "
+                                    f"re-priced): the dense part is bound by {_dense_kind(model, plan)}, not its "
+                                    "dtype")
     return out

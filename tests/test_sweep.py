@@ -93,7 +93,9 @@ def test_refuses_counts_the_template_cannot_make():
 
 @pytest.mark.parametrize("argv", [
     [TWO_NODE, TINY, "--gpus", "8,12"],
-    [ONE_NODE, TINY, "--gpus", "8,16"],
+    [ONE_NODE, TINY, "--gpus", "8,16", "--fabric", "infini band"],
+    [ONE_NODE, TINY, "--gpus", "8,16", "--fabric", "infiniband:fast"],
+    [ONE_NODE, TINY, "--gpus", "8,16", "--fabric", "infiniband:-1"],
     [WORKSTATION, TINY, "--gpus", "4,8"],
     [TWO_NODE, TINY, "--gpus", "8,abc"],
     [TWO_NODE, TINY, "--search"],
@@ -162,3 +164,37 @@ def test_infeasible_counts_are_rows_and_efficiency_starts_at_first_plan(tmp_path
     assert pts[4]["status"] in ("optimal", "feasible") and pts[4]["efficiency"] == pytest.approx(1.0)
     # nothing fits anywhere: exit 3 (infeasible)
     assert main(["sweep", str(hw), str(wl), "--gpus", "2"]) == 3
+
+
+def test_one_node_spec_gets_the_default_fabric_or_the_named_one(capsys):
+    from placer.sweep import DEFAULT_FABRIC, parse_fabric, with_fabric
+
+    one = load_hardware(ONE_NODE)
+    spec, note = with_fabric(one, None)
+    assert spec.fabric.kind == "infiniband" and spec.fabric.latency_us == float(DEFAULT_FABRIC.split(":")[1])
+    assert "the default" in note
+    check_counts(spec, [8, 16])
+    spec, note = with_fabric(one, "roce:3")
+    assert (spec.fabric.kind, spec.fabric.latency_us) == ("roce", 3.0) and "--fabric" in note
+    two = load_hardware(TWO_NODE)
+    assert with_fabric(two, None) == (two, None)  # the spec's own fabric kept
+    assert parse_fabric("infiniband").latency_us == float(DEFAULT_FABRIC.split(":")[1])
+    with pytest.raises(SpecError, match="no NICs"):  # a fabric cannot make up NICs
+        check_counts(with_fabric(load_hardware(WORKSTATION), None)[0], [4, 8])
+
+
+def test_cli_one_node_sweep_replicates_the_node(capsys):
+    code, out = _sweep_json(capsys, ONE_NODE, TINY, "--gpus", "8,16", "--method", "greedy_size")
+    assert code == 0 and [p["gpus"] for p in out["points"]] == [8, 16]
+    assert out["fabric"] == {"kind": "infiniband", "latency_us": 1.5}
+    code, out = _sweep_json(capsys, ONE_NODE, TINY, "--gpus", "8,16", "--method", "greedy_size",
+                            "--fabric", "ethernet:4")
+    assert code == 0 and out["fabric"] == {"kind": "ethernet", "latency_us": 4.0}
+
+
+def test_cli_sweep_says_each_count_on_stderr(capsys):
+    assert main(["sweep", TWO_NODE, TINY, "--gpus", "8,16", "--time-limit", "5", "--json"]) == 0
+    cap = capsys.readouterr()
+    json.loads(cap.out)
+    assert "8 GPUs (1 node(s)): solving ilp, time limit 5 s" in cap.err
+    assert "16 GPUs (2 node(s)): solving ilp" in cap.err and "ends by" in cap.err
