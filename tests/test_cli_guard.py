@@ -131,6 +131,8 @@ def test_write_failure_after_the_solve_is_exit_2(tmp_path, capsys, monkeypatch):
     ["show", HW, "--plot", "{missing}"],
     ["show", TINY, "--plot", "{bogus}"],
     ["sweep", TWO_NODE, TINY, "--gpus", "8", "--plot", "{dir}"],
+    ["solve", HW, TINY, "--plot", "{dir}"],
+    ["solve", HW, TINY, "--plot", "{bogus}"],
     ["calibrate", "--device", "cpu", "--quick", "-o", "{dir}"],
     ["calibrate", "--device", "cpu", "--quick", "-o", "{missing}"],
 ])

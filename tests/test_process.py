@@ -316,7 +316,7 @@ def _spellings(path: Path, tmp: Path, rng: random.Random) -> str:
 
 #: command -> (its arguments with {hw} {wl} {plan} {data} for input files, the output flags it has)
 COMMANDS = {
-    "solve": (["solve", "{hw}", "{wl}", "--method", "greedy_size", "-q"], ["-o"]),
+    "solve": (["solve", "{hw}", "{wl}", "--method", "greedy_size", "-q"], ["-o", "--plot"]),
     "profile": (["profile", "{wl}", "{data}"], ["-o"]),
     "export": (["export", "--torchrec", "{hw}", "{wl}", "{plan}"], ["-o", "--python"]),
     "import": (["import", "--torchrec", "{plan}", "{hw}", "{wl}"], ["-o"]),
