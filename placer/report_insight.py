@@ -34,12 +34,14 @@ def _ms(seconds: float) -> str:
 
 def op_kinds_on(model: CostModel, plan: Plan, phase: int, resource: str) -> dict[str, float]:
     """Seconds per op kind that ``resource`` (a stream or a shared resource) carries in ``phase`` for ``plan``:
-    the dense model's ops and every placement's, a fused group's fixed cost once."""
+    the dense model's ops and every placement's (none in the dense phase: placements are not built for it), a
+    fused group's fixed cost once."""
     out: dict[str, float] = defaultdict(float)
     seen_once: set = set()
     ops = list(model.base_ops)
-    for p in plan.placements:
-        ops += model.placement_ops(p)
+    if PHASES[phase] != "dense":
+        for p in plan.placements:
+            ops += model.placement_ops(p)
     streams = set(model.builder.gpu_streams)
     for op in ops:
         if op.phase != phase:

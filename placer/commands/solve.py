@@ -112,7 +112,6 @@ def write_plot(args, plan, notes: list[str] = ()) -> None:
 def _report(args, plan, wl, topo) -> None:
     """The plan written (-o), drawn (--plot), printed as JSON (--json) or summed up on the terminal."""
     from placer.report import plan_summary
-
     from placer.report_insight import step_insights
 
     if args.output is not None:
