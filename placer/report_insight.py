@@ -84,10 +84,11 @@ def _dense_kind(model: CostModel, plan: Plan) -> str:
     return f"{max(kinds, key=kinds.get)} ops" if kinds else "its fixed costs"
 
 
-def step_insights(plan: Plan, topo: Topology, wl: Workload) -> dict:
+def step_insights(plan: Plan, topo: Topology, wl: Workload, reprice: bool = True) -> dict:
     """The facts behind the summary's 'dominated by' lines: {'phase', 'phase_s', 'step_s', 'share', 'resource',
     'op_kinds' (kind -> s on that resource, largest first), 'dense_dtype', 'dense_share', 'alternative'
-    ({'dtype', 'step_s'} or None), 'lines' (the sentences)}."""
+    ({'dtype', 'step_s'} or None), 'lines' (the sentences)}. ``reprice=False``: the plan is not re-priced at
+    another dense dtype (no time left under the command's limit); the line says how to get it."""
     pred = plan.predicted or {}
     phases = pred.get("phases_s", {})
     step = float(pred.get("step_time_s") or 0.0)
@@ -110,7 +111,10 @@ def step_insights(plan: Plan, topo: Topology, wl: Workload) -> dict:
     dense_s = phases.get("dense", 0.0)
     out["dense_share"] = dense_s / step
     dtype = wl.dense.dtype
-    if dtype != ALTERNATIVE_DENSE_DTYPE and name == "dense" and dense_s / step >= DENSE_DECIDES_SHARE:
+    if dtype != ALTERNATIVE_DENSE_DTYPE and name == "dense" and dense_s / step >= DENSE_DECIDES_SHARE and not reprice:
+        out["lines"].append(f"dense {dtype}: {dense_s / step:.0%} of the step; not re-priced at "
+                            f"{ALTERNATIVE_DENSE_DTYPE} (the time limit is spent): placer simulate gives it")
+    elif dtype != ALTERNATIVE_DENSE_DTYPE and name == "dense" and dense_s / step >= DENSE_DECIDES_SHARE:
         alt = repriced_dense(plan, topo, wl, ALTERNATIVE_DENSE_DTYPE)
         if alt is not None:
             decides = step / alt >= DECIDES_SPEEDUP

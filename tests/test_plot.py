@@ -89,6 +89,9 @@ def test_dense_dtype_line_is_the_same_plan_repriced():
     assert facts["alternative"]["step_s"] == pytest.approx(expected)
     assert expected < plan.predicted["step_time_s"]
     assert any(line.startswith("dense fp32: ") and "bf16 would make this plan" in line for line in facts["lines"])
+    spent = step_insights(plan, topo, wl, reprice=False)  # no time left under --time-limit: said, not re-priced
+    assert spent["alternative"] is None
+    assert any("not re-priced at bf16 (the time limit is spent)" in line for line in spent["lines"])
 
 
 def test_no_dtype_line_at_bf16():

@@ -56,10 +56,16 @@ def progress_reporter(quiet: bool, limit_s: float | None = None):
         yield lambda report: live.update(Text(line(report, time.perf_counter() - t0)))
 
 
+#: seconds of the time limit the summary's bf16 re-pricing needs (a second trace of the dense model, ~1.5 s here);
+#: with less left it is not done, and the summary says so (the limit is the whole command's)
+REPRICE_RESERVE_S = 2.0
+
+
 def run(args) -> int:
     from placer.plan import record_specs
     from placer.planner.solve import solve
 
+    called = time.perf_counter()
     if args.output is not None:
         check_output_path(args.output, "-o/--output")  # before the solve, which may take minutes
     if getattr(args, "plot", None) is not None:
@@ -78,7 +84,10 @@ def run(args) -> int:
         limit = config.time_limit_s if config.work_limit is None else None
         with progress_reporter(args.quiet, limit) as reporter:
             plan = solve(topo, wl, dataclasses.replace(config, progress=reporter))
-        _report(args, record_specs(plan, topo.spec, wl), wl, topo)  # record_specs: what-ifs name what changed
+        left = None if config.work_limit is not None else \
+            config.time_limit_s - (time.perf_counter() - (started if started is not None else called))
+        _report(args, record_specs(plan, topo.spec, wl), wl, topo,  # record_specs: what-ifs name what changed
+                reprice=left is None or left >= REPRICE_RESERVE_S)
     return 0
 
 
@@ -109,14 +118,16 @@ def write_plot(args, plan, notes: list[str] = ()) -> None:
     print(f"plot written to {args.plot}", file=sys.stderr)
 
 
-def _report(args, plan, wl, topo) -> None:
-    """The plan written (-o), drawn (--plot), printed as JSON (--json) or summed up on the terminal."""
+def _report(args, plan, wl, topo, reprice: bool = True) -> None:
+    """The plan written (-o), drawn (--plot), printed as JSON (--json) or summed up on the terminal (``reprice``:
+    whether the time limit leaves room to re-price the plan at another dense dtype)."""
     from placer.report import plan_summary
     from placer.report_insight import step_insights
 
     if args.output is not None:
         write_text(args.output, plan.to_json() + "\n", "-o/--output")
-    insights = step_insights(plan, topo, wl)["lines"] if getattr(args, "plot", None) or not args.json else []
+    insights = step_insights(plan, topo, wl, reprice)["lines"] if getattr(args, "plot", None) or not args.json \
+        else []
     write_plot(args, plan, insights)
     if args.json:
         sys.stdout.write(plan.to_json() + "\n")
