@@ -224,10 +224,10 @@ def run_mip(prob: pulp.LpProblem, backend: str, budget: Budget, seconds: float, 
 
 
 def _solve(prob: pulp.LpProblem, solver) -> None:
-    swallow_banner()  # PuLP's HiGHS class makes a highspy.Highs before it can silence it
     """``prob.solve(solver)``, but a HiGHS MIP stopped by its node or solution limit (a work budget's limit:
     PuLP 3.3 has no status for it and raises KeyError) keeps HiGHS's best solution, if any, as integer feasible
     (not proven), as a MIP stopped by its time limit does."""
+    swallow_banner()  # PuLP's HiGHS class makes a highspy.Highs before it can silence it
     try:
         prob.solve(solver)
     except KeyError:
