@@ -13,8 +13,10 @@ PHASE_SHORT = {"embedding_forward": "emb fwd", "forward_exchange": "fwd x", "den
                "backward_exchange": "bwd x", "embedding_backward": "emb bwd", "gradient_allreduce": "allreduce"}
 
 
-def _phase_busy(busy: dict[str, float], phase: str) -> float:
-    return max((v for k, v in busy.items() if k.startswith(phase + ":")), default=0.0)
+def phase_busy(v: dict, phase: str) -> float:
+    """A device's busy time in ``phase``, s (``v``: its entry of predicted['devices']): its busiest resource kind
+    there, as the summary's table and the plot (report_plot.py) show it."""
+    return max((s for k, s in v.get("busy_s", {}).items() if k.startswith(phase + ":")), default=0.0)
 
 
 TABLE_KINDS = ("host", "hbm", "uvm", "split", "fp16")
@@ -47,8 +49,9 @@ def table_matches(p, which: str | None) -> bool:
     return False
 
 
-def _device_busy(v: dict) -> float:
-    return sum(_phase_busy(v.get("busy_s", {}), ph) for ph in PHASES)
+def device_busy(v: dict) -> float:
+    """A device's busy time over the step, s: the sum of its phases' (``phase_busy``)."""
+    return sum(phase_busy(v, ph) for ph in PHASES)
 
 
 def plan_summary(plan: Plan, workload, console: Console, max_tables: int = 12, max_devices: int = 16,
@@ -71,14 +74,14 @@ def plan_summary(plan: Plan, workload, console: Console, max_tables: int = 12, m
         t.add_column(PHASE_SHORT[ph], justify="right")
     shown = gpus[:max_devices] + hosts[:max(2, max_devices - len(gpus[:max_devices]))]
     if show_all:
-        shown = sorted(gpus + hosts, key=lambda d: -_device_busy(devices[d]))
+        shown = sorted(gpus + hosts, key=lambda d: -device_busy(devices[d]))
     for d in shown:
         v = devices[d]
         if "hbm_used_bytes" in v:
             mem = f"{fmt_bytes(v['hbm_used_bytes'])} / {fmt_bytes(v['hbm_capacity_bytes'])}"
         else:
             mem = f"host {fmt_bytes(v['host_used_bytes'])} / {fmt_bytes(v['host_capacity_bytes'])}"
-        t.add_row(d, mem, *[fmt_seconds(_phase_busy(v.get("busy_s", {}), ph)) for ph in PHASES])
+        t.add_row(d, mem, *[fmt_seconds(phase_busy(v, ph)) for ph in PHASES])
     if len(gpus) + len(hosts) > len(shown):
         t.add_row(f"... {len(gpus) + len(hosts) - len(shown)} more", "", *[""] * len(PHASES))
     t.add_row("[bold]step (max per phase)[/]", "",

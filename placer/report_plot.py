@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from placer.cost import PHASES
+from placer.report import PHASE_SHORT, device_busy, phase_busy
 
 #: up to this many GPUs every device is drawn; above it the busiest and emptiest
 MAX_ALL_GPUS = 16
@@ -17,19 +18,7 @@ MAX_ALL_GPUS = 16
 BUSIEST, EMPTIEST = 6, 3
 PHASE_COLORS = {"embedding_forward": "#4c72b0", "forward_exchange": "#55a868", "dense": "#c44e52",
                 "backward_exchange": "#8fd18f", "embedding_backward": "#8172b3", "gradient_allreduce": "#ccb974"}
-PHASE_LABELS = {"embedding_forward": "emb fwd", "forward_exchange": "fwd x", "dense": "dense",
-                "backward_exchange": "bwd x", "embedding_backward": "emb bwd", "gradient_allreduce": "allreduce"}
 GiB = float(2**30)
-
-
-def phase_busy(v: dict, phase: str) -> float:
-    """A device's busy time in ``phase``, s: its busiest resource kind there (as the summary's table)."""
-    return max((s for k, s in v.get("busy_s", {}).items() if k.startswith(phase + ":")), default=0.0)
-
-
-def device_busy(v: dict) -> float:
-    """A device's busy time over the step, s (the sum of its phases)."""
-    return sum(phase_busy(v, ph) for ph in PHASES)
 
 
 def bottleneck_device(pred: dict) -> tuple[str | None, str | None]:
@@ -108,7 +97,7 @@ def plot_plan(plan, path: str | Path, title: str | None = None, notes: list[str]
     left = 0.0
     for ph in PHASES:
         w = pred.get("phases_s", {}).get(ph, 0.0) * 1e3
-        ax_t.barh(y_of["step"], w, left=left, color=PHASE_COLORS[ph], height=0.65, label=PHASE_LABELS[ph])
+        ax_t.barh(y_of["step"], w, left=left, color=PHASE_COLORS[ph], height=0.65, label=PHASE_SHORT[ph])
         left += w
     for d in shown:
         left = 0.0
