@@ -111,10 +111,12 @@ def step_insights(plan: Plan, topo: Topology, wl: Workload, reprice: bool = True
     dense_s = phases.get("dense", 0.0)
     out["dense_share"] = dense_s / step
     dtype = wl.dense.dtype
-    if dtype != ALTERNATIVE_DENSE_DTYPE and name == "dense" and dense_s / step >= DENSE_DECIDES_SHARE and not reprice:
+    if dtype == ALTERNATIVE_DENSE_DTYPE or name != "dense" or dense_s / step < DENSE_DECIDES_SHARE:
+        return out
+    if not reprice:
         out["lines"].append(f"dense {dtype}: {dense_s / step:.0%} of the step; not re-priced at "
                             f"{ALTERNATIVE_DENSE_DTYPE} (the time limit is spent): placer simulate gives it")
-    elif dtype != ALTERNATIVE_DENSE_DTYPE and name == "dense" and dense_s / step >= DENSE_DECIDES_SHARE:
+    else:
         alt = repriced_dense(plan, topo, wl, ALTERNATIVE_DENSE_DTYPE)
         if alt is not None:
             decides = step / alt >= DECIDES_SPEEDUP
