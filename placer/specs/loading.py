@@ -125,10 +125,11 @@ def _known_names(model: type[BaseModel] | None) -> set[str]:
 def _did_you_mean(pairs: list[tuple[str, str]], model: type[BaseModel] | None) -> list[tuple[str, str]]:
     """An unknown field gets "did you mean 'x'?": a required field missing beside it first (whose own
     "Field required" error is then dropped: the typo is the one mistake), else the nearest name placer knows."""
-    missing = {f.rpartition(".")[0]: [] for f, m in pairs if m == "Field required"}
+    missing: dict[str, list[str]] = {}  # parent path -> its required fields that are missing
     for f, m in pairs:
         if m == "Field required":
-            missing[f.rpartition(".")[0]].append(f.rpartition(".")[2])
+            parent, _, name = f.rpartition(".")
+            missing.setdefault(parent, []).append(name)
     known = sorted(_known_names(model))
     out, dropped = [], set()
     for f, m in pairs:

@@ -102,11 +102,6 @@ def implausible_values(spec) -> list[Finding]:
     return out
 
 
-def hardware_warnings(spec) -> list[tuple[str, str]]:
-    """(field path, message) for every value of a HardwareSpec outside its realistic range."""
-    return [(f.field, f.message) for f in implausible_values(spec)]
-
-
 def check_plausible(spec, file: str | None, allow_implausible: bool = False) -> list[Finding]:
     """Refuse likely unit mistakes (SpecError naming the file and every such field, exit 2) unless
     ``allow_implausible``; issue one SpecWarning per other value outside its range ("file: field: message"),
@@ -124,12 +119,6 @@ def check_plausible(spec, file: str | None, allow_implausible: bool = False) -> 
     for f in found:
         warnings.warn(f"{file + ': ' if file else ''}{f.field}: {f.message}", SpecWarning, stacklevel=3)
     return found
-
-
-def warn_implausible(spec, file: str | None) -> list[tuple[str, str]]:
-    """Issue one SpecWarning per value outside its realistic range, mistakes included ("file: field: message");
-    returns them (for callers that accept every value: a spec placer itself measured)."""
-    return [(f.field, f.message) for f in check_plausible(spec, file, allow_implausible=True)]
 
 
 def print_spec_warnings_plainly() -> None:
