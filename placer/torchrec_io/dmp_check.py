@@ -144,30 +144,41 @@ def _projection(tables, batch: int, step: int) -> dict:
     return out
 
 
-def _module_at(path: str, leaf):
-    """A module holding ``leaf`` at the dotted ``path`` (e.g. sparse_arch.embedding_bag_collection), whose
-    forward calls whatever sits at that path (DMP swaps in the sharded module)."""
+def attach_at_path(root, path: str, leaf):
+    """Put ``leaf`` into the module ``root`` at the dotted ``path`` (e.g. sparse_arch.embedding_bag_collection),
+    empty modules made for the parts before it; returns ``root``."""
     import torch
 
-    parts = path.split(".") if path else []
-    if not parts:
+    *parents, last = path.split(".")
+    cur = root
+    for name in parents:
+        child = torch.nn.Module()
+        setattr(cur, name, child)
+        cur = child
+    setattr(cur, last, leaf)
+    return root
+
+
+def module_at_path(root, path: str):
+    """Whatever sits in ``root`` at the dotted ``path`` now (after DMP: the sharded module it swapped in)."""
+    for name in path.split("."):
+        root = getattr(root, name)
+    return root
+
+
+def _module_at(path: str, leaf):
+    """A module holding ``leaf`` at the dotted ``path``, whose forward calls whatever sits at that path (DMP
+    swaps in the sharded module); ``leaf`` itself where the path is empty."""
+    import torch
+
+    if not path:
         return leaf
 
     class Root(torch.nn.Module):
         def forward(self, kjt):
-            m = self
-            for name in parts:
-                m = getattr(m, name)
-            return m(kjt)
+            return module_at_path(self, path)(kjt)
 
-    root = Root()
-    cur = root
-    for name in parts[:-1]:
-        child = torch.nn.Module()
-        setattr(cur, name, child)
-        cur = child
-    setattr(cur, parts[-1], leaf)
-    return root
+    return attach_at_path(Root(), path, leaf)
 
 
 def _local_pieces(value):

@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from placer.torchrec_io.dmp_check import free_port, init_group
+from placer.torchrec_io.dmp_check import attach_at_path, free_port, init_group, module_at_path
 
 _OPTIMIZERS = {"sgd": "EXACT_SGD", "adagrad": "EXACT_ROWWISE_ADAGRAD", "rowwise_adagrad": "EXACT_ROWWISE_ADAGRAD",
                "adam": "ADAM"}
@@ -74,22 +74,11 @@ def _net(path: str, ebc, width: int):
     """A module with ``ebc`` at the dotted ``path`` and a linear head (``placer_head``) over its pooled output."""
     import torch
 
-    parts = path.split(".")
-
     class Net(torch.nn.Module):
         def forward(self, kjt):
-            m = self
-            for name in parts:
-                m = getattr(m, name)
-            return self.placer_head(m(kjt).values()).squeeze(-1)
+            return self.placer_head(module_at_path(self, path)(kjt).values()).squeeze(-1)
 
-    net, cur = Net(), None
-    cur = net
-    for name in parts[:-1]:
-        child = torch.nn.Module()
-        setattr(cur, name, child)
-        cur = child
-    setattr(cur, parts[-1], ebc)
+    net = attach_at_path(Net(), path, ebc)
     net.placer_head = torch.nn.Linear(width, 1)
     return net
 
