@@ -91,16 +91,13 @@ def load_name_map(value: str | None, wl: Workload) -> NameMap:
         return identity(wl)
     if value in NAME_PRESETS:
         return dlrm_preset(wl)
-    from placer.specs.documents import parse_document
-    from placer.specs.files import read_text_guarded
+    from placer.specs.loading import read_document
 
-    text = read_text_guarded(value, what="name map")
-    data = parse_document(text, value, json_syntax=value.endswith(".json"))
-    if not isinstance(data, dict) or not set(data) <= {"tables", "features"} or not data:
+    data = read_document(value)  # guarded read, YAML or JSON by the name, a mapping (SpecError naming the file)
+    if not set(data) <= {"tables", "features"} or not data:
         raise SpecError(f"expected a mapping with 'tables' and/or 'features' (or the preset "
                         f"{', '.join(NAME_PRESETS)}), got {data!r:.80}", file=value,
-                        field=next((k for k in data if k not in ("tables", "features")), None)
-                        if isinstance(data, dict) else None)
+                        field=next((k for k in data if k not in ("tables", "features")), None))
     return NameMap(_part(data, "tables", [t.name for t in wl.tables], value),
                    _part(data, "features", [f.name for f in wl.resolved_features], value), value)
 
