@@ -403,9 +403,7 @@ def _tidy(out: Path) -> None:
     fidelity JSON, the re-solved plans too; remove them so the rest fits."""
     for p in out.glob("stage-*.json"):
         p.unlink()
-    for p in (out / "plans.jsonl",):
-        if p.exists():
-            p.unlink()
+    (out / "plans.jsonl").unlink(missing_ok=True)
     if (out / "resolved").exists():
         shutil.rmtree(out / "resolved")
 

@@ -123,7 +123,6 @@ class Micro:
                 dist = "uniform" if alpha is None else f"zipf{alpha}"
                 for c in (16, 128):
                     grad = torch.rand((n // BAG, c), device=dev)
-                    rows = grad.index_select(0, sorted_bags)
                     seg = torch.repeat_interleave(torch.arange(counts.numel(), device=dev), counts, output_size=n)
                     forms = {"runner": lambda: kernels.segment_reduce(grad, sorted_bags, counts),
                              "torch.segment_reduce": lambda: torch.segment_reduce(
@@ -136,7 +135,7 @@ class Micro:
                                  [Sample("segment_reduce", {"row_bytes": 4 * c, "lookups": n}, t, "")],
                                  distinct=uniq.numel(), hottest=top)
                     self.say(f"reduce n={n} {dist} c={c}: hottest row {top} lookups")
-                    del grad, rows, seg
+                    del grad, seg
 
     def sorts(self) -> None:
         dev = self.device

@@ -57,7 +57,6 @@ def main(argv=None) -> int:
             uniq, counts, sorted_bags = kernels.sort(ids, torch.arange(n) // BAG)
             for c in (16, 128):
                 grad = torch.rand((n // BAG, c))
-                rows_ = grad.index_select(0, sorted_bags)
                 t = {"runner": _median_s(lambda: kernels.segment_reduce(grad, sorted_bags, counts), args.runs),
                      "split_runs": _median_s(lambda: kernels.split_runs_sum(grad.index_select(0, sorted_bags),
                                                                             counts), args.runs),
@@ -71,7 +70,6 @@ def main(argv=None) -> int:
                 print(f"{dist:9} {n:>8} {c:>4} {row['hottest']:>8} {t['runner'] * 1e3:>10.3f} "
                       f"{t['split_runs'] * 1e3:>9.3f} {t['torch_segment_reduce'] * 1e3:>10.3f} "
                       f"{row['split_over_runner']:>12.2f}")
-                del rows_
     write_json(out, {"command": "python3 validation/reduce_cpu.py " + " ".join(argv or sys.argv[1:]), "date": date,
                      "threads": args.threads, "runs": args.runs, "torch": torch.__version__, **environment(),
                      "rows": rows})
