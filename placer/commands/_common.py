@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import time
 
 from placer import argtypes as _args
 from placer.options import OptionConfig
@@ -35,10 +36,8 @@ def limit_line(limit_s: float, remaining_s: float | None = None, what: str = "ti
     """'time limit 60 s (the default; --time-limit S to change): ends by 10:31:05' for stderr: the limit, whether
     it is the default (or ``source``), and the wall-clock time it ends at (``remaining_s`` from now, default the
     whole limit)."""
-    import time as _time
-
     left = limit_s if remaining_s is None else max(0.0, remaining_s)
-    end = _time.strftime("%H:%M:%S", _time.localtime(_time.time() + left))
+    end = time.strftime("%H:%M:%S", time.localtime(time.time() + left))
     if source is None:
         source = "the default; --time-limit S to change" if limit_s == DEFAULT_TIME_LIMIT_S else "--time-limit"
     return f"{what} {limit_s:g} s ({source}): ends by {end}"

@@ -16,7 +16,8 @@ import time
 
 from placer.report import make_console
 
-from placer.commands._common import add_hw_wl, add_solver_options, load_pair, solve_config
+from placer.commands._common import add_hw_wl, add_solver_options, limit_line, load_pair, solve_config
+from placer.commands._progress import Heartbeat
 
 #: seconds of the budget kept back from the ILP's solver limit for its model building and pricing
 ILP_MARGIN_S = 2.0
@@ -141,8 +142,6 @@ def compare_rows(topo, wl, args, started: float | None = None, heartbeat=None) -
                 limit = ilp_time_limit(deadline - time.perf_counter())
                 config = replace(config, time_limit_s=limit)
                 extra = {"time_limit_s": limit}
-                from placer.commands._common import limit_line
-
                 say(f"  [{i}/{len(order)}] ilp: " + limit_line(round(limit, 1), what="solver limit",
                                                               source="what the budget leaves"))
             else:
@@ -227,9 +226,6 @@ def run(args) -> int:
     if args.methods is not None:
         parse_methods(args.methods)  # refuse a typo before loading and solving anything
     solve_config(args)
-    from placer.commands._common import limit_line
-    from placer.commands._progress import Heartbeat
-
     with Heartbeat() as heartbeat:
         heartbeat.say("compare: " + limit_line(float(args.time_limit), what="time budget") + " (the whole comparison)")
         topo, wl = load_pair(args)

@@ -7,7 +7,7 @@ import json
 import sys
 
 from placer import argtypes as _args
-from placer.commands._common import add_hw_wl, add_solver_options, allow_implausible, solve_config
+from placer.commands._common import add_hw_wl, add_solver_options, allow_implausible, limit_line, solve_config
 from placer.commands._output import check_plot_path, save_figure
 from placer.report import make_console
 
@@ -68,7 +68,6 @@ def run(args) -> int:
         spec, fabric_note = with_fabric(spec, args.fabric)
     check_counts(spec, counts)  # refuse before solving anything
     tname, _ = template_of(spec)
-    from placer.commands._common import limit_line
     from placer.commands._progress import Heartbeat
 
     with Heartbeat() as heartbeat:
