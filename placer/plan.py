@@ -362,11 +362,11 @@ def check_plan(plan: Plan, topology, workload, *, file: str | None = None, check
                                 f"{t.rows} rows x {t.dim} dims", file=file, field=f)
             if p.sharding == "host" and s.hbm_rows:
                 raise SpecError("a host shard has no HBM rows", file=file, field=f"{f}.hbm_rows")
-        whole_pieces = geometry_label(p, t) is not None
-        if whole_pieces:  # several whole copies labelled table_wise: named as data_parallel, not as an overlap
+        if geometry_label(p, t) is not None:  # several whole copies labelled table_wise: data_parallel, not an overlap
             _check_label(p, t, file, where)
-        _check_coverage(p, t, file, where)
-        if not whole_pieces:  # a grid that covers the table exactly: no label describes it
+            _check_coverage(p, t, file, where)
+        else:  # coverage faults first; a grid that covers the table exactly: no label describes it
+            _check_coverage(p, t, file, where)
             _check_label(p, t, file, where)
     missing = [n for n in tables if n not in seen]
     if missing:
