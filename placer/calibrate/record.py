@@ -116,6 +116,8 @@ class Calibration:
     host_read_mechanism: str = ""
     workloads: list[str] = field(default_factory=list)
     wall_s: float = 0.0
+    #: the collectives between the ranks of a ``--nproc N`` calibration (placer.calibrate.ranks.Collectives)
+    ranks: object = None
 
     @property
     def unified(self) -> bool:

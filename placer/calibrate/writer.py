@@ -150,8 +150,7 @@ def _template_items(cal: Calibration, gpus: int, checks: dict[str, dict[str, lis
     v = cal.values
     m = lambda key, k=None, cast=float: Item(k or key, cast(v[key].value), f"{src}: {v[key].how}")
     gpu = [Item("model", cal.device_name),
-           Item("count", gpus, f"{src}: " + (f"--gpus {gpus}: the one device measured, replicated" if gpus > 1
-                                              else "the one device measured")),
+           Item("count", gpus, f"{src}: " + _count_how(cal, gpus)),
            m("hbm_GiB"), m("hbm_bw_GBps"), m("hbm_gather_efficiency"), m("hbm_reserve_GiB"),
            Item("peak_TFLOPs", children=[Item(k, p.value, f"{src}: {p.how}") for k, p in cal.peaks.items()]),
            m("compute_efficiency"), m("kernel_launch_us"), m("host_read_efficiency"),
@@ -161,7 +160,9 @@ def _template_items(cal: Calibration, gpus: int, checks: dict[str, dict[str, lis
     if cal.host_costs is not None:
         host.append(Item("op_costs", children=_op_cost_items(cal.host_costs, src, checks.get("host", {}))))
     between = ["gpu*", "host"] if gpus > 1 else ["gpu0", "host"]
-    link = Item("-", children=[Item("kind", "pcie"), Item("between", between),
+    kind = Item("kind", "network", "loopback TCP between the rank processes (gloo)") if cal.ranks else \
+        Item("kind", "pcie")
+    link = Item("-", children=[kind, Item("between", between),
                                m("link_bw_GBps", "bw_GBps"),
                                Item("efficiency", min(1.0, v["link_efficiency"].value),
                                     f"{src}: {v['link_efficiency'].how}"),
@@ -172,6 +173,19 @@ def _template_items(cal: Calibration, gpus: int, checks: dict[str, dict[str, lis
                                                   "memory, host memory and the link are one RAM, one set of cores"))
     items += [Item("gpus", children=gpu), Item("host", children=host), Item("links", children=[link])]
     return items
+
+
+def _count_how(cal: Calibration, gpus: int) -> str:
+    if cal.ranks:
+        return (f"--nproc {gpus}: the ranks of `placer run --device cpu --nproc {gpus}`, one measured with "
+                f"{gpus - 1} busy neighbours")
+    return f"--gpus {gpus}: the one device measured, replicated" if gpus > 1 else "the one device measured"
+
+
+def _describe(cal: Calibration) -> str:
+    if cal.ranks:
+        return f"{cal.ranks.world} CPU processes of {cal.device_name} over loopback gloo, measured by placer calibrate"
+    return f"measured by placer calibrate on {cal.device_name}"
 
 
 def template(cal: Calibration, gpus: int = 1) -> NodeTemplate:
@@ -196,7 +210,8 @@ def to_yaml(cal: Calibration, name: str | None = None, gpus: int = 1) -> str:
     src = source(cal)
     kind = "cpu" if cal.unified else "gpu"
     name = name or f"{socket.gethostname().split('.')[0] or 'local'}-{kind}-calibrated"
-    flags = " --quick" if cal.quick else ""
+    flags = f" --nproc {cal.ranks.world}" if cal.ranks else ""
+    flags += " --quick" if cal.quick else ""
     flags += "".join(f" --workload {w}" for w in cal.workloads)
     lines = [f"# Hardware spec measured by `placer calibrate{flags}` ({'CPU run' if cal.unified else str(cal.device)}, "
              f"{cal.threads} torch threads) in {cal.wall_s:.0f} s.",
@@ -212,7 +227,15 @@ def to_yaml(cal: Calibration, name: str | None = None, gpus: int = 1) -> str:
              "# traffic is priced warm by the share the warm copy rate at its memory's size gives (caches).",
              "# fixed_us.dense_op: least squares over synthetic dense models' real steps (not the shipped",
              "# workloads) of what each traced op costs beyond its bare price."]
-    if cal.unified:
+    if cal.ranks:
+        lines += [f"# {cal.ranks.world} CPU processes of one machine, one torch thread each: the 'GPUs' are the ranks "
+                  f"of `placer run",
+                  f"# --device cpu --nproc {cal.ranks.world}` (gloo over loopback). op_costs: one rank measured while "
+                  f"{cal.ranks.world - 1} other(s)",
+                  "# worked beside it (gathers and GEMMs); the link: the all-to-all between the ranks, each timed after",
+                  "# a burst of compute as a step meets it (placer/calibrate/ranks.py). Unified memory: the ranks share",
+                  "# one RAM (host.dram_GiB) and its cores, host-table work runs on the first rank's stream."]
+    elif cal.unified:
         lines += ["# CPU run (unified memory): the 'GPU' is the CPU training process (placer run --device cpu); its",
                   "# memory, the host's and the 'link' are one RAM (host.dram_GiB), and host-table work runs on the",
                   "# same cores (one stream), so op_costs are the device's only."]
@@ -221,7 +244,7 @@ def to_yaml(cal: Calibration, name: str | None = None, gpus: int = 1) -> str:
                   "links are not measured: with gpus.count > 1 their traffic routes through the host here."]
     lines += [f"# Note: {n}" for n in cal.notes]
     lines += ["schema_version: 1", f"name: {name}",
-              f"description: measured by placer calibrate on {cal.device_name} ({cal.date})", "templates:"]
+              f"description: {_describe(cal)} ({cal.date})", "templates:"]
     tree = [Item("local", children=_template_items(cal, gpus, _checks(cal)))]
     lines += render(tree, 2)
     lines += ["nodes:", "  - template: local",

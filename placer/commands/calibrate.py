@@ -29,6 +29,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpus", type=_args.int_range(1, MAX_CALIBRATE_GPUS, "a GPU count"), default=1, metavar="N",
                    help=f"GPUs per node to write, 1..{MAX_CALIBRATE_GPUS} (the one measured device replicated; "
                         "default 1)")
+    p.add_argument("--nproc", type=_args.int_range(2, MAX_CALIBRATE_GPUS, "a process count"), default=None,
+                   metavar="N", help="--device cpu only: a machine of N rank processes as `placer run --nproc N` "
+                                     "runs them (one torch thread each): one rank measured while N-1 others work, "
+                                     "then the gloo all-to-all and all-reduce between N processes; writes N 'GPUs' "
+                                     "linked by that all-to-all")
     p.add_argument("--name", default=None, help="spec name (default <hostname>-cpu|gpu-calibrated)")
     p.add_argument("--threads", type=_args.threads, default=None, metavar="N",
                    help=f"torch CPU threads, 1..{_args.MAX_THREADS} (default: torch's choice)")
@@ -38,7 +43,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     import torch
 
-    from placer.calibrate import calibrate, price, to_yaml
+    from placer.calibrate import calibrate, to_yaml
+    from placer.calibrate.ranks import BusyNeighbours, measure_collectives
+    from placer.calibrate.ranks import apply as apply_collectives
     from placer.errors import PlacerError, SpecError
     from placer.runner.run import resolve_device
     from placer.specs import load_hardware, load_workload
@@ -49,6 +56,16 @@ def run(args) -> int:
         raise SpecError("--threads must be >= 1")
     check_output_path(args.output, "-o/--output")  # before the measurements, which take a minute
     device = resolve_device(args.device)
+    nproc = getattr(args, "nproc", None)
+    if nproc is not None:
+        if device.type != "cpu":
+            raise SpecError(f"--nproc {nproc} calibrates CPU rank processes: use it with --device cpu")
+        if args.gpus != 1:
+            raise SpecError("--nproc N writes N 'GPUs' itself: leave --gpus out")
+        if args.threads not in (None, 1):
+            raise SpecError(f"--nproc {nproc}: every rank runs one torch thread (placer run --nproc); leave --threads "
+                            "out or give 1")
+        args.threads, args.gpus = 1, nproc
     if not args.json:
         from placer.run_cli import warn_if_oversubscribed
 
@@ -58,11 +75,16 @@ def run(args) -> int:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
+    say = None if args.json else (lambda msg: err.print(f"[dim]measuring {escape(msg)}...[/]"))
     try:
-        cal = calibrate(device, quick=args.quick, workloads=workloads, gpus=args.gpus,
-                        progress=None if args.json else (lambda msg: err.print(f"[dim]measuring {escape(msg)}...[/]")))
+        with BusyNeighbours(nproc - 1 if nproc else 0):
+            cal = calibrate(device, quick=args.quick, workloads=workloads, gpus=args.gpus, progress=say)
     finally:
         torch.set_num_threads(threads_before)
+    if nproc:
+        if say:
+            say(f"gloo all-to-all and all-reduce between {nproc} processes")
+        apply_collectives(cal, measure_collectives(nproc, quick=args.quick))
     text = to_yaml(cal, name=args.name, gpus=args.gpus)
     out = Path(args.output)
     write_text(out, text, "-o/--output")
@@ -76,6 +98,7 @@ def run(args) -> int:
                 "torch_version": cal.torch_version, "date": cal.date, "quick": cal.quick, "wall_s": cal.wall_s,
                 "threads": cal.threads, "unified_memory": cal.unified, "host_read_mechanism": cal.host_read_mechanism,
                 "workloads": cal.workloads, "notes": cal.notes,
+                "collectives": cal.ranks.to_json() if cal.ranks else None,
                 "values": {k: {"value": m.value, "how": m.how} for k, m in cal.values.items()},
                 "peak_TFLOPs": {k: {"value": m.value, "how": m.how} for k, m in cal.peaks.items()},
                 "samples": [{"kind": s.kind, "side": s.side, "sizes": s.sizes, "measured_s": s.seconds,
@@ -96,6 +119,9 @@ def run(args) -> int:
         span = f"{min(ratios):.2f} .. {max(ratios):.2f}"
         t.add_row(kind, side, str(len(ratios)), span, "yes" if defines else "check")
     console.print(t)
+    if cal.ranks:
+        console.print(f"between the {cal.ranks.world} ranks: all-to-all {escape(cal.ranks.all_to_all.describe())}; "
+                      f"all-reduce {escape(cal.ranks.all_reduce.describe())}")
     console.print("[dim]defining samples price back to their measured time; checks show how far the cost model's "
                   "formula is from other sizes (comments in the YAML name each).[/]")
     return 0
