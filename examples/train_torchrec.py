@@ -46,6 +46,8 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=1, help="untimed steps first (default 1)")
     p.add_argument("--batch-size", type=int, default=None, help="global batch (default the workload's)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print the result as JSON (trainer's numbers, seconds, and "
+                                                       "placer's prediction) instead of the table")
     args = p.parse_args(argv)
     if args.steps < 1 or args.warmup < 0:
         p.error("--steps must be >= 1 and --warmup >= 0")
@@ -65,6 +67,9 @@ def main(argv=None) -> int:
     except (PlacerError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.json:
+        print(json.dumps({**res, "predicted_step_s": predicted, "predicted_from": how}))
+        return 0
     print(f"{res['world_size']} ranks ({res['backend']}), global batch {res['batch_size']}, {len(res['step_times_s'])} "
           f"timed steps after {args.warmup} warm-up; loss {res['losses'][0]:.4f} -> {res['losses'][-1]:.4f}")
     rows = [("measured median step (this machine)", res["median_step_s"]),

@@ -149,6 +149,12 @@ def make_plans(spec: Path, wl_path: Path, folder: Path, time_limit: float, smoke
                 plans.append((f"forced:{name}", priced(model, plan.method, placements, None)))
             except PlacerError as exc:
                 log(f"  forced {name}: {exc}")
+    return write_plans(plans, folder, limit=2 if smoke else None)
+
+
+def write_plans(plans: list, folder: Path, limit: int | None = None) -> list[tuple[str, Path]]:
+    """(name, Plan) pairs written as JSON into ``folder``, a plan whose placements an earlier one already has
+    left out (said on stderr); at most ``limit`` of them: (name, path)."""
     out, seen = [], {}
     folder.mkdir(parents=True, exist_ok=True)
     for name, plan in plans:
@@ -160,19 +166,20 @@ def make_plans(spec: Path, wl_path: Path, folder: Path, time_limit: float, smoke
         path = folder / f"{name.replace(':', '-').replace('%', 'pct')}.json"
         plan.write(path)
         out.append((name, path))
-        if smoke and len(out) == 2:
+        if limit is not None and len(out) == limit:
             break
     return out
 
 
 def run_once(spec: Path, wl_path: Path, plan_path: Path, seconds: float, predicted: float, threads: int,
-             timeout: float) -> dict:
-    """One ``placer run`` in a fresh process: as many timed steps as fill ``seconds`` at the predicted step
-    time (10..400), a tenth of them as warm-up."""
+             timeout: float, nproc: int | None = None) -> dict:
+    """One ``placer run`` in a fresh process (``nproc``: that many rank processes): as many timed steps as fill
+    ``seconds`` at the predicted step time (10..400), a tenth of them as warm-up."""
     steps = int(min(400, max(10, seconds / max(predicted, 1e-6))))
     cmd = placer_cmd("run", str(spec), str(wl_path), str(plan_path), "--device", "cpu", "--threads", str(threads),
                      "--steps", str(steps), "--warmup", str(max(3, steps // 10)), "--phase-steps",
                      str(max(3, min(20, steps // 4))), "--json")
+    cmd += ["--nproc", str(nproc)] if nproc else []
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     if r.returncode != 0:
         raise RuntimeError(f"placer run exited {r.returncode}: {r.stderr.strip()[-800:]}")
@@ -180,13 +187,14 @@ def run_once(spec: Path, wl_path: Path, plan_path: Path, seconds: float, predict
 
 
 def run_plan(spec: Path, name: str, wl_name: str, wl_path: Path, plan_path: Path, seconds: float, repeats: int,
-             threads: int, timeout: float) -> dict:
-    """A plan run ``repeats`` times; the row the campaign keeps (medians over the runs)."""
+             threads: int, timeout: float, nproc: int | None = None) -> dict:
+    """A plan run ``repeats`` times (``nproc``: as that many rank processes); the row the campaign keeps
+    (medians over the runs)."""
     import statistics
 
     plan = json.loads(plan_path.read_text())
     predicted = plan["predicted"]["step_time_s"]
-    runs = [run_once(spec, wl_path, plan_path, seconds, predicted, threads, timeout) for _ in range(repeats)]
+    runs = [run_once(spec, wl_path, plan_path, seconds, predicted, threads, timeout, nproc) for _ in range(repeats)]
     med = lambda xs: statistics.median(xs)
     phases = {ph: {"measured_s": med([r["measured"]["phases_s"][ph] for r in runs]),
                   "predicted_s": runs[0]["predicted"]["phases_s"][ph]} for ph in runs[0]["predicted"]["phases_s"]}

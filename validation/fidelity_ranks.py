@@ -1,0 +1,300 @@
+#!/usr/bin/env python3
+"""Two-rank CPU campaign: on a machine where placement decides the step, does placer rank plans as they run?
+
+In one process every option of a table costs the same; two rank processes over gloo (``placer run --nproc 2
+--device cpu``) are a machine where which rank holds which table decides the balance of lookups and updates,
+and the sharding decides the bytes of the all-to-all. One command:
+
+1. calibrate: ``placer calibrate --device cpu --nproc 2`` (one rank measured while the other works, the gloo
+   all-to-all and all-reduce between two processes), unless ``--spec`` gives such a spec;
+2. plans per workload (validation/ranks_workloads/): the methods ilp, greedy_size, round_robin, random,
+   torchrec, and forced plans: every table on one rank, every table row-wise, every table column-wise, the
+   small tables data-parallel (the rest as greedy_size places them); duplicates run once;
+3. every plan run ALONE ``--repeats`` times in fresh processes (``placer run --nproc 2``): the median of the
+   runs' median steps, and the runs' spread ((max - min) / median);
+4. with ``--torchrec``, TorchRec as a second trainer: each plan exported (``placer export --torchrec --device
+   cpu``) and trained under DistributedModelParallel on 2 gloo ranks (examples/train_torchrec.py --json),
+   ``--repeats`` fresh runs, the median; a plan TorchRec cannot run says why. Its model is the tables and a
+   linear head (not placer's dense MLP): its absolute times are not placer's step, its ranking is compared.
+
+Writes ``<out>/fidelity-ranks-<date>.json`` (command, commit, machine, versions, date, per plan: predicted,
+measured by placer's runner with the runs and their spread, per phase and op kind; TorchRec's measured step),
+``<out>/fidelity-ranks-<date>.png`` and prints a markdown table. Run it with nothing else on the machine.
+
+    python3 validation/fidelity_ranks.py                       # ~40 min on 2 cores (--torchrec: ~+20 min)
+    python3 validation/fidelity_ranks.py --spec FILE --torchrec
+    python3 validation/fidelity_ranks.py --smoke --out /tmp/r   # 2 plans, 1 repeat, a few steps (CI)
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from validation.common import environment, write_json  # noqa: E402
+from validation.fidelity import log, placer_cmd, run_plan, write_plans  # noqa: E402
+from validation.fidelity_report import scatter, summarize  # noqa: E402
+
+WORKLOADS = ROOT / "validation" / "ranks_workloads"
+#: (workload file stem, seconds of timed steps per run)
+CAMPAIGN = [("ranks-skewed8", 2.0), ("ranks-multihot", 2.0), ("ranks-many-small", 2.0)]
+METHODS = ["ilp", "greedy_size", "round_robin", "random", "torchrec"]
+NPROC = 2
+#: tables up to this size are data-parallel in the forced "small-dp" plan, bytes (fp32 weights)
+SMALL_DP_BYTES = 1 << 20
+#: TorchRec trainer steps per run (after its warm-up)
+DMP_STEPS, DMP_WARMUP = 30, 5
+
+
+def calibrate(workloads: list[Path], out: Path, quick: bool) -> Path:
+    cmd = placer_cmd("calibrate", "--device", "cpu", "--nproc", str(NPROC), "-o", str(out))
+    for w in workloads:
+        cmd += ["--workload", str(w)]
+    cmd += ["--quick"] if quick else []
+    log("calibrating: " + " ".join(cmd[2:]))
+    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    return out
+
+
+def forced_plans(topo, wl, model, greedy) -> list[tuple[str, object]]:
+    """The forced plans (module docstring) priced on ``model``; ``greedy``: the greedy_size plan (its
+    placements of the large tables for small-dp), or None."""
+    from placer.errors import PlacerError
+    from placer.options import data_parallel_placement, row_wise_placement
+    from placer.plan import Placement, Shard
+    from placer.planner.solve import make_plan
+
+    gpus = list(topo.gpus)
+
+    def whole(t, g):
+        return Placement(table=t.name, sharding="table_wise", precision=t.dtype, shards=[
+            Shard(device=g, rows=(0, t.rows), cols=(0, t.dim), hbm_rows=t.rows, host_rows=0)])
+
+    def columns(t):
+        width = t.dim // len(gpus)
+        if t.dim % len(gpus) or width % 4:
+            return whole(t, gpus[0])
+        return Placement(table=t.name, sharding="column_wise", precision=t.dtype, shards=[
+            Shard(device=g, rows=(0, t.rows), cols=(i * width, (i + 1) * width), hbm_rows=t.rows, host_rows=0)
+            for i, g in enumerate(gpus)])
+
+    variants = {"one-rank": [whole(t, gpus[0]) for t in wl.tables],
+                "row-wise": [row_wise_placement(t, gpus, t.dtype, 1.0) for t in wl.tables],
+                "column-wise": [columns(t) for t in wl.tables]}
+    if greedy is not None:
+        by_table = {p.table: p for p in greedy.placements}
+        variants["small-dp"] = [data_parallel_placement(t, gpus, t.dtype) if t.size_bytes(t.dtype) <= SMALL_DP_BYTES
+                                else by_table[t.name] for t in wl.tables]
+    out = []
+    for name, placements in variants.items():
+        try:
+            out.append((f"forced:{name}", make_plan(model, f"forced:{name}", placements, None)))
+        except PlacerError as exc:
+            log(f"  forced {name}: {exc}")
+    return out
+
+
+def make_plans(spec: Path, wl_path: Path, folder: Path, time_limit: float, smoke: bool) -> list[tuple[str, Path]]:
+    from placer.cost import CostModel
+    from placer.errors import PlacerError
+    from placer.planner.solve import SolveConfig, solve
+    from placer.specs import load_hardware, load_workload
+    from placer.topology import Topology
+
+    hw, wl = load_hardware(spec), load_workload(wl_path)
+    topo = Topology(hw, wl.dense.dtype)
+    plans = []
+    for method in (["ilp", "forced:one-rank"] if smoke else METHODS):
+        if method.startswith("forced:"):
+            continue
+        try:
+            plans.append((method, solve(topo, wl, SolveConfig(method=method, time_limit_s=time_limit))))
+        except PlacerError as exc:
+            log(f"  {method}: no plan ({exc})")
+    greedy = next((p for m, p in plans if m == "greedy_size"), None)
+    plans += forced_plans(topo, wl, CostModel(topo, wl), greedy)
+    return write_plans(plans, folder, limit=2 if smoke else None)
+
+
+def dmp_once(export: Path, spec: Path, wl_path: Path, steps: int, warmup: int, timeout: float) -> dict:
+    cmd = [sys.executable, str(ROOT / "examples" / "train_torchrec.py"), str(export), str(spec), str(wl_path),
+           "--steps", str(steps), "--warmup", str(warmup), "--json"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
+    if r.returncode != 0:
+        raise RuntimeError(f"train_torchrec exited {r.returncode}: {r.stderr.strip()[-600:]}")
+    return json.loads(r.stdout)
+
+
+def torchrec_row(spec: Path, wl_path: Path, plan_path: Path, folder: Path, repeats: int, steps: int, warmup: int
+                 ) -> dict:
+    """The plan exported for TorchRec on CPU and trained ``repeats`` times under DMP: measured median step, the
+    runs, their spread; or why it cannot run."""
+    export = folder / (plan_path.stem + ".torchrec.json")
+    r = subprocess.run(placer_cmd("export", "--torchrec", str(spec), str(wl_path), str(plan_path), "--device", "cpu",
+                                  "-o", str(export)), cwd=ROOT, capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        return {"refused": "placer export: " + (r.stderr.strip().splitlines() or ["?"])[-1]}
+    try:
+        runs = [dmp_once(export, spec, wl_path, steps, warmup, timeout=900) for _ in range(repeats)]
+    except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError) as exc:
+        return {"refused": f"DistributedModelParallel: {str(exc)[-400:]}"}
+    steps_s = [x["median_step_s"] for x in runs]
+    med = statistics.median(steps_s)
+    return {"measured_step_time_s": med, "runs_step_time_s": steps_s, "spread": (max(steps_s) - min(steps_s)) / med,
+            "loss_first": runs[0]["losses"][0], "loss_last": runs[0]["losses"][-1]}
+
+
+def summarize_ranks(rows: list[dict]) -> dict:
+    """fidelity_report.summarize plus, per workload, the run-to-run spread, the measured spread of the plans
+    and TorchRec's side: Spearman of placer's predictions against TorchRec's measured steps, and the ILP's
+    plan against TorchRec's own plan under TorchRec's trainer."""
+    from scipy.stats import spearmanr
+
+    ok = [r for r in rows if "error" not in r]
+    out = summarize(ok)
+    for wl, w in out.get("per_workload", {}).items():
+        mine = [r for r in ok if r["workload"] == wl]
+        spreads = [r["spread"] for r in mine]
+        meas = [r["measured_step_time_s"] for r in mine]
+        w["run_spread_median"] = statistics.median(spreads)
+        w["measured_spread"] = max(meas) / min(meas) - 1
+        w["predicted_spread"] = max(r["predicted_step_time_s"] for r in mine) / \
+            min(r["predicted_step_time_s"] for r in mine) - 1
+        w["spearman_counts"] = w["measured_spread"] > 3 * w["run_spread_median"]
+        tr = [r for r in mine if (r.get("torchrec") or {}).get("measured_step_time_s")]
+        if len(tr) > 2:
+            rho = spearmanr([r["predicted_step_time_s"] for r in tr],
+                            [r["torchrec"]["measured_step_time_s"] for r in tr]).statistic
+            w["torchrec_spearman"] = None if rho != rho else float(rho)
+        by = {r["method"]: r for r in tr}
+        if "ilp" in by and "torchrec" in by:
+            a, b = by["ilp"]["torchrec"], by["torchrec"]["torchrec"]
+            w["torchrec_ilp_over_own"] = a["measured_step_time_s"] / b["measured_step_time_s"]
+            w["torchrec_spread"] = max(a["spread"], b["spread"])
+        w["torchrec_trained"] = len(tr)
+        w["torchrec_refused"] = [f"{r['name']}: {r['torchrec']['refused']}" for r in mine
+                                 if (r.get("torchrec") or {}).get("refused")]
+    return out
+
+
+def _ms(x) -> str:
+    return "-" if x is None else f"{x * 1e3:.2f}"
+
+
+def markdown(data: dict) -> str:
+    s = data["summary"]
+    lines = [f"# Two-rank CPU campaign {data['date']} ({data['device_name']}, {(data.get('git_commit') or '?')[:10]})", "",
+             f"`{data['command']}`: {data['repeats']} fresh runs per plan, each alone; spec {data['spec']}", "",
+             "| workload | plan | predicted ms | measured ms | error | runs spread | TorchRec ms |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for r in data["rows"]:
+        if "error" in r:
+            lines.append(f"| {r['workload']} | {r['name']} | - | failed | | | |")
+            continue
+        tr = r.get("torchrec") or {}
+        trs = _ms(tr.get("measured_step_time_s")) if "measured_step_time_s" in tr else ("refused" if tr else "-")
+        lines.append(f"| {r['workload']} | {r['name']} | {_ms(r['predicted_step_time_s'])} | "
+                     f"{_ms(r['measured_step_time_s'])} | {r['predicted_step_time_s'] / r['measured_step_time_s'] - 1:+.0%}"
+                     f" | {r['spread']:.0%} | {trs} |")
+    lines += ["", "| workload | plans | MAPE | Spearman | ILP rank | ILP / fastest | measured spread | run spread | "
+                  "Spearman vs TorchRec | ILP / TorchRec's plan (DMP) |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for wl, w in s.get("per_workload", {}).items():
+        f = lambda x, fmt: "-" if x is None else format(x, fmt)
+        lines.append(f"| {wl} | {w['plans']} | {w['mape']:.0%} | {f(w['spearman'], '.2f')} | {w['ilp_rank']} | "
+                     f"{f(w['ilp_over_fastest'], '.2f')} | {w['measured_spread']:.0%} | {w['run_spread_median']:.0%} | "
+                     f"{f(w.get('torchrec_spearman'), '.2f')} | {f(w.get('torchrec_ilp_over_own'), '.2f')} |")
+    lines += ["", f"All plans: MAPE {s.get('mape', 0):.0%}, Spearman {s.get('spearman')}, worst {s.get('worst_plan')}"]
+    return "\n".join(lines)
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("--spec", help="a spec from placer calibrate --device cpu --nproc 2 (default: calibrate now)")
+    ap.add_argument("--out", default=str(ROOT / "validation" / "results"), help="results folder")
+    ap.add_argument("--repeats", type=int, default=3, help="fresh runs per plan (default 3)")
+    ap.add_argument("--time-limit", type=float, default=30.0, help="solve time limit per method, s (default 30)")
+    ap.add_argument("--workloads", help="comma-separated workload names (default all)")
+    ap.add_argument("--torchrec", action="store_true", help="also train every plan under TorchRec's DMP")
+    ap.add_argument("--smoke", action="store_true", help="2 plans of ranks-skewed8, 1 repeat, a few steps")
+    ap.add_argument("--date", default=_dt.date.today().isoformat())
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"fidelity-ranks-{args.date}" + ("-smoke" if args.smoke else "")
+    cases = [(n, 0.2 if args.smoke else sec) for n, sec in CAMPAIGN
+             if (n == "ranks-skewed8" if args.smoke else not args.workloads or n in args.workloads.split(","))]
+    load = os.getloadavg()[0]
+    if load > 1.5 and not args.smoke:
+        log(f"warning: load average {load:.2f}: another process is busy; timings will be disturbed")
+    t0 = time.perf_counter()
+    work = Path(tempfile.mkdtemp(prefix="placer-ranks-")) if args.smoke else out / stem
+    paths = [(n, WORKLOADS / f"{n}.yaml", sec) for n, sec in cases]
+    spec = Path(args.spec) if args.spec else calibrate([p for _, p, _ in paths], work / "spec.yaml", args.smoke)
+    repeats = 1 if args.smoke else args.repeats
+    rows = []
+    for wl_name, wl_path, seconds in paths:
+        log(f"{wl_name}: planning")
+        for name, plan_path in make_plans(spec, wl_path, work / "plans" / wl_name, args.time_limit, args.smoke):
+            log(f"{wl_name}: running {name} x{repeats}")
+            try:
+                row = run_plan(spec, name, wl_name, wl_path, plan_path, seconds, repeats, 1, 1800, nproc=NPROC)
+            except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                log(f"  {name}: failed: {exc}")
+                rows.append({"name": name, "workload": wl_name, "error": str(exc)})
+                continue
+            runs = row["runs_step_time_s"]
+            row["spread"] = (max(runs) - min(runs)) / row["measured_step_time_s"]
+            if args.torchrec:
+                log(f"{wl_name}: TorchRec DMP {name} x{repeats}")
+                row["torchrec"] = torchrec_row(spec, wl_path, plan_path, plan_path.parent, repeats,
+                                               3 if args.smoke else DMP_STEPS, 1 if args.smoke else DMP_WARMUP)
+            rows.append(row)
+    data = {"schema": "placer-fidelity-ranks/1",
+            "command": "python3 validation/fidelity_ranks.py " + " ".join(sys.argv[1:] if argv is None else argv),
+            "date": args.date, "device": "cpu", "nproc": NPROC, "spec": str(spec), "repeats": repeats,
+            "wall_s": time.perf_counter() - t0, **environment(), **_versions(), "device_name": _device_name(spec),
+            "rows": rows}
+    data["summary"] = summarize_ranks(rows)
+    write_json(out / f"{stem}.json", data)
+    scatter(data, out / f"{stem}.png")
+    print(markdown(data))
+    return 0
+
+
+def _versions() -> dict:
+    import importlib.metadata as md
+
+    import torch
+
+    try:
+        torchrec = md.version("torchrec")
+    except md.PackageNotFoundError:
+        torchrec = None
+    return {"torch": torch.__version__, "torchrec": torchrec}
+
+
+def _device_name(spec: Path) -> str:
+    from placer.specs import load_hardware
+
+    return next(iter(load_hardware(spec).templates.values())).gpus.model
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
