@@ -225,7 +225,14 @@ def test_machines_torchrec_cannot_describe():
     model = CostModel(topo, w)
     model_copy = trec_planner.planner_inputs(model)
     assert model_copy.topology["world_size"] == 8
-    local = Topology(load_hardware(ROOT / "hardware_specs/local-cpu-procs.yaml"), w.dense.dtype)
-    if any(local.is_unified(g) for g in local.gpus):
-        with pytest.raises(trec_planner.TorchRecPlannerError, match="unified-memory"):
-            trec_planner.planner_inputs(CostModel(local, w))
+
+
+def test_cpu_ranks_are_planned_as_torchrec_cpu_ranks():
+    """A unified-memory machine (CPU rank processes) is TorchRec's CPU topology: no HBM, each rank its share of
+    the one RAM (the planner then proposes its CPU kernels, placed rank:R/cpu)."""
+    topo, w = shipped_pair("measured-cpu-2026-11-23", "tiny")
+    assert all(topo.is_unified(g) for g in topo.gpus)
+    inputs = trec_planner.planner_inputs(CostModel(topo, w))
+    assert inputs.topology["compute_device"] == "cpu" and inputs.topology["hbm_cap"] == 0
+    host = topo.memories[f"{topo.nodes[0]}/host"].usable_bytes
+    assert inputs.topology["ddr_cap"] == int(host / len(topo.gpus))

@@ -17,7 +17,9 @@ memory bandwidth and caches are shared as in a step), then these collectives, an
 all-to-all's fit as the link between the ranks: every GPU-to-GPU route of the spec goes gpu -> host -> gpu,
 so bw_GBps = the all-to-all's bw and latency_us = L / 2 (two hops; cost.py's exchange latency is the
 farthest path). The all-reduce's fit goes into the header and the results: the cost model prices it as a
-ring over the same links (2 hops of latency per ring step).
+ring over the same links (2 hops of latency per ring step). ``fixed_us.collective`` (charged on a rank's
+stream per collective) becomes the wake-up cost: a rank's work right after a collective (it waited, its core
+idled) runs slower than the same work back to back (on a 2-core VM: 0.05-0.4 ms per collective).
 
 Seconds and bytes throughout; rates in bytes per second.
 """
@@ -64,9 +66,13 @@ class Collectives:
     all_to_all: Fit
     all_reduce: Fit
     how: str
+    #: what a rank's work right after a collective costs beyond the same work back to back, s (the max over
+    #: ranks of median(woken) - median(hot) of ``wake_burst_s`` of _RankWork)
+    wake_s: float = 0.0
+    wake_burst_s: float = 0.0
 
     def to_json(self) -> dict:
-        return {"world": self.world, "how": self.how,
+        return {"world": self.world, "how": self.how, "wake_s": self.wake_s, "wake_burst_s": self.wake_burst_s,
                 **{k: {"latency_s": f.latency_s, "bw_Bps": f.bw_Bps, "rows": f.rows}
                    for k, f in (("all_to_all", self.all_to_all), ("all_reduce", self.all_reduce))}}
 
@@ -102,6 +108,16 @@ def _worker(rank: int, world: int, port: int, out_path: str, sizes: list[int], r
     for _ in range(50):
         a @ b
     per_mm = (time.perf_counter() - t0) / 50
+    work = _RankWork()
+    hot, woken = [], []
+    for _ in range(ROUNDS * reps):  # the same work back to back, and right after a barrier (the rank woken)
+        t0 = time.perf_counter()
+        work()
+        hot.append(time.perf_counter() - t0)
+        dist.barrier()
+        t0 = time.perf_counter()
+        work()
+        woken.append(time.perf_counter() - t0)
     bufs = {s: (torch.ones(max(1, s // 4) * world), torch.empty(max(1, s // 4) * world), torch.ones(max(1, s // 4)))
             for s in sizes}
     times: dict[tuple[str, int], list[float]] = {(k, s): [] for k in ("all_to_all", "all_reduce") for s in sizes}
@@ -119,7 +135,9 @@ def _worker(rank: int, world: int, port: int, out_path: str, sizes: list[int], r
                         dist.all_reduce(flat)
                     if i:  # the first of each size warms the buffers and gloo's pairs
                         times[(kind, s)].append(time.perf_counter() - t)
-    out = {}
+    wake = torch.tensor([statistics.median(woken) - statistics.median(hot)], dtype=torch.float64)
+    dist.all_reduce(wake, op=dist.ReduceOp.MAX)
+    out = {"wake_s": max(0.0, float(wake)), "burst_s": statistics.median(hot)}
     for (kind, s), ts in times.items():
         t = torch.tensor(ts, dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
@@ -148,7 +166,7 @@ def measure_collectives(world: int, quick: bool = False) -> Collectives:
            f"{BURST_S * 1e3:.1f} ms of GEMMs on every rank (as a step meets it), max over ranks, median of "
            f"{ROUNDS} x {reps} repeats")
     return Collectives(world, fit([tuple(r) for r in got["all_to_all"]]), fit([tuple(r) for r in got["all_reduce"]]),
-                       how)
+                       how, wake_s=got["wake_s"], wake_burst_s=got["burst_s"])
 
 
 # ---- busy neighbours --------------------------------------------------------------------------------------
@@ -157,19 +175,38 @@ def measure_collectives(world: int, quick: bool = False) -> Collectives:
 NEIGHBOUR_TABLE_BYTES = 64 << 20
 
 
+class _RankWork:
+    """A rank's kind of work, about a millisecond of it: a gather of random rows from a table larger than the
+    last-level cache, a few small GEMMs and many small elementwise ops (a dense model's, dispatch-bound)."""
+
+    def __init__(self, dim: int = 64, lookups: int = 4096):
+        import torch
+
+        self.table = torch.randn(NEIGHBOUR_TABLE_BYTES // (4 * dim), dim)
+        self.ids = torch.randint(0, self.table.shape[0], (lookups,))
+        self.offsets = torch.arange(0, lookups, 4)
+        self.x, self.w = torch.randn(256, 128), torch.randn(128, 128)
+
+    def __call__(self) -> None:
+        import torch
+        import torch.nn.functional as F
+
+        pooled = F.embedding_bag(self.ids, self.table, self.offsets, mode="sum")
+        h = self.x
+        for _ in range(4):
+            h = torch.relu(h @ self.w)
+            for _ in range(10):  # a dense step's many small ops (dispatch-bound)
+                h = h * 0.5 + 0.1
+        (pooled.sum() + h.sum()).item()
+
+
 def _neighbour(stop) -> None:
     import torch
-    import torch.nn.functional as F
 
     torch.set_num_threads(1)
-    dim = 64
-    table = torch.randn(NEIGHBOUR_TABLE_BYTES // (4 * dim), dim)
-    ids = torch.randint(0, table.shape[0], (8192,))
-    offsets = torch.arange(0, ids.numel(), 4)
-    a, b = torch.randn(256, 256), torch.randn(256, 256)
+    work = _RankWork()
     while not stop.is_set():
-        F.embedding_bag(ids, table, offsets, mode="sum")
-        a @ b
+        work()
 
 
 class BusyNeighbours:
@@ -206,6 +243,13 @@ def apply(cal, col: Collectives) -> None:
     cal.set("link_efficiency", 1.0, "bw_GBps is the measured all-to-all rate itself")
     cal.set("link_latency_us", a2a.latency_s / 2 * 1e6, f"half the all-to-all's fitted latency ("
             f"{a2a.latency_s * 1e6:.0f} us): rank -> host -> rank is two hops")
+    from placer.calibrate.record import Entry
+
+    cal.device_costs.fixed_us["collective"] = Entry(col.wake_s * 1e6, (
+        f"what a rank's work right after a collective costs beyond the same work back to back (it waited, its "
+        f"core idled): {col.wake_burst_s * 1e3:.2f} ms of gathers, GEMMs and small ops after a barrier, minus the "
+        f"same back to back, medians, max over the {col.world} ranks"))
+    cal.notes = [n for n in cal.notes if not n.startswith("fixed_us.collective is not measured")]
     cal.ranks = col
     cal.notes.append(f"all-reduce between the {col.world} ranks (priced as a ring over the link above): "
                      f"{ar.describe()}")

@@ -12,7 +12,8 @@ candidates even on a machine without a GPU. What it is told (``planner_inputs``)
   HBM peak x gather efficiency (what placer's model reaches on row gathers), ``hbm_to_ddr_mem_bw`` = the
   GPU<->host link x its efficiency x host_read_efficiency (placer's UVM read rate), ``ddr_mem_bw`` = host DRAM
   bandwidth over the node's GPUs, ``intra_host_bw`` = the GPU<->GPU path inside a node, ``inter_host_bw`` =
-  a node's NICs over its GPUs.
+  a node's NICs over its GPUs. CPU rank processes (``placer run --device cpu --nproc N``; a unified-memory
+  spec): ``compute_device`` cpu, ``hbm_cap`` 0, so that TorchRec proposes its CPU kernels (rank:R/cpu).
 - ``batch_size``: the per-rank batch (global / world size, rounded).
 - Per table ParameterConstraints: ``pooling_factors`` (one per feature reading the table); the kernels placer
   can price (dense, fused, fused_uvm, fused_uvm_caching: not key_value or the virtual-table kernels) and every
@@ -121,14 +122,13 @@ class PlannerInputs:
 
 def planner_inputs(model: CostModel) -> PlannerInputs:
     """TorchRec planner inputs from placer's hardware and workload. TorchRecPlannerError where TorchRec's
-    Topology cannot describe the machine (no GPUs, unequal nodes, unified-memory CPU nodes)."""
+    Topology cannot describe the machine (no GPUs, unequal nodes). CPU rank processes (a unified-memory node)
+    are TorchRec's CPU topology: ``compute_device`` cpu, no HBM, each rank its share of the one RAM."""
     topo, wl = model.topo, model.wl
     gpus = list(topo.gpus)
     if not gpus:
         raise TorchRecPlannerError(f"{topo.spec.name} has no GPUs; TorchRec's planner places tables on GPU ranks")
-    if any(topo.is_unified(g) for g in gpus):
-        raise TorchRecPlannerError(f"{topo.spec.name} is a unified-memory (CPU processes) machine; TorchRec's "
-                                   "GPU planner has no HBM to plan")
+    unified = any(topo.is_unified(g) for g in gpus)
     nodes = [n for n in topo.nodes if topo.gpus_of_node(n)]
     per_node = sorted({len(topo.gpus_of_node(n)) for n in nodes})
     if len(per_node) != 1:
@@ -136,8 +136,9 @@ def planner_inputs(model: CostModel) -> PlannerInputs:
     local = per_node[0]
     world = len(gpus)
     notes = []
-    hbm_cap = min(topo.memories[g].usable_bytes for g in gpus)
     ddr_cap = min(topo.memories[f"{n}/host"].usable_bytes / local for n in nodes)
+    # CPU ranks (unified memory): TorchRec's CPU topology, rows in the ranks' share of the one RAM
+    hbm_cap = 0 if unified else min(topo.memories[g].usable_bytes for g in gpus)
 
     def gspec(g):
         return topo.gpu_spec(g)
@@ -145,7 +146,7 @@ def planner_inputs(model: CostModel) -> PlannerInputs:
     hbm_bw = min(gspec(g).hbm_bw_GBps * 1e9 * gspec(g).hbm_gather_efficiency for g in gpus)
     uvm_bw = min(topo.bottleneck_bw(topo.host_of(g), g) * gspec(g).host_read_efficiency for g in gpus)
     ddr_bw = min(topo.host_spec(f"{n}/host").dram_bw_GBps * 1e9 / local for n in nodes)
-    args = {"world_size": world, "local_world_size": local, "compute_device": "cuda",
+    args = {"world_size": world, "local_world_size": local, "compute_device": "cpu" if unified else "cuda",
             "hbm_cap": int(hbm_cap), "ddr_cap": int(ddr_cap),
             "hbm_mem_bw": hbm_bw / 1e3, "ddr_mem_bw": ddr_bw / 1e3, "hbm_to_ddr_mem_bw": uvm_bw / 1e3}
     if local > 1:
