@@ -245,6 +245,7 @@ def main(argv=None) -> int:
         log(f"warning: load average {load:.2f}: another process is busy; timings will be disturbed")
     t0 = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="placer-ranks-")) if args.smoke else out / stem
+    work.mkdir(parents=True, exist_ok=True)
     paths = [(n, WORKLOADS / f"{n}.yaml", sec) for n, sec in cases]
     spec = Path(args.spec) if args.spec else calibrate([p for _, p, _ in paths], work / "spec.yaml", args.smoke)
     repeats = 1 if args.smoke else args.repeats
