@@ -114,6 +114,9 @@ def test_cli_solve_plot_json_stays_json(tmp_path, capsys):
     assert main(["simulate", HW, TINY, str(plan), "--plot", str(png)]) == 0
     cap = capsys.readouterr()
     assert png.read_bytes()[:8] == PNG_MAGIC and "dominated by: dense" in cap.out
+    assert main(["simulate", HW, TINY, str(plan), "--json"]) == 0  # the same facts for scripts
+    facts = json.loads(capsys.readouterr().out)["insights"]
+    assert facts["phase"] == "dense" and facts["lines"][0].startswith("dominated by: dense")
 
 
 def test_cli_solve_says_its_time_limit(capsys):

@@ -3,20 +3,12 @@
 
 Two steps:
 
-1. ``calibrate``: ``placer calibrate --device cpu`` with one torch thread (each rank of a CPU run has one)
-   for the per-device numbers, then the gloo all-to-all between N processes over loopback (1 thread each,
-   ``all_to_all_single`` after a barrier, as the runner calls it; 4 B .. 4 MiB per peer; max over ranks,
-   median over repeats), fitted as T = L + S / bw where S is the bytes one rank sends to the others. Writes
-   hardware_specs/local-cpu-procs.yaml: N "GPUs" = the N processes. How the all-to-all enters the spec:
-   every GPU-to-GPU route of the topology goes gpu -> host -> gpu (no NVLink), so the gpu<->host link IS the
-   inter-process path: bw_GBps = bw (one rank's send bytes per second; the receive side is the other
-   direction) and latency_us = L / 2 (two hops: cost.py's exchange latency is the farthest path, 2 x the
-   link's). The in-process memcpy that ``placer calibrate`` measures for that link is kept in the comments,
-   and host_read_efficiency is re-expressed over the loopback bandwidth (clamped to 1). Memory: the spec is
-   unified (placer calibrate --device cpu writes unified_memory: true): the N ranks share one RAM,
-   host.dram_GiB = MemTotal, and gpus.hbm_GiB is ignored.
-   A slower direct gpu<->gpu (or switch) link cannot be used instead: routes take the least summed
-   1/bandwidth, so the faster memcpy path through the host would always win.
+1. ``calibrate``: ``placer calibrate --device cpu --nproc N`` (placer/calibrate/ranks.py: one rank's op costs
+   measured while N-1 others work, the gloo all-to-all and all-reduce between N processes, each timed after a
+   burst of compute, fitted T = L + S / bw where S is the bytes one rank sends to the others) into
+   hardware_specs/local-cpu-procs.yaml: N "GPUs" = the N processes. Every GPU-to-GPU route of the spec goes
+   gpu -> host -> gpu, so the gpu<->host link IS the inter-process path: bw_GBps = bw, latency_us = L / 2
+   (two hops). Memory: the spec is unified: the N ranks share one RAM (host.dram_GiB).
 
 2. ``validate``: for N in --nprocs, plans on this spec (table_wise round-robin, row_wise over every GPU, and
    a mix of every kind incl. host and data_parallel) x workloads (tiny, B = 256: latency-bound; tiny with
@@ -37,7 +29,6 @@ import datetime as _dt
 import json
 import os
 import platform
-import re
 import shlex
 import socket
 import statistics
@@ -54,144 +45,34 @@ if str(ROOT) not in sys.path:
 SPEC = ROOT / "hardware_specs" / "local-cpu-procs.yaml"
 RESULTS = ROOT / "validation" / "results"
 TINY = ROOT / "workloads" / "tiny.yaml"
-PER_PEER_BYTES = [4, 1 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 2 << 20, 4 << 20]
 BIG_BATCH = 8192
-ROUNDS = 3
 
 
-# ---- the loopback all-to-all ---------------------------------------------------------------------------------
+# ---- the loopback all-to-all and the spec: placer calibrate --nproc (placer/calibrate/ranks.py) -----------
 
-def _a2a_worker(rank: int, world: int, port: int, out_path: str, reps: int) -> None:
-    import torch
-    import torch.distributed as dist
+def measure_loopback(world: int) -> dict:
+    """The gloo all-to-all between ``world`` local processes as ``placer calibrate --nproc`` measures it (each
+    timed after a burst of compute): its fit T = L + S / bw and the sizes timed."""
+    from placer.calibrate.ranks import measure_collectives
 
-    torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    times: dict[int, list[float]] = {b: [] for b in PER_PEER_BYTES}
-    bufs = {}
-    for _ in range(ROUNDS):  # rounds over all sizes, so that a busy moment of the machine hits every size
-        for per_peer in PER_PEER_BYTES:
-            n = max(1, per_peer // 4)
-            if per_peer not in bufs:
-                bufs[per_peer] = (torch.ones(n * world), torch.empty(n * world))
-            send, recv = bufs[per_peer]
-            splits = [n] * world
-            count = reps if per_peer < (1 << 20) else max(5, reps // 3)
-            for i in range(count + 2):
-                dist.barrier()
-                t0 = time.perf_counter()
-                dist.all_to_all_single(recv, send, output_split_sizes=splits, input_split_sizes=splits)
-                if i >= 2:
-                    times[per_peer].append(time.perf_counter() - t0)
-    rows = []
-    for per_peer, ts in times.items():
-        # per repeat the max over ranks (the collective ends when the slowest rank has its data)
-        t = torch.tensor(ts, dtype=torch.float64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        n = max(1, per_peer // 4)
-        rows.append({"per_peer_bytes": n * 4, "send_bytes": n * 4 * (world - 1), "median_s": float(t.median()),
-                     "min_s": float(t.min()), "reps": len(ts)})
-    if rank == 0:
-        Path(out_path).write_text(json.dumps(rows), encoding="utf-8")
-    dist.barrier()
-    dist.destroy_process_group()
+    col = measure_collectives(world)
+    a2a = col.all_to_all
+    return {"world": world, "rows": [{"send_bytes": b, "median_s": t} for b, t in a2a.rows],
+            "latency_s": a2a.latency_s, "bw_Bps": a2a.bw_Bps, "how": f"{col.how}: {a2a.describe()}",
+            "all_reduce": {"latency_s": col.all_reduce.latency_s, "bw_Bps": col.all_reduce.bw_Bps}}
 
-
-def measure_loopback(world: int, reps: int = 20) -> dict:
-    """gloo all_to_all_single between ``world`` local processes: times per size and the fit T = L + S / bw."""
-    import torch.multiprocessing as mp
-
-    from placer.runner.distributed import free_port
-
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "a2a.json")
-        mp.spawn(_a2a_worker, args=(world, free_port(), out, reps), nprocs=world, join=True)
-        rows = json.loads(Path(out).read_text(encoding="utf-8"))
-    small = [r["median_s"] for r in rows if r["per_peer_bytes"] <= (16 << 10)]
-    latency = statistics.median(small)
-    big = [r for r in rows if r["per_peer_bytes"] >= (256 << 10)]
-    # least squares T = a + S / bw over the large sizes (the slope); the latency is the small sizes' plateau
-    xs = [r["send_bytes"] for r in big]
-    ys = [r["median_s"] for r in big]
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    bw = 1.0 / slope
-    return {"world": world, "rows": rows, "latency_s": latency, "bw_Bps": bw,
-            "how": (f"gloo all_to_all_single between {world} processes over loopback (1 torch thread each), after a "
-                    f"barrier, preallocated buffers, max over ranks, median of {ROUNDS} rounds of repeats; "
-                    "latency = median time at 4 B..16 KiB per peer "
-                    f"({latency * 1e6:.0f} us), bw = 1 / slope of a least-squares line of time over the bytes one "
-                    f"rank sends to the others at 256 KiB..4 MiB per peer ("
-                    + ", ".join(f"{r['per_peer_bytes'] >> 10} KiB {r['median_s'] * 1e3:.2f} ms" for r in big) + ")")}
-
-
-# ---- the spec ---------------------------------------------------------------------------------------------
 
 def write_spec(path: Path, nproc: int, quick: bool) -> dict:
-    """placer calibrate --device cpu (1 thread) + the loopback all-to-all at ``nproc``; writes the spec."""
-    import torch
-
-    from placer.calibrate import calibrate, to_yaml
-    from placer.specs import load_hardware
-
-    torch.set_num_threads(1)
-    cal = calibrate(torch.device("cpu"), quick=quick)
-    loop = measure_loopback(nproc)
-    memcpy = {k: cal.values[k] for k in ("link_bw_GBps", "link_efficiency", "link_latency_us",
-                                         "host_read_efficiency")}
-    bw = loop["bw_Bps"]
-    cal.set("link_bw_GBps", bw / 1e9, "inter-process path; " + loop["how"]
-            + f"; placer calibrate's in-process memcpy for this link: {memcpy['link_bw_GBps'].value:.2f} GB/s")
-    cal.set("link_efficiency", 1.0, "bw_GBps is the measured all-to-all rate itself")
-    cal.set("link_latency_us", loop["latency_s"] / 2 * 1e6,
-            f"half the small-message all-to-all time ({loop['latency_s'] * 1e6:.0f} us): gpu -> host -> gpu is two "
-            f"hops; placer calibrate's memcpy latency: {memcpy['link_latency_us'].value:.2f} us")
-    hr_rate = memcpy["host_read_efficiency"].value * memcpy["link_bw_GBps"].value \
-        * min(1.0, memcpy["link_efficiency"].value)
-    eff = hr_rate * 1e9 / bw
-    cal.set("host_read_efficiency", min(1.0, eff),
-            f"the in-process gather of host rows ({hr_rate:.2f} GB/s, placer calibrate) over the loopback bw"
-            + (" (clamped to 1: in-process reads are faster than the link; priced pessimistically)" if eff > 1 else ""))
-    text = to_yaml(cal, name="local-cpu-procs", gpus=nproc)
-    src = f"placer calibrate {cal.date} on {cal.device_name}, torch {cal.torch_version}"
-    mine = f"validation/exchange_cpu.py {cal.date} on {socket.gethostname().split('.')[0]} ({cal.device_name}), " \
-           f"torch {cal.torch_version}"
-    out = []
-    for line in text.splitlines():
-        key = line.split(":")[0].strip()
-        if key in ("bw_GBps", "efficiency", "latency_us", "host_read_efficiency", "count"):
-            line = line.replace(src, mine)
-        if key == "count" and line.startswith("      count"):
-            line = line.split("#")[0] + f"# {mine}: N ranks = N CPU processes (placer run --nproc {nproc})"
-        if line.startswith("# CPU run (unified memory):"):
-            out += [f"# {nproc} CPU processes of one machine, one torch thread each: the 'GPUs' are the ranks of "
-                    f"`placer run --device cpu --nproc {nproc}`",
-                    "# (gloo over loopback). Per-device numbers: placer calibrate --device cpu with 1 thread. The "
-                    "gpu<->host link is",
-                    "# the inter-process path measured by validation/exchange_cpu.py (every GPU-to-GPU route goes "
-                    "through the host).",
-                    "# Unified memory: the ranks share one RAM (host.dram_GiB) and the same cores; gpus.hbm_GiB is "
-                    "ignored.",
-                    "# Regenerate: python3 validation/exchange_cpu.py calibrate --nproc N"]
-            continue
-        if line.startswith(("# memory, the host's and the 'link'", "# same cores (one stream)")):
-            continue  # the rest of placer calibrate's CPU-run paragraph, replaced above
-        if line.startswith("      - kind: pcie"):
-            line = "      - kind: network                 # loopback TCP between the rank processes (gloo)"
-        if line.startswith("# Hardware spec measured by"):
-            line = re.sub(r"`placer calibrate([^`]*)`", r"`placer calibrate --device cpu --threads 1\1` + "
-                          "`validation/exchange_cpu.py`", line).replace("(CPU run,", f"(CPU run, {nproc} processes,")
-        if line.startswith("# Source of every number:"):
-            line = line.replace("(per-line comments say how)", "or validation/exchange_cpu.py (per-line comments say "
-                                "which and how)")
-        if line.startswith("description:"):
-            line = f"description: {nproc} CPU processes of {cal.device_name} over loopback gloo ({cal.date})"
-        out.append(line)
-    path.write_text("\n".join(out) + "\n", encoding="utf-8")
-    load_hardware(path)
-    return {"loopback": loop, "calibrate_memcpy": {k: {"value": m.value, "how": m.how} for k, m in memcpy.items()},
-            "spec": str(path.relative_to(ROOT))}
+    """``placer calibrate --device cpu --nproc N`` into ``path`` (the spec's name: local-cpu-procs)."""
+    cmd = [sys.executable, "-m", "placer.cli", "calibrate", "--device", "cpu", "--nproc", str(nproc), "-o", str(path),
+           "--name", "local-cpu-procs", "--json"] + (["--quick"] if quick else [])
+    data = json.loads(subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True).stdout)
+    col = data["collectives"]
+    a2a = col["all_to_all"]
+    loop = {"world": nproc, "rows": [{"send_bytes": b, "median_s": t} for b, t in a2a["rows"]],
+            "latency_s": a2a["latency_s"], "bw_Bps": a2a["bw_Bps"], "how": col["how"],
+            "all_reduce": {k: col["all_reduce"][k] for k in ("latency_s", "bw_Bps")}}
+    return {"loopback": loop, "spec": str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)}
 
 
 def spec_for(nproc: int, loop: dict | None, tmp: Path) -> tuple[Path, dict]:

@@ -133,8 +133,18 @@ def dmp_once(export: Path, spec: Path, wl_path: Path, steps: int, warmup: int, t
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
     if r.returncode != 0:
-        raise RuntimeError(f"train_torchrec exited {r.returncode}: {r.stderr.strip()[-600:]}")
+        raise RuntimeError(f"train_torchrec exited {r.returncode}: {_reason(r.stderr)}")
     return json.loads(r.stdout)
+
+
+def _reason(stderr: str) -> str:
+    """The line of a failed trainer's stderr that says why (a C++ abort, an error), else its last line."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    for ln in lines:
+        if ln.startswith("terminate called"):
+            return f"a rank process aborted inside TorchRec/FBGEMM's C++ ({ln})"
+    errors = [ln for ln in lines if "Error" in ln.split(":")[0] or ln.startswith("error:")]
+    return (errors or lines or ["no output"])[-1][-400:]
 
 
 def torchrec_row(spec: Path, wl_path: Path, plan_path: Path, folder: Path, repeats: int, steps: int, warmup: int

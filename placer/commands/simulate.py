@@ -45,10 +45,12 @@ def run(args) -> int:
     from placer.report_insight import step_insights
 
     priced = plan.model_copy(update={"predicted": predicted})
-    insights = step_insights(priced, topo, wl)["lines"] if getattr(args, "plot", None) or not args.json else []
+    facts = step_insights(priced, topo, wl)
+    insights = facts["lines"]
     write_plot(args, priced, insights)
     if args.json:
-        sys.stdout.write(json.dumps({"method": plan.method, "predicted": predicted}, indent=1) + "\n")
+        sys.stdout.write(json.dumps({"method": plan.method, "predicted": predicted, "insights": facts}, indent=1)
+                         + "\n")
     else:
         plan_summary(priced, wl, make_console(), show_all=getattr(args, "all", False),
                      tables=getattr(args, "tables", None), insights=insights)
