@@ -39,9 +39,10 @@ SIZES = [4, 4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20]
 QUICK_SIZES = [4, 64 << 10, 1 << 20]
 #: untimed compute before each timed collective, s (a step's lookups or dense part: a millisecond or so)
 BURST_S = 0.0005
-#: repeats per size (full, quick); rounds over all sizes so that a busy moment of the machine hits every size
+#: rounds x repeats samples per size (full, quick); each round times every size once, so that a slow moment of
+#: the machine (they last seconds on a small VM) hits every size alike
 REPS, QUICK_REPS = 12, 6
-ROUNDS = 3
+ROUNDS = 4
 
 
 @dataclass
@@ -121,20 +122,19 @@ def _worker(rank: int, world: int, port: int, out_path: str, sizes: list[int], r
     bufs = {s: (torch.ones(max(1, s // 4) * world), torch.empty(max(1, s // 4) * world), torch.ones(max(1, s // 4)))
             for s in sizes}
     times: dict[tuple[str, int], list[float]] = {(k, s): [] for k in ("all_to_all", "all_reduce") for s in sizes}
-    for _ in range(ROUNDS):
+    for r in range(ROUNDS * reps + 1):  # one of each (size, kind) per round: every size meets the same moments
         for s in sizes:
             send, recv, flat = bufs[s]
             for kind in ("all_to_all", "all_reduce"):
-                for i in range(reps + 1):
-                    dist.barrier()
-                    _burst(a, b, BURST_S, per_mm)
-                    t = time.perf_counter()
-                    if kind == "all_to_all":
-                        dist.all_to_all_single(recv, send)
-                    else:
-                        dist.all_reduce(flat)
-                    if i:  # the first of each size warms the buffers and gloo's pairs
-                        times[(kind, s)].append(time.perf_counter() - t)
+                dist.barrier()
+                _burst(a, b, BURST_S, per_mm)
+                t = time.perf_counter()
+                if kind == "all_to_all":
+                    dist.all_to_all_single(recv, send)
+                else:
+                    dist.all_reduce(flat)
+                if r:  # the first round warms the buffers and gloo's pairs
+                    times[(kind, s)].append(time.perf_counter() - t)
     wake = torch.tensor([statistics.median(woken) - statistics.median(hot)], dtype=torch.float64)
     dist.all_reduce(wake, op=dist.ReduceOp.MAX)
     out = {"wake_s": max(0.0, float(wake)), "burst_s": statistics.median(hot)}
