@@ -50,7 +50,6 @@ def distributed_result(records: list[dict], topo, wl, plan, predicted: dict, con
                        losses: list[float], pool: int, dense_dtype: str, builder: ProgramBuilder) -> dict:
     """The run's result from every rank's record (worker.py's ``rank_record``), on rank 0."""
     per_rank_times = [r["times"] for r in records]
-    __import__("json").dump(per_rank_times, open("/tmp/r2/times.json", "w")) if __import__("os").environ.get("X_DUMP") else None
     n = min(len(t) for t in per_rank_times)
     stats = summarize([max(t[i] for t in per_rank_times) for i in range(n)])
     step = stats["median"]

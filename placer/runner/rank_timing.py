@@ -34,7 +34,7 @@ class RankPhaseTimer(PhaseTimer):
 
     def begin(self) -> None:
         synchronize(self.device)
-        if not __import__('os').environ.get('X_NOBAR'): dist.barrier(group=self.group)
+        dist.barrier(group=self.group)
         self.by_step.append(defaultdict(float))
         self._t = time.perf_counter()
 
@@ -45,7 +45,7 @@ class RankPhaseTimer(PhaseTimer):
         self.totals[phase] += spent
         if self.by_step:
             self.by_step[-1][phase] += spent
-        if not __import__('os').environ.get('X_NOBAR'): dist.barrier(group=self.group)
+        dist.barrier(group=self.group)
         self._t = time.perf_counter()
 
 

@@ -194,7 +194,7 @@ def _train_and_time(trainer: RankTrainer, config: RunConfig, device: torch.devic
     start = config.warmup + config.steps
     phases = RankPhaseTimer(device, cpu_group, trainer.recorder)
     rec = trainer.recorder
-    rec.active, rec.barrier_group, rec.use_barrier = True, cpu_group, not os.environ.get('X_NOBAR')
+    rec.active, rec.barrier_group, rec.use_barrier = True, cpu_group, True
     for i in range(phase_steps):
         trainer.losses.append(trainer.step(trainer.pool[(start + i) % len(trainer.pool)], phases=phases))
         phases.steps += 1
