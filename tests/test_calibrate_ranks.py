@@ -77,7 +77,8 @@ def test_two_processes_are_measured():
     assert set(col.to_json()) >= {"world", "all_to_all", "all_reduce", "wake_s"}
 
 
-@pytest.mark.parametrize("extra", [["--nproc", "1"], ["--nproc", "2", "--gpus", "3"], ["--nproc", "2", "--threads", "2"]])
+@pytest.mark.parametrize("extra", [["--nproc", "1"], ["--nproc", "2", "--gpus", "3"],
+                                   ["--nproc", "2", "--threads", "2"]])
 def test_bad_nproc_arguments_exit_2(tmp_path, extra):
     assert main(["calibrate", "--device", "cpu", "-o", str(tmp_path / "x.yaml"), *extra]) == 2
     assert not (tmp_path / "x.yaml").exists()

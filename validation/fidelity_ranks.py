@@ -205,7 +205,8 @@ def _ms(x) -> str:
 
 def markdown(data: dict) -> str:
     s = data["summary"]
-    lines = [f"# Two-rank CPU campaign {data['date']} ({data['device_name']}, {(data.get('git_commit') or '?')[:10]})", "",
+    commit = (data.get("git_commit") or "?")[:10]
+    lines = [f"# Two-rank CPU campaign {data['date']} ({data['device_name']}, {commit})", "",
              f"`{data['command']}`: {data['repeats']} fresh runs per plan, each alone; spec {data['spec']}", "",
              "| workload | plan | predicted ms | measured ms | error | runs spread | TorchRec ms |",
              "|---|---|---:|---:|---:|---:|---:|"]
@@ -215,11 +216,12 @@ def markdown(data: dict) -> str:
             continue
         tr = r.get("torchrec") or {}
         trs = _ms(tr.get("measured_step_time_s")) if "measured_step_time_s" in tr else ("refused" if tr else "-")
+        err = r["predicted_step_time_s"] / r["measured_step_time_s"] - 1
         lines.append(f"| {r['workload']} | {r['name']} | {_ms(r['predicted_step_time_s'])} | "
-                     f"{_ms(r['measured_step_time_s'])} | {r['predicted_step_time_s'] / r['measured_step_time_s'] - 1:+.0%}"
-                     f" | {r['spread']:.0%} | {trs} |")
+                     f"{_ms(r['measured_step_time_s'])} | {err:+.0%} | {r['spread']:.0%} | {trs} |")
     lines += ["", "| workload | plans | MAPE | Spearman | ILP rank | ILP / fastest | measured spread | run spread | "
-                  "Spearman vs TorchRec | ILP / TorchRec's plan (DMP) |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                  "Spearman vs TorchRec | ILP / TorchRec's plan (DMP) |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for wl, w in s.get("per_workload", {}).items():
         f = lambda x, fmt: "-" if x is None else format(x, fmt)
         lines.append(f"| {wl} | {w['plans']} | {w['mape']:.0%} | {f(w['spearman'], '.2f')} | {w['ilp_rank']} | "

@@ -232,9 +232,10 @@ def to_yaml(cal: Calibration, name: str | None = None, gpus: int = 1) -> str:
                   f"of `placer run",
                   f"# --device cpu --nproc {cal.ranks.world}` (gloo over loopback). op_costs: one rank measured while "
                   f"{cal.ranks.world - 1} other(s)",
-                  "# worked beside it (gathers and GEMMs); the link: the all-to-all between the ranks, each timed after",
-                  "# a burst of compute as a step meets it (placer/calibrate/ranks.py). Unified memory: the ranks share",
-                  "# one RAM (host.dram_GiB) and its cores, host-table work runs on the first rank's stream."]
+                  "# worked beside it (gathers and GEMMs); the link: the all-to-all between the ranks, each timed",
+                  "# after a burst of compute as a step meets it (placer/calibrate/ranks.py). Unified memory: the",
+                  "# ranks share one RAM (host.dram_GiB) and its cores; host-table work runs on the first rank's",
+                  "# stream."]
     elif cal.unified:
         lines += ["# CPU run (unified memory): the 'GPU' is the CPU training process (placer run --device cpu); its",
                   "# memory, the host's and the 'link' are one RAM (host.dram_GiB), and host-table work runs on the",
