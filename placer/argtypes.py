@@ -2,8 +2,8 @@
 placer.runner``, which shares ``placer run``'s): finite, in range.
 
 A value out of range raises argparse.ArgumentTypeError, so argparse prints the usage and
-``argument --seed: ...`` and the CLI exits 2 (bad input) before any work starts. The limits are here, in one
-place, with their units:
+``argument --seed: ...`` and the CLI exits 2 (bad input) before any work starts. The limits are in
+placer/limits.py, with their units:
 
 - solver time limit: seconds, finite, > 0 and at most MAX_TIME_LIMIT_S (one day);
 - solver work limit: work units (nominal milliseconds, planner/budget.py), > 0 and at most MAX_WORK_LIMIT;
@@ -17,16 +17,8 @@ from __future__ import annotations
 import argparse
 import math
 
-MAX_TIME_LIMIT_S = 86_400.0  # one day; longer solves are not what this tool is for
-MAX_WORK_LIMIT = 86_400_000.0  # work units: a nominal day
-MAX_SEED = 2**32 - 1
-MAX_THREADS = 1024
-MAX_STEPS = 10_000_000
-MAX_POOL_BATCHES = 4096
-MAX_PROCESSES = 256
-MAX_GPUS = 65_536
-MAX_SCALE = 1e12
-MAX_BATCH = 2**31
+from placer.limits import (MAX_BATCH, MAX_GPUS, MAX_POOL_BATCHES, MAX_PROCESSES, MAX_SCALE, MAX_SEED, MAX_STEPS,
+                           MAX_THREADS, MAX_TIME_LIMIT_S, MAX_WORK_LIMIT)
 
 
 def _parse_int(text: str) -> int:

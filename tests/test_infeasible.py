@@ -19,6 +19,7 @@ import pytest
 from placer.cli import main
 from placer.cost import CostModel
 from placer.errors import InfeasibleError, PlacerError, SpecError
+from placer.limits import MAX_TIME_LIMIT_S
 from placer.options import OptionConfig, row_wise_placement
 from placer.plan import Placement, Shard
 from placer.planner import fit, ilp
@@ -243,7 +244,7 @@ def test_option_config_rejects_bad_hot_levels(levels):
 
 
 def test_solve_config_accepts_good_parameters():
-    SolveConfig(gap=0.0, time_limit_s=1e6, threads=2, seed=2**40, method="fae", solver="highs")
+    SolveConfig(gap=0.0, time_limit_s=MAX_TIME_LIMIT_S, threads=2, seed=2**40, method="fae", solver="highs")
 
 
 @pytest.mark.parametrize("args", [["--time-limit", "inf"], ["--time-limit", "nan"], ["--time-limit", "0"],

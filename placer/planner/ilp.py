@@ -21,6 +21,7 @@ import numpy as np
 import pulp
 
 from placer.errors import SolverError
+from placer.limits import MAX_TIME_LIMIT_S
 from placer.planner import effort
 from placer.planner.budget import Budget
 from placer.planner.highs_banner import swallow_banner
@@ -380,7 +381,7 @@ def solve(problem: Problem, *, backend: str = "cbc", time_limit_s: float = 60.0,
 
 
 #: Longest time limit handed to a solver, seconds (SolveConfig rejects longer ones; internal callers compute theirs).
-MAX_LIMIT_S = 1e6
+MAX_LIMIT_S = MAX_TIME_LIMIT_S
 
 
 def _finite_limit(seconds: float) -> float:

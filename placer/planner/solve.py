@@ -12,6 +12,7 @@ from placer.cost import PHASES, CostModel
 from placer.errors import InfeasibleError, PlacerError, SolverError, SpecError
 from placer.forked import BackgroundParts
 from placer.heap import frozen
+from placer.limits import MAX_TIME_LIMIT_S, MAX_WORK_LIMIT
 from placer.options import OptionConfig, all_options
 from placer.plan import Placement, Plan, SolverInfo, SpecRef, check_plan
 from placer.planner import effort, ilp, infeasible, tiebreak, tiebreak_local, two_stage
@@ -33,9 +34,10 @@ METHODS = ("ilp",) + BASELINES + EXTERNAL  # EXTERNAL: torchrec, when installed 
 @dataclass(frozen=True)
 class SolveConfig:
     """How to plan: ``method`` (ilp or a baseline), ``solver`` (cbc | highs), ``time_limit_s`` (seconds, in
-    (0, 1e6]: the wall time of ``solve``, pricing the plan and its skew what-ifs included, counted from
-    ``started_s`` where given: a ``time.perf_counter()`` reading, the CLI's start), ``work_limit`` (work units
-    in (0, 1e9], or None: instead of the time limit, a deterministic budget of the ILP's search, budget.py:
+    (0, MAX_TIME_LIMIT_S], placer/limits.py: the wall time of ``solve``, pricing the plan and its skew what-ifs
+    included, counted from ``started_s`` where given: a ``time.perf_counter()`` reading, the CLI's start),
+    ``work_limit`` (work units in (0, MAX_WORK_LIMIT], or None: instead of the time limit, a deterministic budget
+    of the ILP's search, budget.py:
     the same inputs give the same plan on any machine, in whatever time that takes), ``gap`` (relative,
     [0, 1)), ``threads`` (>= 1, None: the solver's default), ``seed`` (>= 0, for the random baseline). Checked
     on construction: a bad field raises SpecError naming it."""
@@ -56,10 +58,6 @@ class SolveConfig:
         check_solve_config(self)
 
 
-#: Longest time limit accepted, seconds (about 11.6 days): longer limits are surely typos, and timers overflow.
-MAX_TIME_LIMIT_S = 1e6
-#: Largest work limit accepted, work units (nominal milliseconds: about 11.6 days of search).
-MAX_WORK_LIMIT = 1e9
 
 
 def check_solve_config(c: "SolveConfig") -> None:
