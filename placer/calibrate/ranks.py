@@ -1,9 +1,9 @@
 """The collectives between the ranks of ``placer run --device cpu --nproc N``: gloo all-to-all and all-reduce
 between N local processes, timed the way a training step meets them.
 
-A step reaches each collective after a stretch of compute (lookups, the dense model), not back to back: on a
-small machine the ranks' gloo threads then share the cores with the compute, and a collective that follows
-work costs more than one that follows another collective (on a 2-core VM: 0.36 ms against 0.23 ms at 64 B).
+A step reaches each collective after a stretch of compute (lookups, the dense model), not back to back, and on
+a small machine a collective that follows work costs more than one that follows another collective (on a
+2-core VM: 0.36 ms against 0.23 ms at 64 B; the ranks' gloo threads wake on busy cores).
 So every timed collective here follows a burst of GEMMs of about ``BURST_S`` (untimed), all ranks released
 together by a barrier before the burst; the time is the collective alone, the maximum over the ranks (the
 collective ends when the slowest rank has its data), the median over the repeats.
