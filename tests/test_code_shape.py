@@ -1,6 +1,6 @@
 """The house rules on the code's shape, checked: modules under 600 lines, lines of at most 120 characters, and no
-import circles between placer's modules (imports at module level; those inside functions are the deliberate
-late ones)."""
+import circles between placer's modules (imports at module level and inside functions alike: a late import
+hides a circle, it does not remove it)."""
 from __future__ import annotations
 
 import ast
@@ -23,10 +23,10 @@ def _module_name(path: Path, root: Path = ROOT) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _top_level_imports(path: Path, modules: set[str], root: Path = ROOT) -> set[str]:
-    """The placer modules (of ``modules``) ``path`` imports when it is loaded (not inside functions, not under
-    TYPE_CHECKING): ``from package import name`` imports the module package.name where there is one, else the
-    package's __init__."""
+def _imports(path: Path, modules: set[str], root: Path = ROOT) -> set[str]:
+    """The placer modules (of ``modules``) ``path`` imports, at module level or inside functions and classes (not
+    under TYPE_CHECKING): ``from package import name`` imports the module package.name where there is one, else
+    the package's __init__."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     name = _module_name(path, root)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
@@ -42,23 +42,23 @@ def _top_level_imports(path: Path, modules: set[str], root: Path = ROOT) -> set[
                     parts = package.split(".")
                     base = ".".join(parts[:len(parts) - (node.level - 1)] + ([base] if base else []))
                 out.update(f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names)
-            elif isinstance(node, ast.If) and "TYPE_CHECKING" not in ast.unparse(node.test):
-                visit(node.body)
+            elif isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
                 visit(node.orelse)
-            elif isinstance(node, ast.Try):
-                visit(node.body)
+            else:  # every statement that holds statements: functions, classes, if, try, with, loops
+                for key in ("body", "orelse", "finalbody", "handlers"):
+                    visit(getattr(node, key, None) or [])
 
     visit(tree.body)
     return out & modules
 
 
 def import_circles(root: Path) -> list[list[str]]:
-    """The circles of module-level imports between the modules of the placer package under ``root``."""
+    """The circles of imports (module level and late) between the modules of the placer package under ``root``."""
     modules = {_module_name(p, root): p for p in _sources("placer", root=root)}
     graph = nx.DiGraph()
     graph.add_nodes_from(modules)
     for name, path in modules.items():
-        for target in _top_level_imports(path, set(modules), root):
+        for target in _imports(path, set(modules), root):
             if target != name:
                 graph.add_edge(name, target)
     return [c for c in nx.simple_cycles(graph) if len(c) > 1]
@@ -82,8 +82,8 @@ def test_no_import_circles():
 
 
 def test_the_circle_check_finds_one(tmp_path):
-    """The check itself can fail: a.py imports b (absolute), b.py imports a (relative); c.py imports a only
-    inside a function, which is no circle."""
+    """The check itself can fail: a.py imports b (absolute), b.py imports a (relative); e.py imports f inside a
+    function and f.py imports e: a circle too; c.py imports a inside a function and d.py imports c: none."""
     package = tmp_path / "placer" / "sub"
     package.mkdir(parents=True)
     (tmp_path / "placer" / "__init__.py").write_text("", encoding="utf-8")
@@ -92,5 +92,7 @@ def test_the_circle_check_finds_one(tmp_path):
     (package / "b.py").write_text("from . import a\n", encoding="utf-8")
     (package / "c.py").write_text("def f():\n    from placer.sub import a\n", encoding="utf-8")
     (package / "d.py").write_text("from placer.sub.c import f\n", encoding="utf-8")
+    (package / "e.py").write_text("def g():\n    if True:\n        from placer.sub import f\n", encoding="utf-8")
+    (package / "f.py").write_text("import placer.sub.e\n", encoding="utf-8")
     circles = import_circles(tmp_path)
-    assert sorted(map(sorted, circles)) == [["placer.sub.a", "placer.sub.b"]]
+    assert sorted(map(sorted, circles)) == [["placer.sub.a", "placer.sub.b"], ["placer.sub.e", "placer.sub.f"]]

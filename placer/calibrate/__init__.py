@@ -13,7 +13,8 @@ Modules:
               given workloads' dense steps)
 - machine.py: ``calibrate()``: all of it in order, the link and memory facts, the schema's scalar fields
 - record.py:  ``Calibration`` (samples, entries, legacy values), ``price`` (a sample under given op costs)
-- writer.py:  ``to_yaml`` / ``template``: the spec, every number with its comment
+- writer.py:  ``to_yaml`` / ``template``: the spec, every number with its comment; ``op_costs`` / ``checked``:
+              what the planner will price with, and every sample priced under it
 """
 from placer.calibrate.machine import calibrate, measure_link
 from placer.calibrate.record import Calibration, Entry, Measurement, OpCostEntries, Sample, price

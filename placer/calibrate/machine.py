@@ -26,6 +26,7 @@ from placer.calibrate.benches import OpBench
 from placer.calibrate.cold import ColdPool
 from placer.calibrate.record import Calibration, Entry, Measurement, OpCostEntries
 from placer.calibrate.timing import bench, bench_tiny, device_name, meminfo, sizes_for
+from placer.calibrate.writer import op_costs
 from placer.forked import usable_cores
 from placer.runner.hostmem import keep_freed_memory
 from placer.units import GiB, MiB
@@ -86,7 +87,7 @@ def calibrate(device: torch.device, quick: bool = False, progress=None, workload
     say("links and memory")
     _legacy(cal, device, s)
     say("synthetic dense steps")
-    dense.fit(cal, device, s, cal.costs("device"))  # priced as the spec will price them (dense_op not yet set)
+    dense.fit(cal, device, s, op_costs(cal, "device"))  # priced as the spec will price them (dense_op not yet set)
     for wl in workloads:
         dense.check(wl, max(1, round(wl.batch_size / gpus)), device, s, cal.add)
     cal.notes.append("fixed_us.collective is not measured (one process): its datasheet default, kernel_launch_us x 1, "

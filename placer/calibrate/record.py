@@ -134,23 +134,6 @@ class Calibration:
         self.samples.append(sample)
         return sample
 
-    def costs(self, side: str = "device"):
-        """The OpCosts the planner will price with, built from this calibration's spec numbers (the written
-        YAML reads back to the same, up to the printed digits)."""
-        from placer.calibrate.writer import template
-        from placer.program.opcosts import gpu_op_costs, host_op_costs
-
-        t = template(self)
-        if side == "host" and not self.unified:
-            return host_op_costs(t.host)
-        link = self.v("link_bw_GBps") * 1e9 * min(1.0, self.v("link_efficiency"))
-        return gpu_op_costs(t.gpus, link)
-
-    def check(self) -> list[tuple[Sample, float]]:
-        """Every sample with its priced seconds under this calibration's op costs."""
-        costs = {side: self.costs(side) for side in ("device", "host")}
-        return [(s, price(s, costs[s.side])) for s in self.samples]
-
 
 def price(s: Sample, costs) -> float:
     """Seconds the cost model prices sample ``s`` at: the op's fixed cost plus its variable part, exactly as

@@ -4,7 +4,7 @@ Each line with a number ends in ``# placer calibrate <date> on <device>, torch <
 of ``op_costs`` says which op was timed at which sizes, its measured time and the inversion, and, where
 check samples were priced against it, their measured / priced ratios. The same tree of items gives the YAML
 text and the in-memory NodeTemplate (``template``), with the values rounded as printed, so what the planner
-reads back from the file is what ``Calibration.costs`` priced with.
+reads back from the file is what ``op_costs`` (here) priced with.
 """
 from __future__ import annotations
 
@@ -193,10 +193,28 @@ def template(cal: Calibration, gpus: int = 1) -> NodeTemplate:
     return NodeTemplate.model_validate(to_data(_template_items(cal, gpus, {})))
 
 
+def op_costs(cal: Calibration, side: str = "device"):
+    """The OpCosts the planner will price with, built from the calibration's spec numbers (the written YAML
+    reads back to the same, up to the printed digits)."""
+    from placer.program.opcosts import gpu_op_costs, host_op_costs
+
+    t = template(cal)
+    if side == "host" and not cal.unified:
+        return host_op_costs(t.host)
+    link = cal.v("link_bw_GBps") * 1e9 * min(1.0, cal.v("link_efficiency"))
+    return gpu_op_costs(t.gpus, link)
+
+
+def checked(cal: Calibration) -> list:
+    """Every sample with its priced seconds under the calibration's op costs: [(Sample, s)]."""
+    costs = {side: op_costs(cal, side) for side in ("device", "host")}
+    return [(s, price(s, costs[s.side])) for s in cal.samples]
+
+
 def _checks(cal: Calibration) -> dict[str, dict[str, list[str]]]:
     """Per side and entry path, "what measured / priced = ratio" of every check sample priced against it."""
     out: dict[str, dict[str, list[str]]] = {}
-    costs = {side: cal.costs(side) for side in ("device", "host")}
+    costs = {side: op_costs(cal, side) for side in ("device", "host")}
     for s in cal.samples:
         if s.about:
             p = price(s, costs[s.side])

@@ -44,6 +44,7 @@ def run(args) -> int:
     import torch
 
     from placer.calibrate import calibrate, to_yaml
+    from placer.calibrate.writer import checked as checked_samples
     from placer.calibrate.ranks import BusyNeighbours, measure_collectives
     from placer.calibrate.ranks import apply as apply_collectives
     from placer.errors import PlacerError, SpecError
@@ -92,7 +93,7 @@ def run(args) -> int:
         load_hardware(out, allow_implausible=True)  # what we write must be a valid spec (measured: no unit mistake)
     except PlacerError as exc:
         raise PlacerError(f"calibrate wrote a spec that does not validate (a bug): {exc}") from None
-    checked = cal.check()
+    checked = checked_samples(cal)
     if args.json:
         data = {"output": str(out), "device": str(device), "device_name": cal.device_name,
                 "torch_version": cal.torch_version, "date": cal.date, "quick": cal.quick, "wall_s": cal.wall_s,

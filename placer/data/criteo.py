@@ -13,6 +13,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from placer.data.chunk import MAX_DATA_BYTES, Chunk
 from placer.errors import SpecError
 from placer.specs.files import open_regular_file
 
@@ -32,8 +33,6 @@ def _parse_column(values, rows: int) -> np.ndarray:
 
 def iter_tsv(path: str, fmap, *, limit_samples: int | None = None,
              progress: Callable[[float], None] | None = None) -> Iterator:
-    from placer.data.readers import Chunk, MAX_DATA_BYTES
-
     f, size = open_regular_file(path, max_bytes=MAX_DATA_BYTES, what="Criteo TSV file")
     nd, names = fmap.num_dense, fmap.names
     expected = 1 + nd + len(names)

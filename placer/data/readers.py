@@ -23,29 +23,22 @@ the value (Criteo hex values are reduced modulo rows, as the DLRM preprocessing 
 from __future__ import annotations
 
 import zipfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
 import numpy as np
 
+from placer.data.chunk import MAX_DATA_BYTES, Chunk
+from placer.data.criteo import iter_tsv
 from placer.errors import SpecError
 from placer.specs.files import open_regular_file
 from placer.specs.workload import Workload
 
 FORMATS = ("criteo-tsv", "dlrm-torch", "npy")
-#: largest data file opened (bytes); files are streamed, so this only guards against absurd inputs
-MAX_DATA_BYTES = 2**44
 #: ids per chunk of a columnar reader
 CHUNK_IDS = 1 << 20
 
 Progress = Callable[[float], None]  # called with the fraction of the current file just consumed
-
-
-@dataclass
-class Chunk:
-    file: str
-    features: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # name -> (ids, lengths)
 
 
 def guess_format(path: str) -> str:
@@ -83,8 +76,6 @@ def iter_chunks(paths: list[str], fmt: str | None, fmap: FeatureMap, *, limit_id
                 ) -> Iterator[Chunk]:
     """Chunks of every file in turn. ``limit_ids``: stop after about that many ids in all (columnar formats:
     each feature's share, limit/features); ``limit_samples``: read at most that many samples per feature."""
-    from placer.data.criteo import iter_tsv
-
     per_feature = None if limit_ids is None else max(1, -(-limit_ids // max(len(fmap.names), 1)))
     seen_ids = 0
     samples: dict[str, int] = {}
