@@ -44,9 +44,9 @@ def run(args) -> int:
     import torch
 
     from placer.calibrate import calibrate, to_yaml
-    from placer.calibrate.writer import checked as checked_samples
     from placer.calibrate.ranks import BusyNeighbours, measure_collectives
     from placer.calibrate.ranks import apply as apply_collectives
+    from placer.calibrate.writer import checked as checked_samples
     from placer.errors import PlacerError, SpecError
     from placer.runner.run import resolve_device
     from placer.specs import load_hardware, load_workload
