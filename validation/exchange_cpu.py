@@ -50,16 +50,21 @@ BIG_BATCH = 8192
 
 # ---- the loopback all-to-all and the spec: placer calibrate --nproc (placer/calibrate/ranks.py) -----------
 
+def _loopback(col: dict) -> dict:
+    """What validate reads of the collectives (``Collectives.to_json()``, as calibrate --json prints them): the
+    all-to-all's fit and the sizes timed, and the all-reduce's fit."""
+    a2a = col["all_to_all"]
+    return {"world": col["world"], "rows": [{"send_bytes": b, "median_s": t} for b, t in a2a["rows"]],
+            "latency_s": a2a["latency_s"], "bw_Bps": a2a["bw_Bps"], "how": col["how"],
+            "all_reduce": {k: col["all_reduce"][k] for k in ("latency_s", "bw_Bps")}}
+
+
 def measure_loopback(world: int) -> dict:
     """The gloo all-to-all between ``world`` local processes as ``placer calibrate --nproc`` measures it (each
     timed after a burst of compute): its fit T = L + S / bw and the sizes timed."""
     from placer.calibrate.ranks import measure_collectives
 
-    col = measure_collectives(world)
-    a2a = col.all_to_all
-    return {"world": world, "rows": [{"send_bytes": b, "median_s": t} for b, t in a2a.rows],
-            "latency_s": a2a.latency_s, "bw_Bps": a2a.bw_Bps, "how": f"{col.how}: {a2a.describe()}",
-            "all_reduce": {"latency_s": col.all_reduce.latency_s, "bw_Bps": col.all_reduce.bw_Bps}}
+    return _loopback(measure_collectives(world).to_json())
 
 
 def write_spec(path: Path, nproc: int, quick: bool) -> dict:
@@ -67,12 +72,8 @@ def write_spec(path: Path, nproc: int, quick: bool) -> dict:
     cmd = [sys.executable, "-m", "placer.cli", "calibrate", "--device", "cpu", "--nproc", str(nproc), "-o", str(path),
            "--name", "local-cpu-procs", "--json"] + (["--quick"] if quick else [])
     data = json.loads(subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True).stdout)
-    col = data["collectives"]
-    a2a = col["all_to_all"]
-    loop = {"world": nproc, "rows": [{"send_bytes": b, "median_s": t} for b, t in a2a["rows"]],
-            "latency_s": a2a["latency_s"], "bw_Bps": a2a["bw_Bps"], "how": col["how"],
-            "all_reduce": {k: col["all_reduce"][k] for k in ("latency_s", "bw_Bps")}}
-    return {"loopback": loop, "spec": str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)}
+    return {"loopback": _loopback(data["collectives"]),
+            "spec": str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)}
 
 
 def spec_for(nproc: int, loop: dict | None, tmp: Path) -> tuple[Path, dict]:

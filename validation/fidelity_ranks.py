@@ -43,7 +43,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from validation.common import environment, write_json  # noqa: E402
-from validation.fidelity import log, placer_cmd, run_plan, write_plans  # noqa: E402
+from validation.fidelity import calibrate, forced, log, placer_cmd, run_plan, write_plans  # noqa: E402
 from validation.fidelity_report import scatter, summarize  # noqa: E402
 
 WORKLOADS = ROOT / "validation" / "ranks_workloads"
@@ -57,16 +57,6 @@ SMALL_DP_BYTES = 1 << 20
 DMP_STEPS, DMP_WARMUP = 30, 5
 
 
-def calibrate(workloads: list[Path], out: Path, quick: bool) -> Path:
-    cmd = placer_cmd("calibrate", "--device", "cpu", "--nproc", str(NPROC), "-o", str(out))
-    for w in workloads:
-        cmd += ["--workload", str(w)]
-    cmd += ["--quick"] if quick else []
-    log("calibrating: " + " ".join(cmd[2:]))
-    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-    return out
-
-
 def forced_plans(topo, wl, model, greedy) -> list[tuple[str, object]]:
     """The forced plans (module docstring) priced on ``model``; ``greedy``: the greedy_size plan (its
     placements of the large tables for small-dp), or None."""
@@ -76,22 +66,19 @@ def forced_plans(topo, wl, model, greedy) -> list[tuple[str, object]]:
     from placer.planner.solve import make_plan
 
     gpus = list(topo.gpus)
+    one_rank = forced(topo, wl, None, None)  # every table whole on the first rank, all rows in its memory
 
-    def whole(t, g):
-        return Placement(table=t.name, sharding="table_wise", precision=t.dtype, shards=[
-            Shard(device=g, rows=(0, t.rows), cols=(0, t.dim), hbm_rows=t.rows, host_rows=0)])
-
-    def columns(t):
+    def columns(t, whole):
         width = t.dim // len(gpus)
         if t.dim % len(gpus) or width % 4:
-            return whole(t, gpus[0])
+            return whole
         return Placement(table=t.name, sharding="column_wise", precision=t.dtype, shards=[
             Shard(device=g, rows=(0, t.rows), cols=(i * width, (i + 1) * width), hbm_rows=t.rows, host_rows=0)
             for i, g in enumerate(gpus)])
 
-    variants = {"one-rank": [whole(t, gpus[0]) for t in wl.tables],
+    variants = {"one-rank": one_rank,
                 "row-wise": [row_wise_placement(t, gpus, t.dtype, 1.0) for t in wl.tables],
-                "column-wise": [columns(t) for t in wl.tables]}
+                "column-wise": [columns(t, whole) for t, whole in zip(wl.tables, one_rank)]}
     if greedy is not None:
         by_table = {p.table: p for p in greedy.placements}
         variants["small-dp"] = [data_parallel_placement(t, gpus, t.dtype) if t.size_bytes(t.dtype) <= SMALL_DP_BYTES
@@ -115,9 +102,7 @@ def make_plans(spec: Path, wl_path: Path, folder: Path, time_limit: float, smoke
     hw, wl = load_hardware(spec), load_workload(wl_path)
     topo = Topology(hw, wl.dense.dtype)
     plans = []
-    for method in (["ilp", "forced:one-rank"] if smoke else METHODS):
-        if method.startswith("forced:"):
-            continue
+    for method in (["ilp"] if smoke else METHODS):  # smoke: the ILP and the first forced plan (one-rank)
         try:
             plans.append((method, solve(topo, wl, SolveConfig(method=method, time_limit_s=time_limit))))
         except PlacerError as exc:
@@ -152,8 +137,10 @@ def torchrec_row(spec: Path, wl_path: Path, plan_path: Path, folder: Path, repea
     """The plan exported for TorchRec on CPU and trained ``repeats`` times under DMP: measured median step, the
     runs, their spread; or why it cannot run."""
     export = folder / (plan_path.stem + ".torchrec.json")
-    r = subprocess.run(placer_cmd("export", "--torchrec", str(spec), str(wl_path), str(plan_path), "--device", "cpu",
-                                  "-o", str(export)), cwd=ROOT, capture_output=True, text=True, timeout=300)
+    with tempfile.TemporaryDirectory() as tmp:  # the ShardingPlan builder module: not what the trainer reads
+        r = subprocess.run(placer_cmd("export", "--torchrec", str(spec), str(wl_path), str(plan_path), "--device",
+                                      "cpu", "-o", str(export), "--python", str(Path(tmp) / "builder.py")),
+                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     if r.returncode != 0:
         return {"refused": "placer export: " + (r.stderr.strip().splitlines() or ["?"])[-1]}
     try:
@@ -259,7 +246,8 @@ def main(argv=None) -> int:
     work = Path(tempfile.mkdtemp(prefix="placer-ranks-")) if args.smoke else out / stem
     work.mkdir(parents=True, exist_ok=True)
     paths = [(n, WORKLOADS / f"{n}.yaml", sec) for n, sec in cases]
-    spec = Path(args.spec) if args.spec else calibrate([p for _, p, _ in paths], work / "spec.yaml", args.smoke)
+    spec = Path(args.spec) if args.spec else calibrate("cpu", 1, [p for _, p, _ in paths], work / "spec.yaml",
+                                                       args.smoke, nproc=NPROC)
     repeats = 1 if args.smoke else args.repeats
     rows = []
     for wl_name, wl_path, seconds in paths:

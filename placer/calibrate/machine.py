@@ -90,8 +90,6 @@ def calibrate(device: torch.device, quick: bool = False, progress=None, workload
     dense.fit(cal, device, s, op_costs(cal, "device"))  # priced as the spec will price them (dense_op not yet set)
     for wl in workloads:
         dense.check(wl, max(1, round(wl.batch_size / gpus)), device, s, cal.add)
-    cal.notes.append("fixed_us.collective is not measured (one process): its datasheet default, kernel_launch_us x 1, "
-                     "applies")
     cal.wall_s = time.perf_counter() - t_start
     return cal
 

@@ -34,6 +34,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from placer.calibrate.record import Entry
+
 #: bytes per peer (all-to-all) and per buffer (all-reduce) timed: the plans' exchanges (KiBs to MiBs)
 SIZES = [4, 4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20]
 QUICK_SIZES = [4, 64 << 10, 1 << 20]
@@ -214,7 +216,6 @@ class BusyNeighbours:
     ``with`` block runs; stopped and joined on leaving it."""
 
     def __init__(self, count: int):
-        self.count = count
         ctx = multiprocessing.get_context("spawn")
         self.stop = ctx.Event()
         self.procs = [ctx.Process(target=_neighbour, args=(self.stop,), daemon=True) for _ in range(count)]
@@ -243,13 +244,10 @@ def apply(cal, col: Collectives) -> None:
     cal.set("link_efficiency", 1.0, "bw_GBps is the measured all-to-all rate itself")
     cal.set("link_latency_us", a2a.latency_s / 2 * 1e6, f"half the all-to-all's fitted latency ("
             f"{a2a.latency_s * 1e6:.0f} us): rank -> host -> rank is two hops")
-    from placer.calibrate.record import Entry
-
     cal.device_costs.fixed_us["collective"] = Entry(col.wake_s * 1e6, (
         f"what a rank's work right after a collective costs beyond the same work back to back (it waited, its "
         f"core idled): {col.wake_burst_s * 1e3:.2f} ms of gathers, GEMMs and small ops after a barrier, minus the "
         f"same back to back, medians, max over the {col.world} ranks"))
-    cal.notes = [n for n in cal.notes if not n.startswith("fixed_us.collective is not measured")]
     cal.ranks = col
     cal.notes.append(f"all-reduce between the {col.world} ranks (priced as a ring over the link above): "
                      f"{ar.describe()}")

@@ -127,6 +127,15 @@ class Calibration:
     def set(self, key: str, value: float, how: str) -> None:
         self.values[key] = Measurement(float(value), how)
 
+    @property
+    def all_notes(self) -> list[str]:
+        """``notes`` and what the calibration left unmeasured (fixed_us.collective: one process has no
+        collective; ``placer calibrate --nproc`` measures it)."""
+        if "collective" in self.device_costs.fixed_us:
+            return list(self.notes)
+        return self.notes + ["fixed_us.collective is not measured (one process): its datasheet default, "
+                             "kernel_launch_us x 1, applies"]
+
     def v(self, key: str) -> float:
         return self.values[key].value
 

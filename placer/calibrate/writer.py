@@ -261,7 +261,7 @@ def to_yaml(cal: Calibration, name: str | None = None, gpus: int = 1) -> str:
     else:
         lines += [f"# Host rows read by the GPU through the runner's HostMemory: {cal.host_read_mechanism}. GPU-to-GPU "
                   "links are not measured: with gpus.count > 1 their traffic routes through the host here."]
-    lines += [f"# Note: {n}" for n in cal.notes]
+    lines += [f"# Note: {n}" for n in cal.all_notes]
     lines += ["schema_version: 1", f"name: {name}",
               f"description: {_describe(cal)} ({cal.date})", "templates:"]
     tree = [Item("local", children=_template_items(cal, gpus, _checks(cal)))]

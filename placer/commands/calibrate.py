@@ -98,7 +98,7 @@ def run(args) -> int:
         data = {"output": str(out), "device": str(device), "device_name": cal.device_name,
                 "torch_version": cal.torch_version, "date": cal.date, "quick": cal.quick, "wall_s": cal.wall_s,
                 "threads": cal.threads, "unified_memory": cal.unified, "host_read_mechanism": cal.host_read_mechanism,
-                "workloads": cal.workloads, "notes": cal.notes,
+                "workloads": cal.workloads, "notes": cal.all_notes,
                 "collectives": cal.ranks.to_json() if cal.ranks else None,
                 "values": {k: {"value": m.value, "how": m.how} for k, m in cal.values.items()},
                 "peak_TFLOPs": {k: {"value": m.value, "how": m.how} for k, m in cal.peaks.items()},
