@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import tempfile
 import traceback
 import zlib
 from pathlib import Path
+
+from placer.runner.launcher import free_port
 
 #: equal to rounding: fp32 sums of a few products of O(0.1) numbers
 DEFAULT_TOL = 1e-4
@@ -45,12 +46,6 @@ def tables_of(wl) -> list[dict]:
         out.append({"name": t.name, "rows": t.rows, "dim": t.dim, "features": [n for n, _ in fs],
                     "pooling": [max(1, round(p if p is not None else t.pooling_factor)) for _, p in fs]})
     return out
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_check(documents: dict[str, dict], tables: list[dict], world_size: int, *, local_world_size: int | None = None,

@@ -26,7 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from placer.torchrec_io.dmp_check import attach_at_path, free_port, init_group, module_at_path
+from placer.runner.launcher import free_port
+from placer.torchrec_io.dmp_check import attach_at_path, init_group, module_at_path
 
 _OPTIMIZERS = {"sgd": "EXACT_SGD", "adagrad": "EXACT_ROWWISE_ADAGRAD", "rowwise_adagrad": "EXACT_ROWWISE_ADAGRAD",
                "adam": "ADAM"}
