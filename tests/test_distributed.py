@@ -90,12 +90,15 @@ def test_sample_slices_cover_the_batch():
 
 def test_exchange_layout_round_trip_without_processes():
     """Pack on every rank, move the buffers as all_to_all_single would, unpack: each owner gets its samples of
-    every shard; the reverse direction brings every shard the gradients of all samples."""
+    every shard; the reverse direction, from the owners' leaves (one (n, dim) per feature; table b column-wise
+    in two pieces, c with 3 features), brings every shard the gradients of all its samples and columns."""
     B, world = 10, 3
     slices = sample_slices(B, world)
-    keys = [ExchangeKey("a", 0, 0, 2, 3), ExchangeKey("b", 0, 2, 1, 4), ExchangeKey("b", 1, 2, 1, 4),
+    keys = [ExchangeKey("a", 0, 0, 2, 3), ExchangeKey("b", 0, 2, 1, 4), ExchangeKey("b", 1, 1, 1, 4, 4),
             ExchangeKey("c", 0, 0, 3, 1)]
-    layouts = [AllToAllLayout(keys, slices, r, B, CPU) for r in range(world)]
+    dims = {"a": 3, "b": 8, "c": 1}
+    leaves = [("c", 1), ("a", 3), ("b", 8), ("c", 1), ("a", 3), ("c", 1)]  # features interleaved
+    layouts = [AllToAllLayout(keys, slices, r, B, CPU, leaves=leaves) for r in range(world)]
     outs = {k: torch.randn(k.features * B, k.cols) for k in keys}
     sends = [lay.pack([outs[k] for k in lay.local]) for lay in layouts]
     for r, lay in enumerate(layouts):  # the collective: rank r receives the r-th split of every sender
@@ -103,15 +106,27 @@ def test_exchange_layout_round_trip_without_processes():
         assert recv.numel() == sum(lay.recv_splits)
         a, b = slices[r]
         for k, got in zip(lay.recv_order, lay.unpack(recv)):
-            torch.testing.assert_close(got, outs[k].view(k.features, B, k.cols)[:, a:b])
-    # backward: owners send gradients (here: the forward slices) back; every shard gets its whole output
-    backs = [lay.pack_grads([outs[k].view(k.features, B, k.cols)[:, slices[r][0]:slices[r][1]]
-                             for k in lay.recv_order]) for r, lay in enumerate(layouts)]
+            torch.testing.assert_close(got, outs[k].view(k.features, B, k.cols)[:, a:b], rtol=0, atol=0)
+
+    def leaf_grads(r):  # the owner's leaves hold the forward outputs of its samples: they must come back
+        a, b = slices[r]
+        seen: dict[str, int] = {}
+        grads = []
+        for t, d in leaves:
+            f = seen[t] = seen.get(t, -1) + 1
+            g = torch.zeros(b - a, d)
+            for k in (k for k in keys if k.table == t):
+                g[:, k.col0:k.col0 + k.cols] = outs[k].view(k.features, B, k.cols)[f, a:b]
+            grads.append(g)
+        assert [d for _, d in leaves] == [dims[t] for t, _ in leaves]
+        return grads
+    backs = [lay.pack_grads(leaf_grads(r)) for r, lay in enumerate(layouts)]
     for q, lay in enumerate(layouts):
         back = torch.cat([backs[r].split(layouts[r].recv_splits)[q] for r in range(world)])
         for k, g in zip(lay.local, lay.unpack_grads(back)):
-            torch.testing.assert_close(g, outs[k])
-    assert layouts[1].bytes_out == 0 and layouts[0].bytes_out > 0
+            torch.testing.assert_close(g, outs[k], rtol=0, atol=0)
+    assert layouts[1].bytes_out > 0 and layouts[0].bytes_out > 0
+    assert layouts[0].send_index().dtype == torch.int32
 
 
 def test_rank_map_folds_gpus_round_robin_and_hosts_go_to_the_first_gpu_rank():

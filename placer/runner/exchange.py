@@ -18,6 +18,14 @@ Layout of the flat buffers (every rank derives it from the plan alone, so they a
   (F, n_r, c) slice, row-major;
 - receive, on rank r: for each source q in rank order, for each shard q owns in plan order, (F, n_r, c).
 
+Packing and unpacking cost a fixed number of ops per step, whatever the number of shards and ranks: the local
+outputs are concatenated once (the stage: every local shard's (F, B, c), in plan order) and the send buffer is
+one gather from it by an index computed once (``send_index``); the gradients coming back are one gather into the
+stage's layout (the inverse index), split into per-shard views; the owner's gradients are its leaves' gradients
+concatenated once (one (n_me, dim) per pooled feature, in feature order) and gathered by ``grad_index``. The
+indices hold one int32 (int64 past 2^31 elements) per element of the stage and of the received slices: memory
+beside the buffers themselves, paid once per run, in exchange for no Python loop over shards x ranks per step.
+
 Data-parallel tables do not take part: each rank's replica pools its own samples (no exchange).
 """
 from __future__ import annotations
@@ -38,6 +46,7 @@ class ExchangeKey:
     owner: int
     features: int
     cols: int
+    col0: int = 0  # the shard's first column in its table
 
 
 @dataclass
@@ -82,7 +91,9 @@ class AllToAllLayout:
     """Split sizes (fp32 elements), packing and unpacking of the exchange for one rank (module docstring)."""
 
     def __init__(self, keys: list[ExchangeKey], slices: list[tuple[int, int]], rank: int, batch: int,
-                 device: torch.device, group=None):
+                 device: torch.device, group=None, leaves: list[tuple[str, int]] | None = None):
+        """``leaves``: the owner's dense inputs, (table, dim) per pooled feature in feature order (the backward
+        exchange reads their gradients); a table's features are its keys' F, in this order."""
         self.keys = list(keys)
         self.slices = slices
         self.world = len(slices)
@@ -101,7 +112,10 @@ class AllToAllLayout:
         # what this rank sends to / receives from OTHER ranks per step, bytes (fp32)
         self.bytes_out = 4 * sum(s for r, s in enumerate(self.send_splits) if r != rank)
         self.bytes_in = 4 * sum(s for q, s in enumerate(self.recv_splits) if q != rank)
+        self.leaves = list(leaves or [])
+        self.stage_sizes = [k.features * batch * k.cols for k in self.local]
         self._buffers: dict[str, torch.Tensor] = {}
+        self._indices: dict[str, torch.Tensor] = {}
 
     def buffer(self, name: str, numel: int) -> torch.Tensor:
         """A flat fp32 buffer kept from step to step (sizes are fixed by the plan). On a CPU, large fresh
@@ -117,39 +131,92 @@ class AllToAllLayout:
     def empty(self) -> bool:
         return not self.keys
 
+    def _index(self, name: str, build) -> torch.Tensor:
+        """An index tensor kept for the run (``build()``: int64 positions), int32 where it fits, on the device."""
+        idx = self._indices.get(name)
+        if idx is None:
+            built = build()
+            dtype = torch.int32 if built.numel() == 0 or int(built.max()) < 2**31 else torch.int64
+            idx = self._indices[name] = built.to(dtype=dtype, device=self.device)
+        return idx
+
+    def _slice_positions(self, a: int, b: int, F: int, c: int, base: int) -> torch.Tensor:
+        """Positions, in a row-major (F, B, c) block at ``base``, of its (F, b - a, c) sample slice [a, b)."""
+        f = torch.arange(F, dtype=torch.int64).view(F, 1, 1) * (self.B * c)
+        s = torch.arange(a, b, dtype=torch.int64).view(1, b - a, 1) * c
+        return (base + f + s + torch.arange(c, dtype=torch.int64).view(1, 1, c)).reshape(-1)
+
+    def send_index(self) -> torch.Tensor:
+        """send[j] = stage[send_index[j]]: a permutation of the stage (the local shards' outputs, plan order)."""
+        def build():
+            bases = [0]
+            for n in self.stage_sizes:
+                bases.append(bases[-1] + n)
+            parts = [self._slice_positions(a, b, k.features, k.cols, base)
+                     for a, b in self.slices for k, base in zip(self.local, bases)]
+            return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64)
+        return self._index("send", build)
+
+    def stage_index(self) -> torch.Tensor:
+        """stage[i] = send[stage_index[i]]: the inverse of ``send_index`` (where each stage element travels)."""
+        def build():
+            perm = self.send_index().to(device="cpu", dtype=torch.int64)
+            inv = torch.empty_like(perm)
+            inv[perm] = torch.arange(perm.numel(), dtype=torch.int64)
+            return inv
+        return self._index("stage", build)
+
+    def grad_index(self) -> torch.Tensor:
+        """backward send[j] = leaf_grads[grad_index[j]]: each received slice's gradient, (F, n_me, c) in
+        ``recv_order``, from the leaves' gradients concatenated in feature order ((n_me, dim) each)."""
+        def build():
+            n = self.n_of[self.rank]
+            starts: dict[str, list[int]] = {}
+            offset = 0
+            for table, dim in self.leaves:
+                starts.setdefault(table, []).append(offset)
+                offset += n * dim
+            dims = dict(self.leaves)
+            parts = []
+            for k in self.recv_order:
+                first = torch.tensor(starts[k.table][:k.features], dtype=torch.int64).view(-1, 1, 1)
+                s = torch.arange(n, dtype=torch.int64).view(1, n, 1) * dims[k.table]
+                parts.append((first + s + (k.col0 + torch.arange(k.cols, dtype=torch.int64)).view(1, 1, -1))
+                             .reshape(-1))
+            return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64)
+        return self._index("grad", build)
+
     def pack(self, outs: list[torch.Tensor]) -> torch.Tensor:
-        """Flat send buffer from the local shards' (F, B, c) or (F*B, c) outputs (in ``self.local`` order)."""
-        pieces = []
-        for a, b in self.slices:
-            for k, o in zip(self.local, outs):
-                pieces.append(o.reshape(k.features, self.B, k.cols)[:, a:b].reshape(-1))
-        if not pieces:
+        """Flat send buffer from the local shards' (F, B, c) or (F*B, c) outputs (in ``self.local`` order): one
+        concatenation, one gather."""
+        if not outs:
             return torch.zeros(0, dtype=torch.float32, device=self.device)
-        return torch.cat(pieces, out=self.buffer("forward_send", sum(self.send_splits)))
+        stage = torch.cat([o.reshape(-1) for o in outs], out=self.buffer("forward_stage", sum(self.stage_sizes)))
+        return torch.index_select(stage, 0, self.send_index(), out=self.buffer("forward_send", stage.numel()))
 
     def unpack(self, recv: torch.Tensor) -> list[torch.Tensor]:
         """(F, n_me, c) per received shard, in ``self.recv_order`` (views of ``recv``)."""
         n = self.n_of[self.rank]
         return [c.view(k.features, n, k.cols) for k, c in zip(self.recv_order, recv.split(self.recv_sizes))]
 
-    def pack_grads(self, grads: list[torch.Tensor]) -> torch.Tensor:
-        """Flat send buffer of the reverse exchange from the (F, n_me, c) gradients of the received slices
-        (in ``self.recv_order``)."""
-        if not grads:
+    def pack_grads(self, leaf_grads: list[torch.Tensor]) -> torch.Tensor:
+        """Flat send buffer of the reverse exchange from the gradients of this rank's leaves ((n_me, dim) per
+        pooled feature, in feature order; ``leaves`` of the constructor): one concatenation, one gather."""
+        total = sum(self.recv_splits)
+        if not total:
             return torch.zeros(0, dtype=torch.float32, device=self.device)
-        return torch.cat([g.reshape(-1) for g in grads], out=self.buffer("backward_send", sum(self.recv_splits)))
+        flat = torch.cat([g.reshape(-1) for g in leaf_grads],
+                         out=self.buffer("backward_leaves", sum(g.numel() for g in leaf_grads)))
+        return torch.index_select(flat, 0, self.grad_index(), out=self.buffer("backward_send", total))
 
     def unpack_grads(self, back: torch.Tensor) -> list[torch.Tensor]:
-        """The (F*B, c) gradient of every local shard's output from the reverse exchange's flat buffer."""
-        sizes = [k.features * n * k.cols for n in self.n_of for k in self.local]
-        chunks = back.split(sizes) if sizes else []
-        per_key: list[list[torch.Tensor]] = [[] for _ in self.local]
-        it = iter(chunks)
-        for n in self.n_of:
-            for j, k in enumerate(self.local):
-                per_key[j].append(next(it).view(k.features, n, k.cols))
-        return [torch.cat(parts, dim=1).reshape(k.features * self.B, k.cols)
-                for k, parts in zip(self.local, per_key)]
+        """The (F*B, c) gradient of every local shard's output from the reverse exchange's flat buffer (views of
+        a buffer kept for the run: read them within the step)."""
+        if not self.local:
+            return []
+        stage = torch.index_select(back, 0, self.stage_index(),
+                                   out=self.buffer("backward_stage", sum(self.stage_sizes)))
+        return [c.view(k.features * self.B, k.cols) for k, c in zip(self.local, stage.split(self.stage_sizes))]
 
     def all_to_all(self, send: torch.Tensor, out_splits: list[int], in_splits: list[int], name: str
                    ) -> torch.Tensor:
@@ -172,11 +239,11 @@ def exchange_outputs(layout: AllToAllLayout, outs: list[torch.Tensor], recorder:
     return layout.unpack(recv)
 
 
-def exchange_gradients(layout: AllToAllLayout, grads: list[torch.Tensor],
+def exchange_gradients(layout: AllToAllLayout, leaf_grads: list[torch.Tensor],
                        recorder: ExchangeRecorder | None = None) -> list[torch.Tensor]:
-    """The backward exchange: gradients of the received slices (``layout.recv_order``) -> the (F*B, c)
+    """The backward exchange: the gradients of this rank's leaves (``layout.leaves`` order) -> the (F*B, c)
     gradient of every local shard's output (``layout.local`` order). Every rank calls it."""
-    send = layout.pack_grads([g.float() for g in grads])
+    send = layout.pack_grads([g.float() for g in leaf_grads])
 
     def go():
         return layout.all_to_all(send, layout.send_splits, layout.recv_splits, "backward_recv")

@@ -126,9 +126,10 @@ class RankTrainer(GroupOwner):
         dims = {t.name: t.dim for t in workload.tables}
         self.tables = {p.table: TableParts(p, parts[p.table], dims[p.table]) for p in plan.placements}
         keys = [ExchangeKey(p.table, i, self.rmap.rank_of(s.device), workload.outputs_per_sample(p.table),
-                            s.num_cols)
+                            s.num_cols, s.cols[0])
                 for p in plan.placements if p.sharding != "data_parallel" for i, s in enumerate(p.shards)]
-        self.layout = AllToAllLayout(keys, list(self.rmap.slices), self.rank, self.B, self.device)
+        leaves = [(t, dims[t]) for t, _ in feature_slots(workload)]
+        self.layout = AllToAllLayout(keys, list(self.rmap.slices), self.rank, self.B, self.device, leaves=leaves)
         self.recorder = ExchangeRecorder(self.device)
         self.replica_grads = []
         for p in plan.placements:
@@ -239,17 +240,13 @@ class RankTrainer(GroupOwner):
     def _backward_exchange(self, leaves: list[torch.Tensor], timer: OpTimer) -> None:
         """Each table's gradient over this rank's samples back to its shards (the reverse all-to-all), then every
         group's pack_grad of its members' gradients."""
+        grads = [leaf.grad if leaf.grad is not None else torch.zeros_like(leaf) for leaf in leaves]
         per_table: dict[str, list[torch.Tensor]] = {}
-        for (t, _), leaf in zip(self.feature_slots, leaves):
-            per_table.setdefault(t, []).append(leaf.grad if leaf.grad is not None else torch.zeros_like(leaf))
+        for (t, _), g in zip(self.feature_slots, grads):
+            per_table.setdefault(t, []).append(g)
         shard_grads: dict[tuple[str, int], torch.Tensor] = {}
         if not self.layout.empty:
-            def back():
-                stacked = {t: torch.stack(per_table[t]) for t in {k.table for k in self.layout.recv_order}}
-                cols = lambda k: self.tables[k.table].p.shards[k.index].cols
-                grads = [stacked[k.table][:, :, cols(k)[0]:cols(k)[1]] for k in self.layout.recv_order]
-                return exchange_gradients(self.layout, grads, self.recorder)
-            got = timer.run("all_to_all", self.stream, back)
+            got = timer.run("all_to_all", self.stream, lambda: exchange_gradients(self.layout, grads, self.recorder))
             shard_grads = {(k.table, k.index): g for k, g in zip(self.layout.local, got)}
 
         def member_grads(g: FusedGroup) -> list[torch.Tensor]:
