@@ -21,6 +21,7 @@ import math
 import numpy as np
 
 from placer.errors import SpecError
+from placer.executor import Background
 from placer.specs import limits as L
 from placer.specs.workload import CdfSpec, UniformSpec, Workload, ZipfSpec
 
@@ -82,7 +83,6 @@ def robustness(model, plan, base_s: float | None = None) -> dict:
     the plan's topology and workload): how much the plan bets on the skew assumption. ``base_s``: the step at
     x1 where the caller has just priced it with ``model`` (else priced here)."""
     from placer.cost import CostModel
-    from placer.forked import Background
     from placer.simulate import predict
 
     base = base_s if base_s is not None else predict(model, plan, check_memory=False)["step_time_s"]

@@ -73,7 +73,7 @@ def test_every_variant_runs_here_without_a_second_core(case):
 def test_a_child_that_dies_costs_only_its_half(case, monkeypatch):
     ctx, kinds, problem, ids = case
     monkeypatch.setattr(stage2, "_child_runs", lambda *a: os._exit(1))
-    monkeypatch.setattr(stage2, "usable_cores", lambda: 2)
+    monkeypatch.setattr(stage2, "cores", lambda: 2)
     placements, step = stage2.place_choice(Assigner(ctx), problem, kinds, ids, Budget(600), beside=True)
     assert len(placements) == len(kinds) and step == pytest.approx(min(_each_variant(case)[0::2]), rel=1e-12)
 
@@ -84,8 +84,8 @@ def test_a_work_budget_never_forks(case, monkeypatch):
     def no_fork(*a, **k):
         raise AssertionError("forked under a work budget")
 
-    monkeypatch.setattr(stage2.ForkedCall, "start", no_fork)
-    monkeypatch.setattr(stage2, "usable_cores", lambda: 2)
+    monkeypatch.setattr(stage2.Child, "start", no_fork)
+    monkeypatch.setattr(stage2, "cores", lambda: 2)
     placements, _ = stage2.place_choice(Assigner(ctx), problem, kinds, ids, Budget.of_work(1e6), beside=True)
     assert len(placements) == len(kinds)
 

@@ -14,7 +14,7 @@ from placer.cost import CostModel
 from placer.errors import InfeasibleError
 from placer.options import OptionConfig
 from placer.planner import ilp
-from placer.forked import Background
+from placer.executor import Background
 from placer.planner.bound_tree import BoundTree
 from placer.planner.budget import Budget
 from placer.planner.context import Context

@@ -27,7 +27,7 @@ from placer.calibrate.cold import ColdPool
 from placer.calibrate.record import Calibration, Entry, Measurement, OpCostEntries
 from placer.calibrate.timing import bench, bench_tiny, device_name, meminfo, sizes_for
 from placer.calibrate.writer import op_costs
-from placer.forked import usable_cores
+from placer.executor import usable_cores
 from placer.runner.hostmem import keep_freed_memory
 from placer.units import GiB, MiB
 

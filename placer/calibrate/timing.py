@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from placer.forked import usable_cores
+from placer.executor import usable_cores
 from placer.units import MiB
 
 CHECK_WIDTHS = (12, 96)  # columns between the table's widths, timed as checks of the log2 interpolation

@@ -8,7 +8,7 @@ import time
 from contextlib import contextmanager
 
 from placer import argtypes as _args
-from placer.heap import frozen
+from placer.executor import command_heap
 from placer.report import add_listing_arguments, make_console
 
 from placer.commands._common import add_hw_wl, add_solver_options, limit_line, load_pair, solve_config
@@ -80,7 +80,7 @@ def run(args) -> int:
     if not args.quiet:
         print(_limit_text(config, started), file=sys.stderr, flush=True)
     topo, wl = load_pair(args)
-    with frozen():  # the solve's heap frozen to the end: collections walk only what is new (placer/heap.py)
+    with command_heap():  # the solve's heap frozen to the end: collections walk only what is new (placer/executor.py)
         limit = config.time_limit_s if config.work_limit is None else None
         with progress_reporter(args.quiet, limit) as reporter:
             plan = solve(topo, wl, dataclasses.replace(config, progress=reporter))

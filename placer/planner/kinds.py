@@ -18,8 +18,7 @@ from typing import Callable
 import numpy as np
 
 from placer.cost import AR, BX, FX, PHASES
-from placer.forked import Background
-from placer.heap import no_cyclic_gc
+from placer.executor import Background, no_cyclic_gc
 from placer.options import (OptionConfig, data_parallel_allowed, data_parallel_placement, precisions,
                              row_wise_placement, table_options)
 from placer.plan import Placement
@@ -106,11 +105,11 @@ class KindFolder:
     def kinds(self, processes: int = 2, deadline: float | None = None) -> list[list[Kind]]:
         """Every table's canonical options, folded. Options over all GPUs are priced from one shard or
         replica (the others are its relabelings) and built in full only if chosen. ``processes`` = 2: a forked
-        child (placer/forked.py) folds every other table while this process folds the rest (the same
+        child (placer/executor.py) folds every other table while this process folds the rest (the same
         kinds: folding one table reads nothing another table's folding changes). ``deadline``: a
         ``time.perf_counter()`` reading past which folding stops with budget.OutOfTime (None: never)."""
         n = len(self.ctx.model.wl.tables)
-        with no_cyclic_gc():  # placer/heap.py: 7.0-7.9 s -> 5.4-5.7 s on production-856 @ 16node
+        with no_cyclic_gc():  # placer/executor.py: 7.0-7.9 s -> 5.4-5.7 s on production-856 @ 16node
             if processes < 2 or n < PARALLEL_MIN_TABLES:
                 return self.kinds_of(range(n), deadline)
             theirs = Background(lambda: self.kinds_of(range(1, n, 2), deadline))

@@ -10,8 +10,7 @@ from dataclasses import dataclass
 
 from placer.cost import PHASES, CostModel
 from placer.errors import InfeasibleError, PlacerError, SolverError, SpecError
-from placer.forked import BackgroundParts
-from placer.heap import frozen
+from placer.executor import BackgroundParts
 from placer.limits import MAX_TIME_LIMIT_S, MAX_WORK_LIMIT
 from placer.options import OptionConfig, all_options
 from placer.plan import Placement, Plan, SolverInfo, SpecRef, check_plan
@@ -116,10 +115,7 @@ def make_plan(model: CostModel, method: str, placements: list[Placement], solver
 
 def solve(topology: Topology, workload: Workload, config: SolveConfig = SolveConfig()) -> Plan:
     """Plan ``workload`` on ``topology`` with ``config.method``. Raises InfeasibleError when nothing fits."""
-    # what the stages freeze (the cost model's caches, the option kinds: placer/heap.py) stays frozen to the end,
-    # the plan's pricing and what-ifs included
-    with frozen():
-        return _solve(topology, workload, config)
+    return _solve(topology, workload, config)
 
 
 def _solve(topology: Topology, workload: Workload, config: SolveConfig) -> Plan:
@@ -488,7 +484,7 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, budge
         if plan is not None:
             return plan
         budget = _no_baseline_fits(config, budget)
-    # the baselines, priced, on a second core while the stages run (placer/forked.py), yielding the cores to the
+    # the baselines, priced, on a second core while the stages run (placer/executor.py), yielding the cores to the
     # stages' own work (the option kinds fold in two processes); the plan is the best of them and the two
     # stages' either way (under a time limit, of those priced by the end of stage 2: synthetic-1000 @
     # dgx-h100-32node at 60 s waited 3.3-4.9 s past it for all of them)

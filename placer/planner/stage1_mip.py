@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from placer.forked import TimedChild
+from placer.executor import TimedChild
 from placer.planner import ilp
 from placer.planner.budget import Budget
 from placer.planner.problem import GroupCounts, Problem

@@ -14,7 +14,7 @@ Only under a time limit: under a work limit (budget.py) the plan and bound must 
 """
 from __future__ import annotations
 
-from placer.forked import TimedChild, usable_cores
+from placer.executor import TimedChild, cores
 from placer.planner.bound_tree import BoundTree
 from placer.planner.budget import Budget
 from placer.planner.lp import Relaxation
@@ -37,4 +37,4 @@ class BesideTree(TimedChild):
         within = max(0.0, seconds - EARLY_S)
         super().__init__(lambda: BoundTree(problem, relaxation).run(incumbent_s, Budget(within)),
                          "placer-stage1-tree", seconds, GRACE_S,
-                         start=seconds >= MIN_SECONDS and usable_cores() >= 2)
+                         start=seconds >= MIN_SECONDS and cores() >= 2)

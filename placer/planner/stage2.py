@@ -5,13 +5,13 @@ re-insertions (assign.py), pairwise repacking (repack.py) and kind changes (reki
 changes something, and assigns anew with its starved GPUs filled first (fill.py) while that helps. Local search:
 where it ends depends on the balance measure it starts from, so the runs form a portfolio (STAGE2_VARIANTS) and
 the least step time wins. Under a time limit, with a second core free, half of the portfolio runs in a forked
-child (placer/forked.py) beside the other half.
+child (placer/executor.py) beside the other half.
 """
 from __future__ import annotations
 
 import dataclasses
 
-from placer.forked import ForkedCall, usable_cores
+from placer.executor import Child, cores
 from placer.plan import Placement
 from placer.planner import fill
 from placer.planner.accumulator import Accumulator
@@ -70,9 +70,9 @@ def place_choice(assigner: Assigner, problem: Problem, kinds: list[list[Kind]], 
     variants = list(dict.fromkeys((scales[name], weight) for name, weight in STAGE2_VARIANTS))
     assigner.ctx.tracker.update("stage 2: devices")
     theirs = None
-    if beside and len(variants) > 1 and not budget.deterministic and usable_cores() >= 2:
+    if beside and len(variants) > 1 and not budget.deterministic and cores() >= 2:
         early = budget.child(max(0.0, budget.left() - CHILD_EARLY_S))
-        theirs = ForkedCall.start(lambda: _child_runs(assigner, chosen, kinds, variants[1::2], early),
+        theirs = Child.start(lambda: _child_runs(assigner, chosen, kinds, variants[1::2], early),
                                   "placer-stage2", nice=CHILD_NICE)
         if theirs is not None:
             variants = variants[0::2]

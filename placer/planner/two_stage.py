@@ -35,7 +35,7 @@ import dataclasses
 
 from placer.cost import CostModel
 from placer.errors import SolverError
-from placer.heap import frozen
+from placer.executor import settled
 from placer.options import OptionConfig
 from placer.plan import Placement
 from placer.planner import ilp, stage1_mip
@@ -92,8 +92,8 @@ def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, budge
         tree = BesideTree(problem, relaxation, problem.objective(chosen), budget.left() - 0.5)
         return tree.running
 
-    # the model's caches and the kinds live to the end: collections walk only what the stages allocate (heap.py)
-    with frozen():
+    # the model's caches and the kinds live to the end: collections walk only what the stages allocate (executor.py)
+    with settled():
         try:
             with budget.stage("stage 1"):
                 stage1 = solve_stage1(ctx, kinds, budget.child(max(5.0, budget.left() - reserve)), gap=gap,

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from placer.heap import no_cyclic_gc
+from placer.executor import no_cyclic_gc
 
 GEMM_OPS = {"aten.mm.default", "aten.addmm.default", "aten.bmm.default", "aten.baddbmm.default"}
 #: ops that read or write elements at positions an index tensor gives (the dot interaction's triangle and its
@@ -130,7 +130,7 @@ def trace(workload, samples: int, device_type: str) -> DenseTrace:
     # (placer/skew.py: the same workload at skew x0.8 and x1.2) reuse the trace instead of tracing it twice more
     # (1.5 s each on production-856 @ dgx-h100, after the solve and within its --time-limit; issue 36)
     key = workload.model_dump_json(exclude={"tables": {"__all__": {"access"}}})
-    with no_cyclic_gc():  # the first one imports torch: five collections of a growing heap, 0.6 s (placer/heap.py)
+    with no_cyclic_gc():  # the first one imports torch: five collections of a growing heap, 0.6 s (placer/executor.py)
         return _trace(key, int(samples), device_type)
 
 

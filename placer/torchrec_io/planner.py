@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 from placer.cost import CostModel
 from placer.errors import InfeasibleError, SolverError, SpecError
-from placer.forked import ForkedCall, reason
+from placer.executor import Child, reason
 from placer.plan import Placement, Plan, SpecRef
 from placer.torchrec_io import INSTALL_HINT, mapping
 
@@ -239,7 +239,7 @@ def _quietly(fn, *args):
 
 
 class _Watch:
-    """``fn()`` under way with a deadline ``limit_s`` from now: in a forked child process (placer/forked.py;
+    """``fn()`` under way with a deadline ``limit_s`` from now: in a forked child process (placer/executor.py;
     killed at the deadline, so a planner stuck in enumeration leaves nothing running; ``fn``'s result must
     pickle), or where fork is not the safe default (not Linux) in a daemon thread. ``wait()`` gives its result;
     exceptions come back as TorchRecPlannerError ('Type: message'), _NoTorchRec as TorchRecUnavailable.
@@ -250,7 +250,7 @@ class _Watch:
         self.deadline = time.perf_counter() + limit_s
         self.thread = None
         self.box: dict = {}
-        self.call = ForkedCall.start(fn, "torchrec-planner")
+        self.call = Child.start(fn, "torchrec-planner")
         if self.call is None:
             def target():
                 try:
