@@ -60,9 +60,10 @@ def test_a_time_budget_counts_charges_without_moving_its_clock():
 
 def test_the_single_stage_search_leaves_the_limit_room_for_what_follows():
     """solve._search_s: under a time limit, the branch and bound gets what the limit leaves less the pricing
-    after it (never less than MIN_SEARCH_S); under a work limit, the whole limit, as before (plans unchanged)."""
+    after it (never less than the schedule's single_search_min_s); under a work limit, what is left of it."""
     from placer.cost import CostModel
-    from placer.planner.solve import MIN_SEARCH_S, _search_s, after_solve_s
+    from placer.planner.schedule import SCHEDULE
+    from placer.planner.solve import _search_s, after_solve_s
     from placer.specs import load_hardware, load_workload
     from placer.topology import Topology
 
@@ -70,10 +71,10 @@ def test_the_single_stage_search_leaves_the_limit_room_for_what_follows():
     model = CostModel(Topology(load_hardware(HW_DIR / "dgx-h100.yaml"), wl.dense.dtype), wl)
     started = time.perf_counter() - 10.0  # the options and baselines took 10 s of a 30 s limit
     assert _search_s(model, Budget(30.0, start=started)) == pytest.approx(20.0 - after_solve_s(model), abs=0.5)
-    assert _search_s(model, Budget(5.0, start=started)) == MIN_SEARCH_S
+    assert _search_s(model, Budget(5.0, start=started)) == SCHEDULE.single_search_min_s
     work = Budget.of_work(30_000)
     work.charge(10.0)
-    assert _search_s(model, work) == work.seconds
+    assert _search_s(model, work) == pytest.approx(work.seconds - 10.0)
 
 
 def test_a_spent_budget_is_noted_in_the_stage_that_found_it():

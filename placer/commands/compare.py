@@ -3,7 +3,7 @@
 ``--time-limit`` is the budget of the whole comparison (counted from the start of the command, loading the
 specs included). TorchRec's planner starts first, in its child process (torchrec_io/planner.py: start /
 collect), and plans while the parent runs the baselines and then the ILP; the ILP's solver gets what is left,
-less ILP_MARGIN_S and the time its tie-break may take after the main solve (planner/tiebreak.time_limit), so
+less ILP_MARGIN_S and the time its tie-break may take after the main solve (planner/schedule.py), so
 that the whole comparison ends within the budget. Each row says how long its method took on its own
 (``solve_wall_s``) and the time limit it was given; the output names the budget and how it was spent.
 """
@@ -58,12 +58,12 @@ def parse_methods(text: str) -> list[str]:
 def ilp_time_limit(available_s: float) -> float:
     """The ILP's solver limit L for ``available_s`` seconds left: L + its tie-break's limit (20% of L, 1..10 s)
     + ILP_MARGIN_S fits, at least MIN_ILP_LIMIT_S."""
-    from placer.planner.tiebreak import time_limit as tie_break_limit
+    from placer.planner.schedule import SCHEDULE
 
     room = available_s - ILP_MARGIN_S
     limit = room
     for _ in range(60):  # L = room - tie_break(L): a contraction (slope <= 0.2), converges fast
-        limit = room - tie_break_limit(max(limit, MIN_ILP_LIMIT_S))
+        limit = room - SCHEDULE.tie_break_limit_s(max(limit, MIN_ILP_LIMIT_S))
     return max(MIN_ILP_LIMIT_S, limit)
 
 

@@ -150,16 +150,15 @@ class Budget:
 
     def child(self, seconds: float | None = None, *, fraction: float | None = None) -> Budget:
         """A budget starting now of ``seconds``, or of ``fraction`` of the time left here (one of the two),
-        recording its stages here. Under a time limit it is clipped to what is left here (never below 0): a
-        stage's floor (at least 5 s for stage 1, 10 s for a relaxation) holds only while the limit leaves that
-        much, so that the command ends within its limit (issue 36: production-856 @ dgx-h100 at --time-limit 5
-        ended after 13.4 s). Under a work limit it is not clipped: the floors are part of the deterministic
-        budget, and the same inputs give the same plan whatever the clipping would have made of them."""
+        recording its stages here. It is clipped to what is left here (never below 0), under a time limit and a
+        work limit alike: a child never outlives its parent, and a stage's floor (schedule.py: at least 5 s for
+        stage 1, 10 s for a relaxation) holds only while the limit leaves that much, so that the command ends
+        within its limit (issue 36: production-856 @ dgx-h100 at --time-limit 5 ended after 13.4 s) and a work
+        limit is never overrun by a floor (deterministic either way: the clip reads the work meter)."""
         if (seconds is None) == (fraction is None):
             raise ValueError("Budget.child takes seconds or fraction, not both or neither")
         length = seconds if seconds is not None else fraction * self.left()
-        if not self.deterministic:
-            length = max(0.0, min(length, self._remaining()))
+        length = max(0.0, min(length, self._remaining()))
         return Budget(length, stages=self.stages, clock=self.clock, stage_work=self.stage_work, shared=self.shared)
 
     def at_least(self, seconds: float) -> Budget:

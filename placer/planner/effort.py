@@ -6,6 +6,7 @@ effort took on the reference machine (the project's 2-core VM), fitted to the so
 dgx-h100-16node and mlperf-dlrm-v2 @ dgx-h100-2node (a plan solved under a work limit records both per stage:
 solver.stage_work in units, solver.stage_times_s in wall seconds); they need not be exact, only deterministic and
 roughly proportional to the time, so that a work limit of N units searches about as far as N milliseconds do there.
+The rates are tuning.py's (``python3 validation/tune_planner.py effort`` re-derives them).
 
 For the solvers, ``lp_limits``, ``cbc_limits`` and ``mip_limits`` turn the nominal seconds a stage may spend into
 the solver's own options: a time limit in a time budget; iteration or node limits (and no time limit) in a work
@@ -17,47 +18,14 @@ import math
 import re
 
 from placer.planner.budget import Budget
+from placer.planner.tuning import (LP_CALL_S, SIMPLEX_S_AT_10K, SIMPLEX_GROWTH, IPM_S_PER_NONZERO, CBC_CALL_S,
+                                   CBC_S_PER_NONZERO, CBC_ITERATION_S_PER_NONZERO, CBC_NODE_S_PER_NONZERO,
+                                   MIP_NODE_S_PER_NONZERO, MIP_ROOT_S_PER_NONZERO, SCORE_CALL_S, SCORE_S_PER_ENTRY,
+                                   GROUP_S_PER_ENTRY, PRICING_S_PER_LOAD, SWAP_S_PER_PAIR, REPACK_S_PER_PARTNER,
+                                   POTENTIAL_S_PER_LOAD, TIE_BREAK_OPTION_S, SETUP_S_PER_PAIR)  # noqa: F401
 
-#: HiGHS: nominal seconds per LP solve; per dual simplex (or crossover) iteration, SIMPLEX_S_AT_10K at 10,000
-#: nonzeros in the constraint matrix, growing as (nonzeros / 10,000) ** SIMPLEX_GROWTH (an iteration touches a
-#: sparse part of it); per interior point iteration per nonzero. Measured: simplex 75 iterations on 13,886
-#: nonzeros 5 ms (67 us each), 1,626 on 326,708 0.65 s and the branch-and-bound splits' re-solves on 326,874
-#: 0.3-0.4 ms each; IPM 45 iterations (and 29 of crossover) on 281,229 nonzeros 1.37 s (1.0e-7), 30 on 13,885
-#: 0.061 s (1.5e-7).
-LP_CALL_S = 1e-3
-SIMPLEX_S_AT_10K = 5.6e-5
-SIMPLEX_GROWTH = 0.55
-IPM_S_PER_NONZERO = 1.1e-7
-#: CBC (a subprocess via PuLP): nominal seconds per call (start, files), per nonzero (written, read, presolved),
-#: per simplex iteration per nonzero, and per branch-and-bound node per nonzero (its iterations counted apart).
-#: Measured: 281,233 nonzeros, 5 nodes, 395 iterations 0.91 s; 11,258 nonzeros, 49 iterations 0.095 s.
-CBC_CALL_S = 0.06
-CBC_S_PER_NONZERO = 2.5e-6
-CBC_ITERATION_S_PER_NONZERO = 2e-9
-CBC_NODE_S_PER_NONZERO = 2e-8
-#: HiGHS branch and bound: nominal seconds per node per nonzero, and for the root per nonzero.
-MIP_NODE_S_PER_NONZERO = 1e-7
-MIP_ROOT_S_PER_NONZERO = 2e-6
-#: Stage 2 (assign.py): nominal seconds per scoring of a kind's candidate devices, per (candidate device, own load
-#: or memory) scored, per (candidate device, fused group) checked, and per resource load of a placement priced
-#: exactly. Measured against the wall time of the assignment: 1.0x on production-856 @ dgx-h100-16node, 0.5x on
-#: mlperf-dlrm-v2 @ dgx-h100-2node before the per-call term.
-SCORE_CALL_S = 2e-5
-SCORE_S_PER_ENTRY = 2e-7
-GROUP_S_PER_ENTRY = 4e-7
-PRICING_S_PER_LOAD = 1e-6
-#: Stage 2's searches: nominal seconds per pair of tables compared (swap.py, in numpy since be0e6b9: 3.3x faster
-#: than pair by pair), per partner GPU of a repacking (repack.py), and per potential computed (rekind.py), per
-#: resource load.
-SWAP_S_PER_PAIR = 7.5e-7
-REPACK_S_PER_PARTNER = 1e-4
-POTENTIAL_S_PER_LOAD = 1e-8
-#: The local tie-break (tiebreak_local.py): nominal seconds per option priced.
-TIE_BREAK_OPTION_S = 2e-3
-#: What the two-stage planner does before its search (the cost model, the option kinds), deterministic, charged
-#: per (table, GPU) pair so that a work limit splits like a time limit: production-856 @ dgx-h100-16node, 109,568
-#: pairs, 2.1 s + 6.5 s.
-SETUP_S_PER_PAIR = 8e-5
+#: The rates above (nominal seconds per unit of counted effort; the other modules read them as effort.NAME) are
+#: fitted constants: tuning.py holds them with their measurements and the command that re-derives them.
 
 #: Most iterations or nodes handed to a solver (its integer options overflow past 2**31 - 1).
 _MAX_COUNT = 2**31 - 2

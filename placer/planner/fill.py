@@ -51,10 +51,7 @@ MAX_GROWTH = 0.05
 #: disturbs it: synthetic-1000 on 256 GPUs, estimated 0.34% better, came out 1.8% worse; production-856 on 128
 #: GPUs, estimated 0.9%, came out 1.1% better).
 MIN_GAIN = 0.005
-#: Most seconds for the MIP (the best split found by then is used; stage 2 gives it what the time limit leaves
-#: after one more assignment, measured on production-856 on 128 GPUs: 3 s 8.777 ms, 6 s 8.761 ms) and least.
-MIP_TIME_S = 10.0
-MIN_MIP_TIME_S = 1.0
+#: The MIP's time (the best split found by then is used): schedule.Schedule.fill_mip_s.
 
 
 def fill_starved(stage2: Assigner, acc: Accumulator, budget: Budget, seconds: float

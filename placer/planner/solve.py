@@ -14,13 +14,16 @@ from placer.executor import BackgroundParts
 from placer.limits import MAX_TIME_LIMIT_S, MAX_WORK_LIMIT
 from placer.options import OptionConfig, all_options
 from placer.plan import Placement, Plan, SolverInfo, SpecRef, check_plan
-from placer.planner import effort, ilp, infeasible, tiebreak, tiebreak_local, two_stage
+from placer.planner import effort, ilp, infeasible, tiebreak, tiebreak_local
 from placer.planner.fit import with_fit_levels
 from placer.planner.baselines import BASELINES, EXTERNAL, run_baseline
 from placer.planner.budget import WORK_UNIT_S, Budget
 from placer.planner.problem import Problem, build_problem
+from placer.planner.schedule import SCHEDULE
 from placer.planner.progress import Reporter, Tracker
 from placer.planner.symmetry import Symmetry
+from placer.planner.tuning import (BASELINES_NICE, LEAST_WORK_GPUS, LEAST_WORK_S, LEAST_WORK_S_PER_GPU2,
+                                   LEAST_WORK_S_PER_PAIR, OPTIONS_S_PER_PAIR, WHAT_IF_S_PER_PAIR)
 from placer.planner.two_stage import solve_two_stage
 from placer.simulate import predict
 from placer.skew import robustness
@@ -153,23 +156,6 @@ def _solve(topology: Topology, workload: Workload, config: SolveConfig) -> Plan:
     return with_robustness(model, plan)
 
 
-#: What the skew what-ifs (placer/skew.py, two pricings afresh) take per (table, GPU) pair, GPUs counted up to
-#: LEAST_WORK_GPUS (s). Measured on the shared 2-core VM, loaded: production-856 @ dgx-h100 1.6-1.85 s, @
-#: dgx-h100-16node 3.4 s, synthetic-1000 @ dgx-h100-32node 5.8 s, 10,000 small tables @ dgx-h100 23 s.
-WHAT_IF_S_PER_PAIR = 2.8e-4
-#: The least work of a solve under a time limit: the cost model (the dense step traced, the routes between GPUs),
-#: the greedy_size baseline and its pricing, estimated as LEAST_WORK_S + LEAST_WORK_S_PER_PAIR per (table, GPU)
-#: pair, GPUs counted up to LEAST_WORK_GPUS (greedy_size tries every GPU up to 8, then picks by symmetry), +
-#: LEAST_WORK_S_PER_GPU2 x GPUs^2 (a shortest-path search from every GPU over a graph that grows with them).
-#: Measured on the shared 2-core VM, loaded (greedy_size run in-process, model + run + pricing): production-856 @
-#: dgx-h100 3.0 s, @ dgx-h100-16node 5.6 s, synthetic-1000 @ dgx-h100-32node 10.9 s, 10,000 small tables @
-#: dgx-h100 28 s, tiny @ 1,024 GPUs (128 DGX H100 nodes) about 28 s, most of it the routes.
-LEAST_WORK_S = 1.5
-LEAST_WORK_S_PER_PAIR = 3.5e-4
-LEAST_WORK_GPUS = 16
-LEAST_WORK_S_PER_GPU2 = 2.5e-5
-
-
 def _pairs(model: CostModel) -> int:
     return len(model.wl.tables) * min(len(model.topo.gpus), LEAST_WORK_GPUS)
 
@@ -199,10 +185,7 @@ FULL_ILP_MAX_PAIRS = 2000
 #: The tie-break (planner/tiebreak.py) runs after a proven-optimal solve, or one whose gap is at most this
 #: (or twice the gap tolerance): further from the bound, step time still matters more than where lookups go.
 TIE_BREAK_MAX_GAP = 0.01
-#: The baselines' child runs at this niceness beside a two-stage solve (its result is read only at the end). Not
-#: 19: beside two busy processes a child at 19 starved and the solve waited minutes for it (a work-limited solve
-#: must wait: its plan may not depend on timing); alone, 19 gave the option kinds 1.5 s back (7.0 -> 5.5 s).
-BASELINES_NICE = 10
+#: The baselines' child runs at niceness tuning.BASELINES_NICE beside a two-stage solve.
 
 
 def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
@@ -263,7 +246,7 @@ def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
             _, warm, warm_name = best
     tracker.update(f"{config.solver}: branch and bound", incumbent_s=best[0] if best else None,
                    bound_s=problem.simple_lower_bound())
-    if not budget.deterministic and warm is not None and budget.left() < MIN_SEARCH_S:
+    if not budget.deterministic and warm is not None and budget.left() < SCHEDULE.single_search_min_s:
         # no time left for the search (CBC overruns a 1 s limit on large models: 6.5 s on production-856 @
         # cpu-server): the best baseline stands, the search named as cut
         budget.note_ran_out("branch and bound")
@@ -288,7 +271,7 @@ def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
         tracker.update("tie-break: fewest lookups from slow memory")
         with budget.stage("tie-break"):
             problem, tie = _tie_break(model, config, problem, options, costs, result, best[0] if best else None,
-                                      tiebreak.budget_of(budget, keep_s=after_solve_s(model)))
+                                      budget.child(SCHEDULE.tie_break_s(budget, keep_s=after_solve_s(model))))
     offset = {n: problem.groups[i][0] for i, n in enumerate(names)}
     placements = [options[n][oid - offset[n]] for n, oid in zip(names, result.chosen)]
     gap = (result.objective_s - result.lower_bound_s) / result.objective_s if result.objective_s else 0.0
@@ -305,24 +288,16 @@ def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
     return make_plan(model, "ilp", placements, info)
 
 
-#: Where no baseline fits, the ILP is the least work (it may split tables, or prove that nothing fits): it gets
-#: at least this many seconds from then on, past the time limit if need be, which one line on stderr says first.
-NO_BASELINE_MIN_S = 20.0
-#: The single-stage ILP's options and baselines, per (table, GPU) pair, before its search (s): measured on the
-#: loaded 2-core VM, production-856 @ cpu-server (1,712 pairs) 8.6 s. With LEAST_WORK_S (the dense model) and
-#: the plan's pricing and what-ifs (2 x WHAT_IF_S_PER_PAIR per pair), what must fit in the limit before the ILP
-#: is tried; else the cheapest baseline.
-OPTIONS_S_PER_PAIR = 5e-3
-
-
 def _no_baseline_fits(config: SolveConfig, budget: Budget) -> Budget:
-    """The budget the ILP gets where no baseline fits: at least NO_BASELINE_MIN_S from now (said on stderr)."""
-    if budget.left() >= NO_BASELINE_MIN_S:
+    """The budget the ILP gets where no baseline fits (the ILP is then the least work: it may split tables, or
+    prove that nothing fits): at least SCHEDULE.no_baseline_min_s from now, past the limit (said on stderr)."""
+    least = SCHEDULE.no_baseline_min_s
+    if budget.left() >= least:
         return budget
     print(f"placer: no baseline fits; the ILP, which may split tables or show that nothing fits, gets at least "
-          f"{NO_BASELINE_MIN_S:g} s from now, past the --time-limit of {config.time_limit_s:g} s",
+          f"{least:g} s from now, past the --time-limit of {config.time_limit_s:g} s",
           file=sys.stderr, flush=True)
-    return budget.at_least(NO_BASELINE_MIN_S)
+    return budget.at_least(least)
 
 
 def _cheapest_baseline(model: CostModel, seed: int) -> tuple[str, list[Placement]] | None:
@@ -418,37 +393,17 @@ def _each_feasible_baseline(model: CostModel, seed: int, names) -> Iterator[tupl
             continue
 
 
-#: Seconds of a two-stage solve's limit kept for pricing its plan and the tie-break (measured: 1.3 s of
-#: tie-break and < 1 s of pricing on production-856 @ dgx-h100-16node).
-TWO_STAGE_RESERVE_S = 2.5
-#: ... and for what follows the solve within the limit: the plan priced again with its report, and its skew
-#: what-ifs (fresh cost models; placer/skew.py), a fixed part and a part per (table, GPU) pair. Measured (run
-#: alone, from the solve's end to the command's exit; the AMD EPYC 2-core VM, which is slower than the Intel one
-#: the first fit was made on; at 424bc5e, which exits without tearing the interpreter down): about 2.1 s on
-#: production-856 @ dgx-h100 (6,848 pairs), 3.6-4.6 s on production-856 @ dgx-h100-16node (109,568 pairs; the
-#: command ended at 29.5-30.6 s of a 30 s limit with 3.66 s kept), 2.9-3.3 s on synthetic-1000 @ dgx-h100-32node
-#: (256,000 pairs). What it costs follows the plan's shards more than the pairs (the what-ifs price the plan
-#: afresh), hence the cap.
-AFTER_SOLVE_S = 2.0
-AFTER_SOLVE_S_PER_PAIR = 1.6e-5
-AFTER_SOLVE_MAX_S = 4.2
-#: The least time the single-stage branch and bound gets, however little of the limit the options left (s).
-MIN_SEARCH_S = 1.0
-
-
 def _search_s(model: CostModel, budget: Budget) -> float:
-    """The single-stage branch and bound's seconds: under a time limit, what the limit leaves after the options
-    and baselines less after_solve_s (at least MIN_SEARCH_S), so that the command ends within its limit (it ran
-    the whole limit from its own start, then the tie-break and pricing: 30 s cases ended at up to 32.6 s); under
-    a work limit, the whole limit, counted as before."""
-    if budget.deterministic:
-        return budget.seconds
-    return max(MIN_SEARCH_S, budget.left() - after_solve_s(model))
+    """The single-stage branch and bound's seconds (SCHEDULE.search_s): under a time limit, what the limit leaves
+    after the options and baselines less after_solve_s, so that the command ends within its limit (it ran the whole
+    limit from its own start, then the tie-break and pricing: 30 s cases ended at up to 32.6 s); under a work
+    limit, what is left of it."""
+    return SCHEDULE.search_s(budget, after_solve_s(model))
 
 
 def after_solve_s(model: CostModel) -> float:
-    """Seconds to keep, of a large solve's limit, for pricing the plan and its what-ifs after it."""
-    return min(AFTER_SOLVE_MAX_S, AFTER_SOLVE_S + AFTER_SOLVE_S_PER_PAIR * len(model.wl.tables) * len(model.topo.gpus))
+    """Seconds to keep, of a large solve's limit, for pricing the plan and its what-ifs after it (schedule.py)."""
+    return SCHEDULE.after_solve_s(len(model.wl.tables) * len(model.topo.gpus))
 
 
 #: The order a two-stage solve's child prices the baselines in (each sent back when priced, solve waits for them
@@ -477,7 +432,7 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, budge
         infeasible.check_dense(model)
         infeasible.check_tables(model, config.options)
     if (not budget.deterministic and not tried_baseline
-            and budget.left() - TWO_STAGE_RESERVE_S - after_solve_s(model) < two_stage.MIN_STAGES_S):
+            and budget.left() - SCHEDULE.pricing_reserve_s - after_solve_s(model) < SCHEDULE.min_stages_s):
         # the stages would stop at once (their kinds' deadline passed): the cheapest baseline here, at full
         # priority, instead of waiting for the baselines' child (synthetic-1000 @ dgx-h100-32node at 10 s)
         plan = _cheapest_plan(model, config, budget, tracker, "the time limit left no time for the two stages")
@@ -494,18 +449,14 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, budge
             cfg = with_fit_levels(model, config.options)
         # a work budget is charged for the setup (deterministic) as a time budget spends it (effort.py)
         budget.charge(effort.SETUP_S_PER_PAIR * len(model.wl.tables) * len(model.topo.gpus))
-        # no floor under a time limit (it was 10 s: production-856 @ dgx-h100 at --time-limit 5 ended after 13.4 s);
-        # a work limit keeps it (deterministic either way)
-        seconds = budget.left() - TWO_STAGE_RESERVE_S - after_solve_s(model)
-        if budget.deterministic:
-            seconds = max(10.0, seconds)
+        # what is left less the reserves (schedule.py; a work limit's floor clipped to the limit too)
+        seconds = SCHEDULE.two_stage_s(budget, after_solve_s(model))
         placements, bound, stage1, _ = solve_two_stage(model, sym, cfg, budget=budget.child(seconds),
                                                        gap=config.gap, backend=config.solver,
                                                        threads=config.threads, tracker=tracker)
         tracker.update("baselines (computed beside the stages)")
         with budget.stage("baselines (waited for)"):
-            wait = None if budget.deterministic else max(0.0, budget.left() - TWO_STAGE_RESERVE_S
-                                                         - after_solve_s(model))
+            wait = SCHEDULE.baselines_wait_s(budget, after_solve_s(model))
             # with no plan of its own, the solve waits for the first baseline (greedy_size) past the limit, as it
             # would compute it itself (it never ends without a plan where a baseline fits)
             candidates, complete = baselines.collect(wait, at_least=0 if placements else 1)
@@ -524,7 +475,7 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, budge
         # tables or prove that nothing fits (synthetic-1000 @ pcie-4gpu-workstation at 10 s exited 1, not 3)
         budget = _no_baseline_fits(config, budget)
         placements, bound, stage1, _ = solve_two_stage(
-            model, sym, cfg, budget=budget.child(budget.left() - TWO_STAGE_RESERVE_S - after_solve_s(model)),
+            model, sym, cfg, budget=budget.child(SCHEDULE.two_stage_s(budget, after_solve_s(model))),
             gap=config.gap, backend=config.solver, threads=config.threads, tracker=tracker)
     if candidates:
         tracker.update(incumbent_s=min(c[0] for c in candidates))
@@ -541,7 +492,7 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, budge
     ceiling = min((c[0] for c in candidates if c[1] != "two_stage"), default=None)
     # at most what the limit leaves after pricing the plan (synthetic-1000 @ dgx-h100-32node has tables in host
     # memory to try for 10 s, which ran the command 7 s past a 60 s limit)
-    tie_budget = tiebreak.budget_of(budget, keep_s=after_solve_s(model))
+    tie_budget = budget.child(SCHEDULE.tie_break_s(budget, keep_s=after_solve_s(model)))
     if not budget.deterministic and tie_budget.seconds <= 0:  # it prices the whole plan first (3 s on 256 GPUs)
         budget.note_ran_out("tie-break")
         tie = {"objective": tiebreak_local.OBJECTIVE, "method": tiebreak_local.METHOD, "moves": [],

@@ -43,6 +43,7 @@ from placer.planner.context import Context
 from placer.planner.kinds import Kind
 from placer.planner.lp import Relaxation
 from placer.planner.problem import CountRow, FixedGroup, PeakLevels, Problem
+from placer.planner.schedule import SCHEDULE
 
 
 @dataclass
@@ -63,14 +64,14 @@ def solve_stage1(ctx: Context, kinds: list[list[Kind]], budget: Budget, gap: flo
     (problem.PeakLevels) gives a first bound; a rounding of it (ilp.complete_relaxation), corrected by
     pigeonhole rows (problem.CountRow) where it packs loads that cannot be spread, gives the kinds; then
     branch and bound on the relaxation (bound_tree.py) raises the bound and may find a better choice.
-    ``backend`` solves the whole MIP only if the relaxation fails. Time: ``budget``, the relaxations at least
-    10 s each. ``problem``: the aggregated problem (default: build_stage1's; it gains peak levels and pigeonhole
-    rows here)."""
-    time_limit_s, left, tracker = budget.seconds, budget.left, ctx.tracker
+    ``backend`` solves the whole MIP only if the relaxation fails. Time: ``budget``, split by schedule.py (the
+    relaxations at least 10 s each). ``problem``: the aggregated problem (default: build_stage1's; it gains peak
+    levels and pigeonhole rows here)."""
+    tracker = ctx.tracker
     problem = problem if problem is not None else build_stage1(ctx, kinds)
     nvars = problem.num_options + problem.num_phases
     tracker.update("stage 1: relaxation", bound_s=problem.simple_lower_bound())
-    lp_time = max(time_limit_s / 5, 10.0)  # everything after needs a relaxation: let it finish
+    lp_time = SCHEDULE.relaxation_s(budget)  # everything after needs a relaxation: let it finish
     # first without peak levels (a smaller LP: 1.4 s on production-856 on 128 GPUs), to see where the phases
     # lie; then the levels up to twice that, added to it (0.7 s more from its basis; the bound 21.657 ms,
     # where a relaxation with 32 levels first and 64 up to its phase times, each afresh, took 5.9 s to 21.654)
@@ -89,15 +90,16 @@ def solve_stage1(ctx: Context, kinds: list[list[Kind]], budget: Budget, gap: flo
             relaxation = Relaxation(problem)
     tracker.update("stage 1: rounding")
     if values is None:
-        if not budget.deterministic and not budget.allows(1.0):  # the whole MIP would overrun a spent time limit
+        # the whole MIP would overrun a spent time limit
+        if not budget.deterministic and not budget.allows(SCHEDULE.whole_mip_min_s):
             return Stage1(ilp.IlpResult(None, "no_solution", None, problem.simple_lower_bound(), budget.elapsed(),
                                         nvars, 0, "none", backend), problem, [])
         return Stage1(ilp.solve(problem, backend=backend, gap=gap, threads=threads, budget=budget), problem, [])
-    chosen = ilp.complete_relaxation(problem, values, budget=budget.child(max(1.0, left() * 0.6)))
+    chosen = ilp.complete_relaxation(problem, values, budget=budget.child(SCHEDULE.rounding_s(budget)))
     found = [chosen] if chosen is not None else []  # every choice stage 1 makes on the way
     flat = [k for ks in kinds for k in ks]
     group_of = {i: gi for gi, g in enumerate(problem.groups) for i in g}
-    while chosen is not None and budget.allows(time_limit_s * 0.2):
+    while chosen is not None and budget.allows(SCHEDULE.pigeonhole_need_s(budget)):
         # pigeonhole: N loads of s seconds on m identical resources put ceil(N/m) of them on one; where
         # the rounding ignores that, add the row and round again, freeing the tables that carry such loads
         x = np.zeros(problem.num_options)
@@ -110,7 +112,8 @@ def solve_stage1(ctx: Context, kinds: list[list[Kind]], budget: Budget, gap: flo
         free = {group_of[int(i)] for row in rows for i in row.ids if x[i] > 0}
         if len(free) > len(problem.groups) / 3:  # that rounding would be the whole MIP again
             break
-        again = ilp.complete_relaxation(problem, values, free=free, budget=budget.child(max(1.0, left() * 0.6)))
+        again = ilp.complete_relaxation(problem, values, free=free,
+                                        budget=budget.child(SCHEDULE.rounding_s(budget)))
         if again is None or problem.objective(again) >= problem.objective(chosen):
             break
         chosen = again
@@ -118,7 +121,7 @@ def solve_stage1(ctx: Context, kinds: list[list[Kind]], budget: Budget, gap: flo
     tree = None
     tree_beside = chosen is not None and rounded is not None and rounded(problem, chosen, relaxation)
     # a second of splits raises the bound (0.6 ms on production-856)
-    if chosen is not None and not tree_beside and budget.allows(0.5):
+    if chosen is not None and not tree_beside and budget.allows(SCHEDULE.tree_min_s):
         tracker.update("stage 1: branch and bound on the bound")
         # no gap: the plan lands above stage 1's incumbent, so leaves within the gap of it still matter
         tree = BoundTree(problem, relaxation).run(problem.objective(chosen), budget)

@@ -7,12 +7,13 @@ average. On production-856 @ dgx-h100-16node that is what stage 2's plans pay ab
 2116b08: 0.145 ms of a 0.25 ms gap in the backward streams' mean). Counting them needs the most own load one
 stream can take, which is not a constant; GroupCounts takes a level for it (``LEVEL`` times the own load of the
 average stream under the rounding's choice) and a binary for the plans that exceed it, so the rows hold for every
-plan. Measured there (the MIP of stage 1 as stage1_mip.py runs it, HiGHS 1.16, /tmp scripts; the rounding's
-choice as start): stage 1's optimum 22.556 ms without the counts (16 s on one core); with the backward phase's 14
-group types counted, 22.608 ms at level 1.1, 22.606 at 1.15, 22.602-22.604 at 1.2, in 23-40 s; one level at 1.01
-of the optimum's own load gave only 22.565 ms (plans escape over it by moving replicas). Counting only the 5 types
-the start opens GPU by GPU gave the same 22.604 ms in 19 s (the others are open on every GPU or unused); counting
-the forward phase too added 0.006 ms and took 32-43 s. So one phase, where the groups' fixed costs weigh most,
+plan. Measured there (the MIP of stage 1 as stage1_mip.py runs it, HiGHS 1.16, the rounding's choice as start;
+``python3 validation/tune_planner.py group-level`` measures it again): stage 1's optimum 22.556 ms without the
+counts (16 s on one core); with the backward phase's 14 group types counted, 22.608 ms at level 1.1, 22.606 at
+1.15, 22.602-22.604 at 1.2, in 23-40 s; one level at 1.01 of the optimum's own load gave only 22.565 ms (plans
+escape over it by moving replicas). Counting only the 5 types the start opens GPU by GPU gave the same 22.604 ms
+in 19 s (the others are open on every GPU or unused); counting the forward phase too added 0.006 ms and took
+32-43 s. So one phase, where the groups' fixed costs weigh most,
 and the types the start opens GPU by GPU (any subset of the rows is valid).
 """
 from __future__ import annotations
@@ -24,9 +25,11 @@ import numpy as np
 from placer.planner.context import Context
 from placer.planner.kinds import Kind
 from placer.planner.problem import CountedGroup, GroupCounts, Problem
+from placer.planner.tuning import GROUP_LEVEL
 
-#: The level of a stream's own load, as a multiple of the average stream's under the start's choice.
-LEVEL = 1.2
+#: The level of a stream's own load, as a multiple of the average stream's under the start's choice (fitted:
+#: tuning.GROUP_LEVEL).
+LEVEL = GROUP_LEVEL
 
 
 def group_counts(ctx: Context, kinds: list[list[Kind]], problem: Problem, chosen: list[int]) -> list[GroupCounts]:

@@ -26,20 +26,17 @@ from placer.executor import TimedChild
 from placer.planner import ilp
 from placer.planner.budget import Budget
 from placer.planner.problem import GroupCounts, Problem
+from placer.planner.schedule import SCHEDULE
 
-#: The child is started only with at least this many seconds for it (a shorter HiGHS run ends inside its root,
-#: with a bound below the relaxation's and no better choice).
-MIN_SECONDS = 10.0
 #: HiGHS's relative gap in the child: its bound is what matters, and once the tree closes it closes fully.
 GAP = 1e-4
 #: HiGHS options in the child: no restart after the root (17.7 s where the default took 20.2 s, same optimum).
 OPTIONS = {"mip_allow_restart": False}
 #: The share of its window the parent's work (stage 2 on stage 1's own choice) keeps even when the child's answer
-#: comes sooner. 0 (cut as soon as it comes) gave production-856 @ dgx-h100-16node at 60 s 22.828 ms where the
-#: full window gave 22.848 ms, but production-856 @ dgx-h100 at 30 s 94.62 ms where it had been 94.51 ms.
-WINDOW_FLOOR = 0.5
-#: Seconds the parent waits past the child's own limit (building the model, HiGHS's last node, the pipe).
-GRACE_S = 3.0
+#: comes sooner, and the seconds the parent waits past the child's own limit: schedule.py's (the child is started
+#: only with at least SCHEDULE.mip_min_s for it).
+WINDOW_FLOOR = SCHEDULE.mip_window_floor
+GRACE_S = SCHEDULE.mip_grace_s
 
 
 class BesideMip(TimedChild):
@@ -56,7 +53,8 @@ class BesideMip(TimedChild):
     def window(self, parent: Budget) -> Budget:
         """A child of ``parent`` (wall clock) for what the parent does while it waits: it ends when the child's
         limit does, or once the child's answer is there if half of it has passed (WINDOW_FLOOR)."""
-        return _UntilReady(self, max(1.0, self.seconds_left()), stages=parent.stages, clock=parent.clock,
+        return _UntilReady(self, SCHEDULE.mip_window_s(self.seconds_left(), parent), stages=parent.stages,
+                           clock=parent.clock,
                            stage_work=parent.stage_work, shared=parent.shared)
 
 

@@ -19,13 +19,14 @@ from placer.planner.bound_tree import BoundTree
 from placer.planner.budget import Budget
 from placer.planner.lp import Relaxation
 from placer.planner.problem import Problem
+from placer.planner.schedule import SCHEDULE
 
-#: The child's tree stops this many seconds before the time it was given ends (its last LP, the pipe).
-EARLY_S = 0.3
-#: Seconds the parent waits past the child's own limit for its answer.
-GRACE_S = 0.5
-#: Less time than this is not worth a child (its tree would not get past a split or two).
-MIN_SECONDS = 1.0
+#: The child's tree stops this many seconds before the time it was given ends (its last LP, the pipe); the parent
+#: waits GRACE_S past the child's own limit for its answer; less than MIN_SECONDS is not worth a child (its tree
+#: would not get past a split or two). All three are schedule.py's.
+EARLY_S = SCHEDULE.tree_early_s
+GRACE_S = SCHEDULE.tree_grace_s
+MIN_SECONDS = SCHEDULE.tree_child_min_s
 
 
 class BesideTree(TimedChild):

@@ -21,8 +21,10 @@ from placer.planner.kinds import Kind
 from placer.planner.problem import Problem
 from placer.planner.progress import Tracker
 from placer.planner.rekind import rekind, rekind_pairs
+from placer.planner.schedule import SCHEDULE
 from placer.planner.repack import repack
 from placer.planner.swap import swap
+from placer.planner.tuning import STAGE2_CHILD_NICE
 
 #: Stage 2's portfolio: it assigns devices once per variant while time is left (the next only if the time left
 #: exceeds what the last took), keeping the best plan. A variant is (the phase times its balance measure is
@@ -45,16 +47,10 @@ STAGE2_VARIANTS = (("counted", 100.0), ("counted", 0.0), ("plain", 100.0), ("pla
 #: it ends at 22.904 ms (12 and 50 gave the same plan); at 30 s and on synthetic-1000 the time runs out first.
 ROUNDS = 16
 
-#: The child's half of the portfolio ends this many seconds before the budget does, and the parent waits for its
-#: answer at most as long past the budget's end (the pipe carrying its placements back): at 2 s of grace, with the
-#: child starved behind the baselines' (synthetic-1000 and production-856 @ dgx-h100-32node at 30 s), the
-#: parent waited for it and the command took up to 33.4 s.
-CHILD_EARLY_S = 0.5
-GRACE_S = 0.5
-#: The child's niceness: more than the baselines' child (solve.BASELINES_NICE, 10), whose plans the command waits
-#: for, so that the baselines keep the second core (synthetic-1000 @ dgx-h100-32node, 60 s: at niceness 0 the
-#: command waited 4.9 s for the baselines after stage 2 and ended after 58.7 s; at 15, 0.0 s and 53.9 s).
-CHILD_NICE = 15
+#: The child's half of the portfolio ends shortly before the budget does, and the parent waits for its answer at
+#: most as long past the budget's end (schedule.py: stage2_child_early_s, stage2_grace_s). The child's niceness:
+#: tuning.STAGE2_CHILD_NICE, more than the baselines' child, whose plans the command waits for.
+CHILD_NICE = STAGE2_CHILD_NICE
 
 
 def place_choice(assigner: Assigner, problem: Problem, kinds: list[list[Kind]], ids: list[int], budget: Budget,
@@ -71,14 +67,14 @@ def place_choice(assigner: Assigner, problem: Problem, kinds: list[list[Kind]], 
     assigner.ctx.tracker.update("stage 2: devices")
     theirs = None
     if beside and len(variants) > 1 and not budget.deterministic and cores() >= 2:
-        early = budget.child(max(0.0, budget.left() - CHILD_EARLY_S))
+        early = budget.child(SCHEDULE.stage2_child_s(budget))
         theirs = Child.start(lambda: _child_runs(assigner, chosen, kinds, variants[1::2], early),
                                   "placer-stage2", nice=CHILD_NICE)
         if theirs is not None:
             variants = variants[0::2]
     best = _runs(assigner, chosen, kinds, variants, budget)
     if theirs is not None:
-        other = theirs.answer(max(0.0, budget.left()) + GRACE_S)
+        other = theirs.answer(SCHEDULE.stage2_wait_s(budget))
         if other is not None and other[0] and other[1] < best[1]:
             best = other
     return best
@@ -105,8 +101,8 @@ def _runs(assigner: Assigner, chosen: list[Kind], kinds: list[list[Kind]], varia
         placements, acc = assign_and_improve(assigner, chosen, kinds, weight, budget)
         run_took = budget.elapsed() - t0
         while placements:  # starved GPUs filled first, while that helps; the MIP gets what the run leaves
-            mip_time = min(fill.MIP_TIME_S, budget.left() - run_took)
-            if mip_time < fill.MIN_MIP_TIME_S:
+            mip_time = SCHEDULE.fill_mip_s(budget, run_took)
+            if mip_time < SCHEDULE.fill_mip_min_s:
                 budget.note_ran_out()
                 break
             pins = fill.fill_starved(assigner, acc, budget, mip_time)

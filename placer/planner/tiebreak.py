@@ -14,7 +14,8 @@ with ``cap = max(first plan's step time, min(min(lower bound, first step) * (1 +
 plan it may return is within the gap tolerance of the best valid lower bound, as the first plan was (or no
 slower than the first plan), and no slower than ``ceiling`` (the best baseline's step: ILP <= every baseline).
 It starts from the first plan (a CBC MIP start) with a short time limit, and the result is taken only when it
-fits, keeps the cap (re-priced exactly) and serves fewer lookups from slow memory.
+fits, keeps the cap (re-priced exactly) and serves fewer lookups from slow memory. Its share of the limit is
+schedule.py's (Schedule.tie_break_s).
 
 Slow lookups of an option (row ids are spread evenly over a table, so a shard of n of N rows gets n/N of
 the lookups, and its hottest ``hbm_rows`` rows get coverage(hbm_rows / n) of those):
@@ -33,24 +34,9 @@ from placer.plan import Placement
 from placer.planner import ilp
 from placer.planner.budget import Budget
 from placer.planner.problem import Problem
+from placer.planner.tuning import STEP_WEIGHT  # the weight of the (normalised) step time in the second objective
 
 OBJECTIVE = "expected lookups per step served from host DRAM or UVM"
-#: weight of the (normalised) step time in the second objective: breaks ties between equally slow-memory plans
-STEP_WEIGHT = 1e-4
-
-
-def time_limit(main_limit_s: float) -> float:
-    """Seconds for the second solve: 20% of the main limit, between 1 and 10 s."""
-    return min(10.0, max(1.0, 0.2 * main_limit_s))
-
-
-def budget_of(main: Budget, keep_s: float | None = None) -> Budget:
-    """The second solve's budget, on the main budget's clock: time_limit of the main budget's length; with
-    ``keep_s``, a time budget gets at most what ``main`` has left less ``keep_s`` seconds (at least 0.5 s)."""
-    seconds = time_limit(main.seconds)
-    if keep_s is not None and not main.deterministic:
-        seconds = max(0.5, min(seconds, main.left() - keep_s))
-    return main.child(seconds)
 
 
 def slow_lookups(model: CostModel, p: Placement) -> float:

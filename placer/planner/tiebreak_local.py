@@ -19,10 +19,11 @@ step-time cost. After that plan is chosen this module improves it one table at a
 
 The cap is the single-stage tie-break's: ``max(first step, min(min(bound, first step) x (1 + gap), ceiling))``
 with ``ceiling`` the best baseline's step, so the plan is never slower than the first plan's step x (1 + gap),
-nor than the best baseline (unless the first plan already was). The search stops at ``tiebreak.time_limit``
-(min(10 s, 20% of the main limit)); the final plan is re-priced from scratch (``simulate.total_cost``) and kept
-only if it fits, keeps the cap and serves fewer lookups from slow memory. The record has the keys of the
-single-stage one (``objective``, ``before``, ``after``, ``result``, ``wall_s``, ...) plus the moves made.
+nor than the best baseline (unless the first plan already was). The search stops at the end of its share of
+the limit (schedule.Schedule.tie_break_s: 20% of the main limit, 1 to 10 s); the final plan is re-priced from
+scratch (``simulate.total_cost``) and kept only if it fits, keeps the cap and serves fewer lookups from slow
+memory. The record has the keys of the single-stage one (``objective``, ``before``, ``after``, ``result``,
+``wall_s``, ...) plus the moves made.
 """
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ from placer.errors import SolverError
 from placer.executor import settled
 from placer.options import OptionConfig
 from placer.plan import Placement
-from placer.planner import ilp, stage1_mip
+from placer.planner import ilp
 from placer.planner.assign import Assigner
 from placer.planner.budget import Budget, OutOfTime
 from placer.planner.context import Context
@@ -46,6 +46,7 @@ from placer.planner.kinds import Kind, KindFolder
 from placer.planner.lp import Relaxation
 from placer.planner.problem import Problem
 from placer.planner.progress import Tracker
+from placer.planner.schedule import SCHEDULE
 from placer.planner.stage1 import Stage1, solve_stage1, without_stream_rows
 from placer.planner.stage1_groups import group_counts
 from placer.planner.stage1_mip import BesideMip
@@ -56,13 +57,14 @@ from placer.planner.symmetry import Symmetry
 def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, budget: Budget, gap: float,
                     backend: str, threads: int | None, tracker: Tracker | None = None):
     """(placements or None, lower bound in s, stage-1 result, wall s). Stage 1 gets the time the kinds leave
-    of ``budget``, less a reserve for stage 2; stage 2 stops 0.5 s before the budget's end. The wall seconds of
+    of ``budget``, less a reserve for stage 2; stage 2 stops shortly before the budget's end (every share:
+    schedule.py). The wall seconds of
     "option kinds", "stage 1" and "stage 2" are added to ``budget.stages``."""
     tracker = tracker or Tracker(None)
     # under a time limit the kinds stop where too little of it would be left for stages 1 and 2 (issue 36: at
     # --time-limit 5 production-856 @ dgx-h100 folded them for 5-6 s, then ran stage 1's floors): the caller
     # then has the baselines
-    deadline = None if budget.deterministic else budget.deadline - MIN_STAGES_S
+    deadline = None if budget.deterministic else budget.deadline - SCHEDULE.min_stages_s
     with budget.stage("option kinds"):
         ctx = Context.of(model, sym, cfg, tracker)
         tracker.update("stage 1: option kinds")
@@ -71,10 +73,10 @@ def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, budge
         except OutOfTime:
             budget.note_ran_out("option kinds")
             return None, 0.0, _cut(backend, budget, "the time limit cut the option kinds"), budget.elapsed()
-    if deadline is not None and budget.left() < MIN_STAGES_S:
+    if deadline is not None and budget.left() < SCHEDULE.min_stages_s:
         budget.note_ran_out("stage 1")
         return None, 0.0, _cut(backend, budget, "the time limit left no time for stage 1"), budget.elapsed()
-    reserve = min(0.2 * budget.seconds, 15.0)  # stage 2 + pricing the plan (measured: 8.5 s on 128 GPUs, 10 s on 256)
+    reserve = SCHEDULE.stage2_reserve_s(budget)  # kept from stage 1 for stage 2 and pricing the plan
     mip: BesideMip | None = None
     tree: BesideTree | None = None
 
@@ -84,19 +86,19 @@ def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, budge
         nonlocal mip, tree
         if budget.deterministic:
             return False
-        seconds = budget.left() - reserve  # what stage 2 then needs for the MIP's choice is left after it
-        if seconds >= stage1_mip.MIN_SECONDS:
+        seconds = SCHEDULE.mip_s(budget, reserve)  # what stage 2 then needs for the MIP's choice is left after it
+        if seconds >= SCHEDULE.mip_min_s:
             mip = BesideMip(problem, chosen, seconds, group_counts(ctx, kinds, problem, chosen))
             return False
-        # until stage 2's end (_after_stage1: 0.5 s before the budget's)
-        tree = BesideTree(problem, relaxation, problem.objective(chosen), budget.left() - 0.5)
+        # until stage 2's end (_after_stage1)
+        tree = BesideTree(problem, relaxation, problem.objective(chosen), SCHEDULE.stage2_s(budget))
         return tree.running
 
     # the model's caches and the kinds live to the end: collections walk only what the stages allocate (executor.py)
     with settled():
         try:
             with budget.stage("stage 1"):
-                stage1 = solve_stage1(ctx, kinds, budget.child(max(5.0, budget.left() - reserve)), gap=gap,
+                stage1 = solve_stage1(ctx, kinds, budget.child(SCHEDULE.stage1_s(budget, reserve)), gap=gap,
                                       backend=backend, threads=threads, rounded=rounded)
             return _after_stage1(ctx, kinds, stage1, mip if mip and mip.running else None,
                                  tree if tree and tree.running else None, budget, gap, backend, threads, tracker)
@@ -104,11 +106,6 @@ def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, budge
             for child in (mip, tree):
                 if child is not None:
                     child.close()
-
-
-#: Under a time limit, the least of it stages 1 and 2 get after the option kinds (s): with less, the kinds stop
-#: folding (budget.OutOfTime) or stage 1 does not start, and the plan is the best baseline.
-MIN_STAGES_S = 1.0
 
 
 def _cut(backend: str, budget: Budget, why: str) -> ilp.IlpResult:
@@ -126,7 +123,7 @@ def _after_stage1(ctx: Context, kinds: list[list[Kind]], stage1: Stage1, mip: Be
     result = stage1.result
     if result.chosen is None:
         return None, result.lower_bound_s, result, budget.elapsed()
-    stage2 = budget.child(budget.left() - 0.5)  # the caller keeps its own reserve for pricing the plan (solve.py)
+    stage2 = budget.child(SCHEDULE.stage2_s(budget))  # the caller keeps its own reserve for pricing the plan
     assigner = Assigner(ctx)
     best: tuple[list[Placement], float] = ([], float("inf"))
 
@@ -162,16 +159,17 @@ def _after_stage1(ctx: Context, kinds: list[list[Kind]], stage1: Stage1, mip: Be
         if other is not None and other.chosen is not None and other.objective_s < result.objective_s * (1 - 1e-9):
             result.chosen, result.objective_s = other.chosen, other.objective_s
             place(other.chosen, stage2)
-        if first.cut and stage2.allows(1.0, "stage 2"):  # its answer cut stage 2 on stage 1's own choice short:
-            place(own, stage2)  # that choice gets the time left (production-856 @ pcie-4gpu-workstation: 30 s
+        # the MIP's answer cut stage 2 on stage 1's own choice short: that choice gets the time left
+        if first.cut and stage2.allows(SCHEDULE.own_choice_min_s, "stage 2"):
+            place(own, stage2)  # (production-856 @ pcie-4gpu-workstation: 30 s
             # limit, the MIP's choice placed, 396.61 -> 396.73 ms with 15 s unused without this)
-    elif stage2.allows(30.0, "stage 1"):  # time left: branch and bound on stage 1, from the rounding
+    elif stage2.allows(SCHEDULE.cbc_min_left_s, "stage 1"):  # time left: branch and bound on stage 1, from the rounding
         plain = dataclasses.replace(stage1.problem, levels=[])  # levels + a start crash CBC
         tracker.update(f"stage 1: {backend} branch and bound")
         with budget.stage("stage 1"):
             try:
                 other = ilp.solve(plain, backend=backend, gap=gap, threads=threads, warm_start=result.chosen,
-                                  tracker=tracker.bounds_only(), budget=stage2.child(stage2.left() - 15.0))
+                                  tracker=tracker.bounds_only(), budget=stage2.child(SCHEDULE.cbc_s(stage2)))
             except SolverError:
                 other = None
         if other is not None and other.chosen is not None:
@@ -191,9 +189,9 @@ def _after_stage1(ctx: Context, kinds: list[list[Kind]], stage1: Stage1, mip: Be
     # the groups a column-wise block opens on the same GPU, and can steer stage 1 to choices stage 2 cannot
     # realise (mlperf-dlrm-v1 @ dgx-h100-2node: 1.81 ms with them, 1.71 ms without). With time left, stage 2
     # also places that choice; the bound stays stage 1's own.
-    if stage2.allows(3 * took + 2.0, "stage 1"):
+    if stage2.allows(SCHEDULE.plain_need_s(took), "stage 1"):
         with budget.stage("stage 1"):
-            plain = solve_stage1(ctx, kinds, budget.child(min(stage2.left() / 2, max(5.0, 3 * took))), gap=gap,
+            plain = solve_stage1(ctx, kinds, budget.child(SCHEDULE.plain_s(stage2, took)), gap=gap,
                                  backend=backend, threads=threads, problem=without_stream_rows(stage1.problem))
         if plain.result.chosen is not None and plain.result.chosen != result.chosen:
             place(plain.result.chosen, stage2)
