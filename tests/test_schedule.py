@@ -143,3 +143,8 @@ def test_every_entry_is_a_number_of_seconds_or_a_share():
             assert value <= 1, f.name
     assert SCHEDULE.after_solve_s(0) == tuning.AFTER_SOLVE_S
     assert SCHEDULE.after_solve_s(10**9) == tuning.AFTER_SOLVE_MAX_S
+
+
+def test_the_single_stage_bound_lp_share():
+    assert SCHEDULE.bound_lp_s(60.0) == 15.0 and SCHEDULE.bound_lp_s(10.0) == 5.0  # a quarter, at least 5 s
+    assert Budget(3.0, clock=Hand()).child(SCHEDULE.bound_lp_s(60.0)).seconds == 3.0  # within what is left

@@ -49,7 +49,7 @@ def test_no_child_for_too_little_time():
 
 @linux_only
 def test_short_two_stage_solve_takes_the_tree_beside_stage_2():
-    """Too little time for stage 1's MIP beside stage 2 (stage1_mip.MIN_SECONDS): the tree runs there instead,
+    """Too little time for stage 1's MIP beside stage 2 (schedule.Schedule.mip_min_s): the tree runs there instead,
     and its splits raise the bound the plan's gap is measured against, never above the plan."""
     from placer.planner.symmetry import Symmetry
     from placer.planner.two_stage import solve_two_stage

@@ -28,6 +28,7 @@ import numpy as np
 from placer.planner.budget import Budget
 from placer.planner.lp import Relaxation
 from placer.planner.problem import Problem
+from placer.planner.schedule import SCHEDULE
 
 
 @dataclass
@@ -80,7 +81,7 @@ class BoundTree:
         if np.any(node.lower > upper):  # an option forced and forbidden at once: no plan here
             node.bound_s, node.values = float("inf"), None
             return
-        if not budget.allows(0.05):
+        if not budget.allows(SCHEDULE.split_min_s):
             return
         self.solves += 1
         values, bound = self.lp.solve(budget, upper=upper, lower=node.lower, phase_box=(node.box_lo, node.box_hi),

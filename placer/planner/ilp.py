@@ -27,6 +27,7 @@ from placer.planner.budget import Budget
 from placer.planner.highs_banner import swallow_banner
 from placer.planner.problem import GroupCounts, Problem
 from placer.planner.progress import CbcLogWatcher, Tracker
+from placer.planner.schedule import SCHEDULE
 
 TIME_SCALE = 1e3  # seconds -> milliseconds in the model
 MEM_SCALE = 2.0**-30  # bytes -> GiB in the model
@@ -370,7 +371,7 @@ def solve(problem: Problem, *, backend: str = "cbc", time_limit_s: float = 60.0,
     if proven:  # the solver stopped because no node could beat the incumbent by more than the gap tolerance
         bounds.append((objective - problem.fixed_s) * (1 - gap) + problem.fixed_s)
     elif solver_bound is None:
-        lp = lp_relaxation_bound(problem, budget=budget.child(max(5.0, time_limit_s / 4)))
+        lp = lp_relaxation_bound(problem, budget=budget.child(SCHEDULE.bound_lp_s(time_limit_s)))
         if lp is not None:
             bounds.append(lp)
     lower = min(max(bounds), objective)

@@ -88,8 +88,16 @@ class Schedule:
     pigeonhole_share: float = 0.2
     #: the whole MIP (the relaxation failed) only with this much left under a time limit
     whole_mip_min_s: float = 1.0
-    #: the bound tree in this process only with more than this left
+    #: the bound tree in this process only with more than this left, and each of its splits (an LP) only with
+    #: more than split_min_s left (bound_tree.py)
     tree_min_s: float = 0.5
+    split_min_s: float = 0.05
+
+    # ---- the single-stage ILP (ilp.py)
+    #: where the solver stopped without a bound, the LP relaxation's bound gets this share of the solve's limit,
+    #: at least bound_lp_floor_s, within what is left
+    bound_lp_share: float = 0.25
+    bound_lp_floor_s: float = 5.0
 
     # ---- children beside stage 2 (stage1_mip.py, stage1_tree.py, stage2.py, fill.py)
     #: stage 1's MIP in a child only with at least this long for it (a shorter HiGHS run ends inside its root)
@@ -202,6 +210,11 @@ class Schedule:
     def pigeonhole_need_s(self, stage1: Budget) -> float:
         """What stage 1 must have left for another round of pigeonhole rows."""
         return stage1.seconds * self.pigeonhole_share
+
+    def bound_lp_s(self, limit_s: float) -> float:
+        """The LP relaxation's bound after a solver that gave none, for a solve limited to ``limit_s`` (clipped by
+        Budget.child)."""
+        return max(self.bound_lp_floor_s, self.bound_lp_share * limit_s)
 
     # ---- children beside stage 2
     def mip_window_s(self, mip_left_s: float, stage2: Budget) -> float:
