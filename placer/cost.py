@@ -32,14 +32,27 @@ __all__ = ["PHASES", "FWD", "FX", "DENSE", "BX", "BWD", "AR", "Cost", "CostModel
 class Cost:
     """Loads in seconds keyed by (phase index, resource name), the fixed costs of the fused groups used
     (group -> {(phase, resource): seconds}, each charged once however many placements use the group), and
-    memory in bytes keyed by memory name."""
+    memory in bytes keyed by memory name.
+
+    ``indexed_as``: this cost's own cache of its loads and memory as arrays numbered by one LoadIndex
+    (planner/accumulator.py), ``(index, arrays)``; filled by ``indexed``, dropped by ``+=``; not compared."""
 
     loads: dict[tuple[int, str], float] = field(default_factory=lambda: defaultdict(float))
     memory: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     once: dict[GroupKey, dict[tuple[int, str], float]] = field(default_factory=dict)
+    indexed_as: tuple | None = field(default=None, repr=False, compare=False)
+
+    def indexed(self, index) -> tuple:
+        """``index.arrays_of(self)`` (accumulator.LoadIndex: (load indices, loads in s, memory indices, bytes,
+        {phase: positions in the loads})), computed once per index and kept until ``+=`` changes this cost
+        (stage 2 adds and removes the same cost many times)."""
+        kept = self.indexed_as
+        if kept is None or kept[0] is not index:
+            kept = self.indexed_as = (index, index.arrays_of(self))
+        return kept[1]
 
     def __iadd__(self, other: "Cost") -> "Cost":
-        self.__dict__.pop("_accumulator_indexed", None)  # an Accumulator's index of the loads (accumulator.py)
+        self.indexed_as = None  # the arrays no longer hold the loads
         for k, v in other.loads.items():
             self.loads[k] += v
         for k, v in other.memory.items():

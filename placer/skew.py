@@ -67,9 +67,7 @@ def workload_with_skew(wl: Workload, scale: float) -> Workload:
             y[0], y[-1] = 0.0, 1.0
             new = CdfSpec(points=[(float(a), float(b)) for a, b in zip(GRID, y)])
         tables.append(t if new is spec else t.model_copy(update={"access": new}))
-    out = wl.model_copy(update={"tables": tables})
-    out.__dict__.pop("access_models", None)  # a cached property: never the unscaled models
-    return out
+    return wl.model_copy(update={"tables": tables})  # (Workload.model_copy: the copy builds its own access models)
 
 
 #: Skew scales the robustness block of a solved plan reports besides the base.

@@ -21,9 +21,11 @@ pair, so every byte sent adds load to the directed link resources along that pat
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import networkx as nx
 
+from placer.program.traffic import Traffic
 from placer.specs.hardware import HardwareSpec, NodeTemplate
 from placer.units import gbps_to_bytes_per_s, gib_to_bytes, us_to_s
 
@@ -78,6 +80,10 @@ class Topology:
         self.node_of: dict[str, str] = {}
         self.template_of: dict[str, NodeTemplate] = {}
         self._gpus_of_node: dict[str, list[str]] = {}
+        # routing and op costs, derived once per device on first use (op_costs, _paths_from, _route_shares)
+        self._op_costs: dict[str, object] = {}
+        self._paths: dict[str, dict[str, list[str]]] = {}
+        self._preds: dict[str, tuple[dict, dict]] = {}
         for node, template in spec.node_templates():
             self._add_node(node, template)
         if spec.num_nodes > 1:
@@ -188,7 +194,7 @@ class Topology:
         """What each op kind costs on ``device``'s stream (placer.program.opcosts.OpCosts), cached."""
         from placer.program.opcosts import gpu_op_costs, host_op_costs
 
-        cache = self.__dict__.setdefault("_op_costs", {})
+        cache = self._op_costs
         if device not in cache:
             t = self.template_of[device]
             if device in self._gpu_set or t.unified_memory:
@@ -199,6 +205,12 @@ class Topology:
             else:
                 cache[device] = host_op_costs(t.host)
         return cache[device]
+
+    @cached_property
+    def traffic(self) -> Traffic:
+        """Shared-resource loads of transfers on this machine (program/traffic.py), built once: every cost model of
+        the machine, a what-if's too, shares its cached routes (the all-to-all on 256 GPUs is seconds to route)."""
+        return Traffic(self)
 
     def route(self, src: str, dst: str) -> tuple[str, ...]:
         """Directed link resources of one shortest path from ``src`` to ``dst`` (empty if src == dst)."""
@@ -236,7 +248,7 @@ def _path_nodes(topo: Topology, src: str, dst: str) -> list[str]:
 
 
 def _paths_from(topo: Topology, src: str) -> dict[str, list[str]]:
-    cache = topo.__dict__.setdefault("_path_cache", {})
+    cache = topo._paths
     if src not in cache:
         cache[src] = nx.single_source_dijkstra_path(topo.graph, src, weight="weight")
     return cache[src]
@@ -245,7 +257,7 @@ def _paths_from(topo: Topology, src: str) -> dict[str, list[str]]:
 def _route_shares(topo: Topology, src: str, dst: str) -> tuple[tuple[str, float], ...]:
     if src == dst:
         return ()
-    cache = topo.__dict__.setdefault("_pred_cache", {})
+    cache = topo._preds
     if src not in cache:
         cache[src] = nx.dijkstra_predecessor_and_distance(topo.graph, src, weight="weight")
     pred, dist = cache[src]

@@ -7,7 +7,8 @@ LoadIndex numbers a model's (phase, resource) loads and memories densely, so an 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Mapping
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
@@ -35,9 +36,17 @@ class LoadIndex:
     def phase(self, p: int) -> slice:
         return slice(p * self.width, (p + 1) * self.width)
 
-
-#: The attribute under which a Cost keeps its indexed form (Accumulator._indexed).
-_INDEXED = "_accumulator_indexed"
+    def arrays_of(self, cost: Cost) -> tuple:
+        """(load indices, loads in s, memory indices, bytes, {phase: positions in the loads}) of ``cost``, what an
+        Accumulator adds (Cost.indexed keeps them on the cost for this index)."""
+        of, n = self.of, len(cost.loads)
+        at = np.fromiter((of[k] for k in cost.loads), np.int64, n)
+        values = np.fromiter(cost.loads.values(), np.float64, n)
+        mem_at = np.fromiter((self.mem_of[m] for m in cost.memory), np.int64, len(cost.memory))
+        mem_values = np.fromiter(cost.memory.values(), np.float64, len(cost.memory))
+        phase_of = at // self.width
+        phases = {int(p): np.flatnonzero(phase_of == p) for p in np.unique(phase_of)}
+        return at, values, mem_at, mem_values, phases
 
 _INDEXES: "weakref.WeakKeyDictionary[CostModel, LoadIndex]" = weakref.WeakKeyDictionary()
 
@@ -71,7 +80,9 @@ class Accumulator:
     many devices at once); ``loads`` and ``memory`` read them by name. A fused group's fixed costs
     (``Cost.once``) are in the loads while at least one placement added uses the group."""
 
-    def __init__(self, model: CostModel):
+    def __init__(self, model: CostModel, costs: Iterable[Cost] = ()):
+        """``costs``: placements' costs held from the start, summed as simulate.total_cost sums a plan (every
+        load, then each fused group's fixed costs once), so that the step time is the one predict() gives."""
         self.model = model
         self.index = index = load_index(model)
         self.load_array = np.zeros(len(index.keys))
@@ -80,8 +91,15 @@ class Accumulator:
         self.memory = _ArrayView(self.memory_array, index.mem_of, index.mem_names)
         self._users = np.zeros(64, dtype=np.int64)  # placements added that use each fused group, by its number
         # (LoadIndex.group_id)
-        for key, v in model.base_cost.total_loads().items():
+        base = model.base_cost
+        total = Cost(loads=defaultdict(float, base.loads), once=dict(base.once))
+        for cost in costs:
+            total += cost
+            self._count_users(cost, 1)
+        for key, v in total.total_loads().items():
             self.load_array[index.of[key]] += v
+        for m, b in total.memory.items():
+            self.memory_array[index.mem_of[m]] += b
         self.phase_max = [float(self.load_array[index.phase(p)].max()) for p in range(len(PHASES))]
 
     def fits(self, cost: Cost) -> bool:
@@ -125,6 +143,60 @@ class Accumulator:
                     (self.load_array[at[cols]] + values[cols] >= self.phase_max[p] * (1 - 1e-12)).any():
                 self.phase_max[p] = float(self.load_array[self.index.phase(p)].max())
 
+    def swap_delta(self, old: Cost, new: Cost) -> dict[int, float]:
+        """{load index: seconds added} when ``old`` (a cost added) is replaced by ``new``: their own loads, and the
+        fixed costs of each fused group that the swap opens or closes. Exact: nothing is added or taken back."""
+        of = self.index.of
+        delta: dict[int, float] = {}
+        for k, v in old.loads.items():
+            i = of[k]
+            delta[i] = delta.get(i, 0.0) - v
+        for k, v in new.loads.items():
+            i = of[k]
+            delta[i] = delta.get(i, 0.0) + v
+        for g in dict.fromkeys([*old.once, *new.once]):  # in a fixed order: the sums are the same every run
+            n0 = self.users(g)
+            n1 = n0 - (g in old.once) + (g in new.once)
+            if (n0 > 0) != (n1 > 0):
+                sign = 1.0 if n1 > 0 else -1.0
+                for k, v in (old.once[g] if g in old.once else new.once[g]).items():
+                    i = of[k]
+                    delta[i] = delta.get(i, 0.0) + sign * v
+        return delta
+
+    def phase_maxima_with(self, delta: dict[int, float]) -> list[float]:
+        """Each phase's busiest load (s) with ``delta`` (swap_delta) applied, exactly (a load that falls is not
+        kept at its old maximum)."""
+        out = list(self.phase_max)
+        if not delta:
+            return out
+        at = np.fromiter(delta.keys(), np.int64, len(delta))
+        values = self.load_array[at] + np.fromiter(delta.values(), np.float64, len(delta))
+        width = self.index.width
+        for p in np.unique(at // width).tolist():
+            sl = self.index.phase(p)
+            seg = self.load_array[sl].copy()
+            mine = at // width == p
+            seg[at[mine] - sl.start] = values[mine]
+            out[p] = float(seg.max())
+        return out
+
+    def replace(self, old: Cost, new: Cost) -> None:
+        """``old`` (a cost added) replaced by ``new``: the loads moved by exactly swap_delta (so that what
+        phase_maxima_with priced is what is kept), the memory and the groups' users with them."""
+        delta = self.swap_delta(old, new)
+        at = np.fromiter(delta.keys(), np.int64, len(delta))
+        self.load_array[at] += np.fromiter(delta.values(), np.float64, len(delta))
+        self._count_users(old, -1)
+        self._count_users(new, 1)
+        mem_of = self.index.mem_of
+        for m, b in old.memory.items():
+            self.memory_array[mem_of[m]] -= b
+        for m, b in new.memory.items():
+            self.memory_array[mem_of[m]] += b
+        for p in np.unique(at // self.index.width).tolist():
+            self.phase_max[p] = float(self.load_array[self.index.phase(p)].max())
+
     def _count_users(self, cost: Cost, sign: int) -> None:
         if cost.once:
             ids = [self.index.group_id(g) for g in cost.once]
@@ -152,17 +224,11 @@ class Accumulator:
 
     def _shift(self, cost: Cost, sign: float):
         """Add ``sign`` x the cost's loads and memory; returns (load indices, loads, {phase: positions})."""
-        at, values, mem_at, mem_values, phases = self._indexed(cost)
+        at, values, mem_at, mem_values, phases = cost.indexed(self.index)
         self.load_array[at] += sign * values  # a cost's keys are distinct
         if len(mem_at):
             self.memory_array[mem_at] += sign * mem_values
         return at, values, phases
-
-    def _indexed(self, cost: Cost):
-        """(load indices, loads, memory indices, bytes, {phase: positions in the loads}) of ``cost``, kept on
-        the cost for the next add or remove of the same object (stage 2 adds and removes each many times;
-        Cost.__iadd__ drops it)."""
-        return _indexed(cost, self.index)
 
     @property
     def step(self) -> float:
@@ -170,32 +236,14 @@ class Accumulator:
         return sum(self.phase_max)
 
 
-def _indexed(cost: Cost, index: LoadIndex):
-    """Accumulator._indexed for ``index``."""
-    kept = cost.__dict__.get(_INDEXED)
-    if kept is not None and kept[0] is index:
-        return kept[1]
-    of, n = index.of, len(cost.loads)
-    at = np.fromiter((of[k] for k in cost.loads), np.int64, n)
-    values = np.fromiter(cost.loads.values(), np.float64, n)
-    mem_at = np.fromiter((index.mem_of[m] for m in cost.memory), np.int64, len(cost.memory))
-    mem_values = np.fromiter(cost.memory.values(), np.float64, len(cost.memory))
-    phase_of = at // index.width
-    phases = {int(p): np.flatnonzero(phase_of == p) for p in np.unique(phase_of)}
-    out = (at, values, mem_at, mem_values, phases)
-    cost.__dict__[_INDEXED] = (index, out)
-    return out
-
-
 def packed(cost: Cost, index: LoadIndex) -> Cost:
     """``cost`` with its loads kept only as the arrays an Accumulator adds (about a sixth of the memory: a
     single-GPU table's cost on 128 GPUs has ~510 loads, ~80 KB as a dict, ~13 KB packed); its ``loads`` read
     them by name (one name by a linear search: the Accumulator reads them whole, and only where a group opens or
     closes). For costs kept to be added again and again (assign.Assigner.price)."""
-    indexed = _indexed(cost, index)
-    out = Cost(loads=_PackedLoads(index.keys, indexed[0], indexed[1]), memory=dict(cost.memory), once=cost.once)
-    out.__dict__[_INDEXED] = (index, indexed)
-    return out
+    indexed = cost.indexed(index)
+    return Cost(loads=_PackedLoads(index.keys, indexed[0], indexed[1]), memory=dict(cost.memory), once=cost.once,
+                indexed_as=(index, indexed))
 
 
 class _PackedLoads(Mapping):

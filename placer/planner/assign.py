@@ -59,9 +59,11 @@ class Assigner:
         self._group_id_cache: dict[tuple, np.ndarray] = {}  # see _group_ids
         self._folder: KindFolder | None = None  # for ``place``, folding one placement at a time
         self.budget = Budget.unlimited()
-        self._priced: OrderedDict[int, tuple[Placement, Cost]] = OrderedDict()  # id -> (placement, packed cost)
+        # id(p) -> (p, packed cost): an entry holds p, so that no other object has its id while it is kept (no alias)
+        self._priced: OrderedDict[int, tuple[Placement, Cost]] = OrderedDict()
         self._priced_loads = 0  # loads of the costs in _priced
-        self._relabeled: dict[tuple[int, tuple], tuple[Kind, Placement]] = {}  # (id(kind), key) -> placement
+        # (id(kind), key) -> (kind, placement): an entry holds its kind, so its id names no other (no alias)
+        self._relabeled: dict[tuple[int, tuple], tuple[Kind, Placement]] = {}
 
     def price(self, p: Placement) -> Cost:
         """``p``'s exact cost (model.placement_cost), charged to ``budget`` whether or not it was priced before:

@@ -12,10 +12,11 @@ step-time cost. After that plan is chosen this module improves it one table at a
   the most free HBM, or the table's own sharding on its own devices (a higher hot fraction), plus, table-wise on
   those GPUs, the hot fraction that fills the GPU's free HBM (memory is linear in the fraction strictly between
   0 and 1: two priced probes give it, as ``tiebreak.fill_options`` does);
-* each is priced incrementally against the plan's total cost held once (``explain.Explainer.swap``: the step
-  time as ``simulate.phase_times`` gives it, and the memories the option touches as ``memory_overflows``); the
+* each is priced incrementally against the plan's loads held once in an Accumulator (accumulator.py, the
+  planner's one incremental pricer: ``swap_delta`` and ``phase_maxima_with`` give the step time as
+  ``simulate.phase_times`` does, the memories the option touches are checked as ``memory_overflows`` does); the
   option with the fewest slow lookups (then the lowest step) that fits and keeps the step at most the cap is
-  kept, and the next table is priced against the updated plan.
+  kept (``Accumulator.replace``), and the next table is priced against the updated plan.
 
 The cap is the single-stage tie-break's: ``max(first step, min(min(bound, first step) x (1 + gap), ceiling))``
 with ``ceiling`` the best baseline's step, so the plan is never slower than the first plan's step x (1 + gap),
@@ -30,13 +31,13 @@ from __future__ import annotations
 import time
 
 from placer.cost import Cost, CostModel
-from placer.explain import Explainer
 from placer.options import OptionConfig, table_options
 from placer.plan import Placement, Plan
 from placer.planner import effort
+from placer.planner.accumulator import Accumulator
 from placer.planner.budget import Budget
 from placer.planner.tiebreak import OBJECTIVE, slow_lookups
-from placer.simulate import memory_overflows, phase_times, total_cost
+from placer.simulate import MEMORY_SLACK, memory_overflows, phase_times, total_cost
 
 METHOD = "local search: one table at a time, priced exactly (two-stage path)"
 #: table-wise moves are tried on this many GPUs, those with the most free HBM first
@@ -44,26 +45,36 @@ TARGET_GPUS = 4
 REL = 1e-9
 
 
-class _Pricer(Explainer):
-    """``explain.Explainer`` (one-placement swaps priced against the plan's total cost, held once) that can
-    also keep a swap: the totals are updated in place, not re-summed over every table."""
+class _Pricer:
+    """The plan's loads and memory in an Accumulator, one cost per table: a one-table swap priced exactly
+    (``swap``) and kept (``keep``) without re-summing every table."""
+
+    def __init__(self, model: CostModel, placements: list[Placement]):
+        self.model = model
+        self.index = {p.table: i for i, p in enumerate(placements)}
+        self.costs = [model.placement_cost(p) for p in placements]
+        self.acc = Accumulator(model, self.costs)
+        self.latency = model.fixed_latency_s
+        self.step = self._step(self.acc.phase_max)
+
+    def _step(self, maxima: list[float]) -> float:
+        """Step time (s): each phase's busiest load (none below 0) plus its fixed latency, summed."""
+        return sum(max(t, 0.0) + self.latency[p] for p, t in enumerate(maxima))
+
+    def swap(self, table: str, new: Cost) -> tuple[float, bool]:
+        """(step time in s, whether a memory overflows) with ``table``'s cost replaced by ``new``."""
+        old = self.costs[self.index[table]]
+        step = self._step(self.acc.phase_maxima_with(self.acc.swap_delta(old, new)))
+        usable, placed = self.model.usable_memory, self.acc.memory
+        over = any(placed[m] - old.memory.get(m, 0.0) + b > usable[m] * (1 + MEMORY_SLACK) + 1
+                   for m, b in new.memory.items())
+        return step, over
 
     def keep(self, table: str, new: Cost) -> None:
         i = self.index[table]
-        old = self.costs[i]
-        delta, counts = self._load_delta(old, new)
-        for g, n in counts.items():
-            self.group_count[g] = n
-            if g in new.once:
-                self.group_charges.setdefault(g, new.once[g])
-        for k, d in delta.items():
-            self.full[k] = self.full.get(k, 0.0) + d
-        for k, v in old.memory.items():
-            self.memory[k] -= v
-        for k, v in new.memory.items():
-            self.memory[k] += v
+        self.acc.replace(self.costs[i], new)
         self.costs[i] = new
-        self._index_phases()
+        self.step = self._step(self.acc.phase_max)
 
 
 def step_cap(first_step_s: float, lower_bound_s: float, gap: float, ceiling_s: float | None) -> float:
@@ -75,7 +86,7 @@ def step_cap(first_step_s: float, lower_bound_s: float, gap: float, ceiling_s: f
     return max(cap, first_step_s)
 
 
-def _free_hbm(model: CostModel, ex: Explainer) -> dict[str, float]:
+def _free_hbm(model: CostModel, ex: _Pricer) -> dict[str, float]:
     """Free HBM bytes per GPU with its own (not unified) memory, under the plan ``ex`` prices."""
     topo = model.topo
     out = {}
@@ -83,7 +94,7 @@ def _free_hbm(model: CostModel, ex: Explainer) -> dict[str, float]:
         mem = topo.memory_of(g)
         if mem == topo.memory_of(topo.host_of(g)):
             continue
-        out[g] = model.usable_memory[mem] - (ex.memory.get(mem, 0.0) - ex.base_memory.get(mem, 0.0))
+        out[g] = model.usable_memory[mem] - ex.acc.memory[mem]
     return out
 
 
@@ -163,7 +174,7 @@ def local_tie_break(model: CostModel, placements: list[Placement], cap_s: float,
     before = sum(slow.values())
     cur = list(first)
     index = {p.table: i for i, p in enumerate(cur)}
-    ex = _Pricer(model, Plan.model_construct(placements=cur))
+    ex = _Pricer(model, cur)
     first_step = ex.step
     record = {"objective": OBJECTIVE, "method": METHOD, "before": before, "after": before,
               "share_before": before / total, "step_time_before_s": first_step, "step_time_after_s": first_step,
@@ -194,7 +205,7 @@ def local_tie_break(model: CostModel, placements: list[Placement], cap_s: float,
             priced += 1
             cost = model.placement_cost(q)
             budget.charge(effort.TIE_BREAK_OPTION_S + effort.PRICING_S_PER_LOAD * len(cost.loads))
-            step, _, over = ex.swap(p.table, cost)
+            step, over = ex.swap(p.table, cost)
             if over or step > cap_s * (1 + REL):
                 continue
             if best is None or step < best[1]:

@@ -29,7 +29,6 @@ from placer.plan import Placement, Shard
 from placer.program.dense import DenseTrace, trace
 from placer.program.ops import (AR, BWD, BX, DENSE, EVERY_GPU, FWD, FX, INDEX_BYTES, POOLED_BYTES, STATE_BYTES,
                                 GroupKey, Member, Op)
-from placer.program.traffic import Traffic
 from placer.specs.workload import Workload
 from placer.topology import Topology
 from placer.units import element_bytes
@@ -59,7 +58,7 @@ class ProgramBuilder:
         self.cpu_reads_host = cpu_reads_host
         self.wl = workload
         self.include_exchange = include_exchange
-        self.traffic = Traffic.of(topology)
+        self.traffic = topology.traffic
         self.gpus = topology.gpus
         self.W = len(self.gpus)
         self.gpu_streams = [topology.stream_of(g) for g in self.gpus]

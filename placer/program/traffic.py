@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
-from placer.topology import Topology
+if TYPE_CHECKING:  # the topology owns its Traffic (Topology.traffic)
+    from placer.topology import Topology
 
 
 class Traffic:
@@ -26,15 +28,6 @@ class Traffic:
         self.ring_cache: dict[tuple[str, ...], list[tuple[str, float]]] = {}
         self._send_cache: dict[tuple[str, str], list[tuple[str, float]]] = {}
         self._path_cache: dict[tuple[str, str], float] = {}
-
-    @classmethod
-    def of(cls, topology: Topology) -> "Traffic":
-        """The one Traffic of ``topology`` (kept on it: every cost model of that machine, a what-if's too,
-        shares its cached routes; the all-to-all on 256 GPUs is seconds to route)."""
-        cached = topology.__dict__.get("_traffic")
-        if cached is None:
-            cached = topology.__dict__["_traffic"] = cls(topology)
-        return cached
 
     def rate(self, resource: str) -> float:
         return self._rate[resource]

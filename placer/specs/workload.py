@@ -221,6 +221,14 @@ class Workload(StrictModel):
 
     # ---- derived quantities -------------------------------------------------------------------------------
 
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> "Workload":
+        """pydantic's copy, less the quantities derived from the fields (the cached properties below): a copy
+        with other fields derives its own (a copy with other tables never reads the original's access models)."""
+        out = super().model_copy(update=update, deep=deep)
+        for name in _DERIVED:
+            out.__dict__.pop(name, None)
+        return out
+
     @cached_property
     def resolved_features(self) -> list[FeatureSpec]:
         """Features with pooling factors filled in; one feature per table when the spec lists none."""
@@ -322,6 +330,10 @@ def build_access_model(spec, rows: int, base_dir: Path) -> AccessModel:
         x, y = cdf_from_counts(arr)
         return CdfAccess(rows, x, y, label=f"counts file {spec.file}")
     raise TypeError(f"unknown access spec {spec!r}")
+
+
+#: The Workload's cached properties: what model_copy leaves for the copy to derive anew.
+_DERIVED = tuple(name for name, value in vars(Workload).items() if isinstance(value, cached_property))
 
 
 def load_workload(path: str | Path) -> Workload:
