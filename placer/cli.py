@@ -78,7 +78,13 @@ def main(argv: list[str] | None = None) -> int:
             return _exit(code, argv)
         args._started_s = STARTED_S
         refuse_inputs_as_outputs(args, args._actions)
-        code = args._run(args)
+        if argv is None:  # the command: its heap kept out of the collector's way as it grows (placer/executor.py)
+            from placer.executor import command_heap
+
+            with command_heap():
+                code = args._run(args)
+        else:
+            code = args._run(args)
     except PlacerError as exc:
         from rich.console import Console
         from rich.markup import escape

@@ -29,10 +29,10 @@ on production-856 @ dgx-h100-16node) and allocates millions of short-lived objec
 of the oldest generation walks all of it (measured there, 2-core machine, --time-limit 30: 8 such collections
 took 1.95 s of the parent's search after the kinds were folded). So:
 
-* ``command_heap()``: the CLI boundary (placer/commands/solve.py) runs the solve inside it: what exists is frozen
-  (moved to the collector's permanent generation), and ``settled()`` blocks inside it freeze again where the
-  planner's long-lived heap is complete (two_stage.py). A library caller (tests, ``placer.cli.main`` from Python
-  without the command's process) never has its collector state changed by ``settled()``.
+* ``command_heap()``: the CLI boundary (``placer.cli.main`` run as the command) runs every command inside it:
+  what exists is frozen (moved to the collector's permanent generation), and ``settled()`` blocks inside it freeze
+  again where the planner's long-lived heap is complete (two_stage.py). A library caller (tests,
+  ``placer.cli.main(argv)`` from Python) never has its collector state changed by ``settled()``.
 * A fork freezes what exists for the fork itself (``Child``): the child's collections then leave the parent's
   objects, and so their pages, alone (synthetic-1000 @ dgx-h100-32node at 60 s peaked at 1,818 MB summed PSS over
   all processes with it, 1,891 MB without). Outside ``command_heap`` they are unfrozen once the child is started.
@@ -88,8 +88,8 @@ _command_pid: int | None = None  # the process inside command_heap(); None outsi
 
 @contextlib.contextmanager
 def command_heap() -> Iterator[None]:
-    """For the CLI boundary only (placer/commands/solve.py): what exists frozen for the block, ``settled()``
-    blocks inside it freeze what the planner built, and everything is unfrozen at its end."""
+    """For the CLI boundary only (placer/cli.py, the command's own process): what exists frozen for the block,
+    ``settled()`` blocks inside it freeze what the planner built, and everything is unfrozen at its end."""
     global _command_pid
     outer = _command_pid
     _command_pid = os.getpid()

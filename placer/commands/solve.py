@@ -8,7 +8,6 @@ import time
 from contextlib import contextmanager
 
 from placer import argtypes as _args
-from placer.executor import command_heap
 from placer.report import add_listing_arguments, make_console
 
 from placer.commands._common import add_hw_wl, add_solver_options, limit_line, load_pair, solve_config
@@ -80,14 +79,13 @@ def run(args) -> int:
     if not args.quiet:
         print(_limit_text(config, started), file=sys.stderr, flush=True)
     topo, wl = load_pair(args)
-    with command_heap():  # the solve's heap frozen to the end: collections walk only what is new (placer/executor.py)
-        limit = config.time_limit_s if config.work_limit is None else None
-        with progress_reporter(args.quiet, limit) as reporter:
-            plan = solve(topo, wl, dataclasses.replace(config, progress=reporter))
-        left = None if config.work_limit is not None else \
-            config.time_limit_s - (time.perf_counter() - (started if started is not None else called))
-        _report(args, record_specs(plan, topo.spec, wl), wl, topo,  # record_specs: what-ifs name what changed
-                reprice=left is None or left >= REPRICE_RESERVE_S)
+    limit = config.time_limit_s if config.work_limit is None else None
+    with progress_reporter(args.quiet, limit) as reporter:
+        plan = solve(topo, wl, dataclasses.replace(config, progress=reporter))
+    left = None if config.work_limit is not None else \
+        config.time_limit_s - (time.perf_counter() - (started if started is not None else called))
+    _report(args, record_specs(plan, topo.spec, wl), wl, topo,  # record_specs: what-ifs name what changed
+            reprice=left is None or left >= REPRICE_RESERVE_S)
     return 0
 
 
