@@ -22,7 +22,8 @@ runs in the calling process, as it does where fork is not available: the forms a
 ``cores()`` is 1 (so stage 2 runs its whole portfolio itself and stage 1 its own bound tree, as on one core) and
 TorchRec's planner runs in a thread. For debugging (one process, one stack, pdb) and tests. Under a --work-limit
 a serial solve gives the same plan as a forked one (a work-limited solve starts no child whose answer depends on
-timing); under a --time-limit the plan may differ, as it would on a one-core machine.
+timing); under a --time-limit the plan may differ: the stages get no second core's help (stage 1's MIP and the
+second half of stage 2's portfolio do not run), and the baselines are priced after them, in what the limit leaves.
 
 The collector. A solve holds a large heap for its whole run (the cost model's caches, the option kinds: ~900 MB
 on production-856 @ dgx-h100-16node) and allocates millions of short-lived objects on top of it; every collection
