@@ -1,6 +1,7 @@
 """The one executor of placer's side work: every forked child, its priority (nice), and every setting of Python's
-garbage collector. Library code asks for work beside its own through this module and nothing else calls
-``fork``, ``os.nice`` or ``gc``.
+garbage collector. Library code asks for work beside its own through this module; nothing else in placer forks,
+calls ``os.nice`` or touches ``gc`` (the runner's and calibration's rank processes are not side work: they are
+spawned as whole programs, runner/launcher.py and calibrate/ranks.py).
 
 Children. A child runs one call, ``fn()``, in a forked process while the caller goes on; its result comes back
 through a pipe and must pickle. Who uses them: the two-stage planner's baselines (``BackgroundParts``, solve.py),
