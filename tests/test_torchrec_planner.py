@@ -118,8 +118,9 @@ def test_compare_prints_the_budget_and_the_ilp_gap(capsys):
 
 
 def test_ilp_time_limit_leaves_room_for_the_tie_break():
-    from placer.planner.tiebreak import time_limit as tie_break_limit
+    from placer.planner.schedule import SCHEDULE
 
+    tie_break_limit = SCHEDULE.tie_break_limit_s
     for left in (4.5, 8.0, 20.0, 57.5, 100.0, 1000.0):  # from MIN_ILP_LIMIT_S + 1 s + margin = 4 s up
         limit = compare.ilp_time_limit(left)
         assert limit + tie_break_limit(limit) + compare.ILP_MARGIN_S <= left + 1e-6
