@@ -4,9 +4,11 @@ A solve has one Budget (budget.py: seconds of wall time, or nominal seconds of w
 stage asks the Schedule for its share of what is left when it starts, and takes it as a child budget
 (``Budget.child``), which never outlives its parent: a share is clipped to what its parent has left, so that the
 shares of one solve add up to at most its limit (a floor, e.g. stage 1's 5 s, holds only while the limit leaves
-that much). The one deliberate exception: where no baseline fits, the ILP gets at least ``no_baseline_min_s``
-past the limit (solve.py says so on stderr first), since a plan or a proof that nothing fits is then the least
-work.
+that much). What can still run past the limit, on purpose: where no baseline fits, the ILP gets at least
+``no_baseline_min_s`` past it (solve.py says so on stderr first), since a plan or a proof that nothing fits is
+then the least work; where the two stages end without a plan, the solve waits for the first baseline however
+long it takes; and a solver given less than its least limit (CBC counts whole seconds: 1 s, effort.py) or
+stopping late (CBC overran a 1 s limit by 5.5 s on production-856 @ cpu-server).
 
 The rules are shares of what is left rather than fixed amounts because the stages before them take what they
 take (the option kinds 5-11 s on 128 GPUs, depending on the machine): ``timeline`` shows the split they make of
