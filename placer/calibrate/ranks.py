@@ -103,7 +103,10 @@ def _worker(rank: int, world: int, port: int, out_path: str, sizes: list[int], r
     import torch
     import torch.distributed as dist
 
+    from placer.runner import waiting
+
     torch.set_num_threads(1)
+    waiting.configure(waiting.spin_wanted("cpu", world, 1))  # the ranks wait as the runner's will
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     a, b = torch.randn(128, 128), torch.randn(128, 128)
@@ -117,7 +120,7 @@ def _worker(rank: int, world: int, port: int, out_path: str, sizes: list[int], r
         t0 = time.perf_counter()
         work()
         hot.append(time.perf_counter() - t0)
-        dist.barrier()
+        waiting.barrier()
         t0 = time.perf_counter()
         work()
         woken.append(time.perf_counter() - t0)
@@ -128,18 +131,18 @@ def _worker(rank: int, world: int, port: int, out_path: str, sizes: list[int], r
         for s in sizes:
             send, recv, flat = bufs[s]
             for kind in ("all_to_all", "all_reduce"):
-                dist.barrier()
+                waiting.barrier()
                 _burst(a, b, BURST_S, per_mm)
                 t = time.perf_counter()
                 if kind == "all_to_all":
-                    dist.all_to_all_single(recv, send)
+                    waiting.wait(dist.all_to_all_single(recv, send, async_op=True))
                 else:
-                    dist.all_reduce(flat)
+                    waiting.wait(dist.all_reduce(flat, async_op=True))
                 if r:  # the first round warms the buffers and gloo's pairs
                     times[(kind, s)].append(time.perf_counter() - t)
     wake = torch.tensor([statistics.median(woken) - statistics.median(hot)], dtype=torch.float64)
     dist.all_reduce(wake, op=dist.ReduceOp.MAX)
-    out = {"wake_s": max(0.0, float(wake)), "burst_s": statistics.median(hot)}
+    out = {"wake_s": max(0.0, float(wake)), "burst_s": statistics.median(hot), "spin": waiting.spinning()}
     for (kind, s), ts in times.items():
         t = torch.tensor(ts, dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
@@ -164,7 +167,8 @@ def measure_collectives(world: int, quick: bool = False) -> Collectives:
         mp.start_processes(_worker, args=(world, free_port(), out, sizes, reps), nprocs=world, join=True,
                            start_method="spawn")
         got = json.loads(Path(out).read_text(encoding="utf-8"))
-    how = (f"gloo between {world} local processes (1 torch thread each), each timed collective after "
+    how = (f"gloo between {world} local processes (1 torch thread each, waiting "
+           f"{'spinning' if got['spin'] else 'asleep'} as the runner's ranks do), each timed collective after "
            f"{BURST_S * 1e3:.1f} ms of GEMMs on every rank (as a step meets it), max over ranks, median of "
            f"{ROUNDS} x {reps} repeats")
     return Collectives(world, fit([tuple(r) for r in got["all_to_all"]]), fit([tuple(r) for r in got["all_reduce"]]),

@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from placer.runner import waiting
+
 
 @dataclass(frozen=True)
 class ExchangeKey:
@@ -78,7 +80,7 @@ class ExchangeRecorder:
         self.sync()
         if self.use_barrier:
             b0 = time.perf_counter()
-            dist.barrier(group=self.barrier_group)
+            waiting.barrier(self.barrier_group)
             self.excluded_s += time.perf_counter() - b0
         t0 = time.perf_counter()
         out = fn()
@@ -221,8 +223,9 @@ class AllToAllLayout:
     def all_to_all(self, send: torch.Tensor, out_splits: list[int], in_splits: list[int], name: str
                    ) -> torch.Tensor:
         out = self.buffer(name, sum(out_splits))
-        dist.all_to_all_single(out, send, output_split_sizes=out_splits, input_split_sizes=in_splits,
-                               group=self.group)
+        work = dist.all_to_all_single(out, send, output_split_sizes=out_splits, input_split_sizes=in_splits,
+                                      group=self.group, async_op=True)
+        waiting.wait(work)
         return out
 
 

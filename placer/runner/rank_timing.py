@@ -15,8 +15,8 @@ import time
 from collections import defaultdict
 
 import torch
-import torch.distributed as dist
 
+from placer.runner import waiting
 from placer.runner.exchange import ExchangeRecorder
 from placer.runner.timing import OpTimer, PhaseTimer, synchronize
 
@@ -34,7 +34,7 @@ class RankPhaseTimer(PhaseTimer):
 
     def begin(self) -> None:
         synchronize(self.device)
-        dist.barrier(group=self.group)
+        waiting.barrier(self.group)
         self.by_step.append(defaultdict(float))
         self._t = time.perf_counter()
 
@@ -45,7 +45,7 @@ class RankPhaseTimer(PhaseTimer):
         self.totals[phase] += spent
         if self.by_step:
             self.by_step[-1][phase] += spent
-        dist.barrier(group=self.group)
+        waiting.barrier(self.group)
         self._t = time.perf_counter()
 
 
@@ -59,5 +59,5 @@ class RankOpTimer(OpTimer):
     def run(self, kind: str, stream: str, fn):
         if self.active and kind in COLLECTIVE_KINDS:
             synchronize(self.device)
-            dist.barrier(group=self.group)
+            waiting.barrier(self.group)
         return super().run(kind, stream, fn)

@@ -21,7 +21,8 @@ One step, in the program's phases (seconds; fp32 pooled outputs and gradients):
                        every group's ``pack_grad`` of its members' gradients (a split's two parts: the same one)
 5. embedding_backward: every group's ``sort``, ``segment_reduce`` and ``update`` (replicas: ``scatter``)
 6. gradient_allreduce: replicas' dense gradients summed over the ranks (``all_reduce``, one coalesced call;
-                       in the instrumented passes the dense model's gradients too, DDP's overlap switched off),
+                       on a CPU and in the instrumented passes the dense model's gradients too, DDP's overlap
+                       switched off; a rank waits for it, and for the exchange, as runner/waiting.py says),
                        then ``update_dense`` (charged to embedding_backward) and the dense optimizer step (dense)
 
 Op timing (``ops``: RankOpTimer) uses the program's names: group ops on their plan device's stream
@@ -42,6 +43,7 @@ import torch.nn.functional as F
 from placer.plan import Plan
 from placer.program.build import ProgramBuilder
 from placer.program.dense_model import DenseDLRM, make_dense_optimizer
+from placer.runner import waiting
 from placer.runner.batches import Batch, BatchGenerator
 from placer.runner.exchange import (AllToAllLayout, ExchangeKey, ExchangeRecorder, exchange_gradients,
                                     exchange_outputs)
@@ -67,7 +69,7 @@ def allreduce_sum(tensors: list[torch.Tensor]) -> None:
     from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
     flat = _flatten_dense_tensors(tensors)
-    dist.all_reduce(flat)
+    waiting.wait(dist.all_reduce(flat, async_op=True))
     for t, s in zip(tensors, _unflatten_dense_tensors(flat, tensors)):
         t.copy_(s)
 
@@ -155,6 +157,10 @@ class RankTrainer(GroupOwner):
         mark = phases.mark if phases else (lambda _phase: None)
         timer = ops or OpTimer.off()
         instrumented = phases is not None or ops is not None
+        # the dense gradients' all-reduce after the embedding backward (as the program prices it) in the
+        # instrumented passes, and on a CPU always: a rank's one core cannot overlap gloo's all-reduce thread
+        # with its own backward, it would only share the core between them
+        explicit = instrumented or self.device.type == "cpu"
         worker = self._worker if ops is None else None
         if phases:
             phases.begin()
@@ -173,7 +179,7 @@ class RankTrainer(GroupOwner):
         leaves = self._forward_exchange(outs, sums, timer)
         mark("forward_exchange")
 
-        sync_ctx = self.ddp.no_sync() if instrumented else contextlib.nullcontext()
+        sync_ctx = self.ddp.no_sync() if explicit else contextlib.nullcontext()
 
         def dense():
             with sync_ctx:
@@ -194,7 +200,7 @@ class RankTrainer(GroupOwner):
         each_group(self.groups, lambda k, g: backward_group(g, batch.groups[k], timer, self.streams[k]), worker)
         mark("embedding_backward")
         bufs = list(self.replica_grads)
-        if instrumented:
+        if explicit:
             bufs += [p.grad for p in self.model.parameters() if p.grad is not None]
         if bufs and self.world > 1:
             timer.run("all_reduce", self.stream, lambda: allreduce_sum(bufs))

@@ -5,8 +5,10 @@ runner/launcher.py) calls ``worker_main``: the rank checks everything (the same 
 node's memory (runner/ranks.py), joins the process group (NCCL on cuda, rank on cuda:LOCAL_RANK; gloo on
 cpu), builds its RankTrainer (runner/rank_trainer.py) and runs:
 
-- warm-up, then the timed steps back to back (DDP all-reduces the dense gradients during the backward,
-  overlapped); a step's time is the rank's own wall time (CUDA events on a GPU), seconds;
+- warm-up, then the timed steps back to back (on a GPU DDP all-reduces the dense gradients during the
+  backward, overlapped; on a CPU one all-reduce after the embedding backward, as the program prices it, and a
+  rank with a core of its own spins while it waits: runner/waiting.py); a step's time is the rank's own wall
+  time (CUDA events on a GPU), seconds;
 - the phase pass (``--phase-steps`` steps): the device synchronized and all ranks at a barrier at every phase
   boundary (the barrier charged to no phase), the dense all-reduce done explicitly (``no_sync`` + one
   coalesced all_reduce) so that it is charged to gradient_allreduce as the cost model prices it, and the
@@ -32,6 +34,7 @@ import torch
 import torch.distributed as dist
 
 from placer.errors import SpecError
+from placer.runner import waiting
 from placer.runner.rank_results import distributed_result
 from placer.runner.rank_timing import RankOpTimer, RankPhaseTimer
 from placer.runner.rank_trainer import RankTrainer
@@ -136,6 +139,7 @@ def run_worker(hw_path: str, wl_path: str, plan_path: str, config: RunConfig, en
     """One rank of a distributed run; returns the result on rank 0 (None elsewhere)."""
     device = worker_device(config.device, env)
     torch.set_num_threads(config.threads or default_threads(device, env.local_world))
+    waiting.configure(waiting.spin_wanted(device.type, env.local_world, torch.get_num_threads()))
     topo, wl, plan, predicted, rmap, pool = prepare_distributed(hw_path, wl_path, plan_path, config, env.world)
     mem_report = None
     if config.check_memory:
@@ -171,6 +175,7 @@ def run_worker(hw_path: str, wl_path: str, plan_path: str, config: RunConfig, en
             result = distributed_result(records, topo, wl, plan, predicted, config, rmap, backend, losses, pool,
                                         trainer.dense_dtype, trainer.builder)
             result["hardware_note"] = hardware_note(topo, device)
+            result["rank_wait"] = "spin" if waiting.spinning() else "sleep"
         dist.barrier(group=cpu_group)
         finished = True
         return result
@@ -186,7 +191,7 @@ def _train_and_time(trainer: RankTrainer, config: RunConfig, device: torch.devic
     """Warm-up, timed steps, the phase pass and the op pass (module docstring): (step times, phases, ops)."""
     trainer.train(config.warmup)
     synchronize(device)
-    dist.barrier(group=cpu_group)
+    waiting.barrier(cpu_group)
     timer = StepTimer(device)
     trainer.train(config.steps, timer, start=config.warmup)
     times = timer.times_s()
