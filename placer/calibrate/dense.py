@@ -21,10 +21,17 @@ GEMMs (machine.py adds ``gemm_shapes``), so a GEMM missing from the table does n
 
 The GEMM and stream rates are measured twice, on cold operands (cold.py: a big model's step meets them so)
 and on the same operands every repeat (warm); a step's traffic is priced warm by the share the warm copy
-table gives at the step's memory (opcosts.OpCosts.warm: a small model's step runs in the caches). Ops over
-transposed views and indexing ops have their own measured rates (strided_GBps, indexed_GBps). On the
-development VM a full calibration then fits dense_op at about 2.6 us and prices the synthetic steps within
-0.95-1.31 of their times, the shipped checks within 0.88-1.35 (tiny the high end).
+table gives at the step's memory (opcosts.OpCosts.warm: within its own step a small model's operands stay in
+the caches). Ops over transposed views and indexing ops have their own measured rates (strided_GBps,
+indexed_GBps).
+
+Every timed step starts cold, as in training: between two dense steps the embedding work (lookups, the
+exchange, sorts, updates of table rows and their state) sweeps the caches, so the step's weights, optimizer
+state and the code and bookkeeping of its ops come from memory at its start. ``time_step`` touches a buffer of
+``SWEEP_LLC_TIMES`` x the last-level cache (untimed) before each step. Measured on the development VM (2 cores,
+32 MiB L3): the dense step of validation/ranks_workloads/ranks-skewed8 on 256 samples takes 0.90 ms back to back
+and 1.77 ms after such a sweep, and 2.1 ms in the two-rank runner's dense phase; dense_op fitted on back-to-back
+steps (about 3 us) priced that phase at 0.58x its time in the two-rank campaign of 2026-11-27.
 """
 from __future__ import annotations
 
@@ -37,6 +44,10 @@ from placer.calibrate.timing import Sizes, bench
 from placer.specs.workload import Workload
 
 TABLE_ROWS = 1000  # rows of every synthetic table (the dense step never reads them)
+#: the buffer touched before each timed step, in last-level caches (module docstring)
+SWEEP_LLC_TIMES = 2
+#: its size where the device reports no cache size, bytes
+SWEEP_DEFAULT_BYTES = 64 << 20
 
 
 def _workload(name: str, dims: list[int], dense: dict, optimizer: str, samples: int) -> Workload:
@@ -141,7 +152,21 @@ def time_step(workload: Workload, samples: int, device: torch.device, reps: int)
             loss.backward()
             opt.step()
 
-        return bench(step, device, reps, warmup=warmup)
+        sweep = cache_sweep(device)
+        return bench(step, device, reps, warmup=warmup, before=sweep)
+
+
+def cache_sweep(device: torch.device):
+    """A function that evicts the caches the way a training step's embedding work does between two dense steps:
+    it reads and writes a buffer of SWEEP_LLC_TIMES x the last-level cache (the GPU's L2 on CUDA)."""
+    from placer.calibrate.timing import last_level_cache_bytes
+
+    if device.type == "cuda":
+        llc = torch.cuda.get_device_properties(device).L2_cache_size or None
+    else:
+        llc = last_level_cache_bytes()
+    buf = torch.ones((SWEEP_LLC_TIMES * llc if llc else SWEEP_DEFAULT_BYTES) // 4, device=device)
+    return lambda: buf.mul_(1.0)
 
 
 def _case(wl: Workload, base: float, t: float, n: int) -> str:

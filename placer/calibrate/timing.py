@@ -31,14 +31,18 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def bench(fn, device: torch.device, reps: int, warmup: int = 1) -> float:
+def bench(fn, device: torch.device, reps: int, warmup: int = 1, before=None) -> float:
     """Median seconds of ``fn(i)`` over ``reps`` calls (i = 0..reps-1; warm-up calls get
-    i = reps.., so a benchmark that rotates its inputs by ``i`` never times an input the warm-up touched)."""
+    i = reps.., so a benchmark that rotates its inputs by ``i`` never times an input the warm-up touched).
+    ``before()``, when given, runs (untimed, synchronized) before every timed call."""
     for w in range(warmup):
         fn(reps + w)
     sync(device)
     times = []
     for i in range(reps):
+        if before is not None:
+            before()
+            sync(device)
         if device.type == "cuda":  # the stream's time from before the launch to the last kernel's end
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
