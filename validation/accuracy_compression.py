@@ -39,7 +39,8 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from placer.runner.compressed import FP32_BYTES, Int8EmbeddingBag, QREmbeddingBag, TTEmbeddingBag  # noqa: E402
+from placer.runner.compressed import (FP32_BYTES, Int8EmbeddingBag, QREmbeddingBag, TTEmbeddingBag,  # noqa: E402
+                                      uniform_bound)
 from validation.common import ROOT, environment, write_json  # noqa: E402
 
 #: rows and zipf exponent of each table (the full run); dim of every student table
@@ -87,7 +88,7 @@ def make_data(tables: list[tuple[int, float]], samples: int, seed: int) -> Data:
 
 
 def full_table(rows: int, seed: int) -> nn.Module:
-    bound = math.sqrt(1.0 / rows)
+    bound = uniform_bound(rows)
     g = torch.Generator().manual_seed(seed)
     bag = nn.EmbeddingBag(rows, DIM, mode="sum", sparse=True)  # Adagrad updates the rows a batch touched
     with torch.no_grad():

@@ -39,6 +39,7 @@ import contextlib
 
 import torch
 
+from placer.calibrate.cold import cache_bytes
 from placer.calibrate.record import Calibration, Entry, Sample, dense_base_s
 from placer.calibrate.timing import Sizes, bench
 from placer.specs.workload import Workload
@@ -46,8 +47,6 @@ from placer.specs.workload import Workload
 TABLE_ROWS = 1000  # rows of every synthetic table (the dense step never reads them)
 #: the buffer touched before each timed step, in last-level caches (module docstring)
 SWEEP_LLC_TIMES = 2
-#: its size where the device reports no cache size, bytes
-SWEEP_DEFAULT_BYTES = 64 << 20
 
 
 def _workload(name: str, dims: list[int], dense: dict, optimizer: str, samples: int) -> Workload:
@@ -158,14 +157,10 @@ def time_step(workload: Workload, samples: int, device: torch.device, reps: int)
 
 def cache_sweep(device: torch.device):
     """A function that evicts the caches the way a training step's embedding work does between two dense steps:
-    it reads and writes a buffer of SWEEP_LLC_TIMES x the last-level cache (the GPU's L2 on CUDA)."""
-    from placer.calibrate.timing import last_level_cache_bytes
-
-    if device.type == "cuda":
-        llc = torch.cuda.get_device_properties(device).L2_cache_size or None
-    else:
-        llc = last_level_cache_bytes()
-    buf = torch.ones((SWEEP_LLC_TIMES * llc if llc else SWEEP_DEFAULT_BYTES) // 4, device=device)
+    it reads and writes a buffer of SWEEP_LLC_TIMES x the last-level cache (cold.cache_bytes: the GPU's L2 on
+    CUDA)."""
+    llc, _ = cache_bytes(device)
+    buf = torch.ones(SWEEP_LLC_TIMES * llc // 4, device=device)
     return lambda: buf.mul_(1.0)
 
 
