@@ -35,7 +35,7 @@ def test_what_comes_back_fits_the_machine_limits(dry):
     out, _ = dry
     files = sorted(p.name for p in out.iterdir())
     assert all((out / f).is_file() for f in files) and len(files) <= 8, files  # flat, at most 8 files
-    assert {"calibrated.yaml", "micro.json", "env.json", "campaign.log"} <= set(files)
+    assert {"calibrated.yaml", "micro.json", "env.json", "campaign.log", "profile.json"} <= set(files)
     fid = json.loads(next(out.glob("fidelity-cpu-dry-run-*.json")).read_text())
     rows = [r for r in fid["rows"] if "error" not in r]
     assert len(rows) == gpu_campaign.DRY_PLANS + 1  # the shipped plans and the ILP re-solved on the calibrated spec

@@ -18,7 +18,9 @@ next stage runs), results written into DIR as they come:
 5. plans:     every plan of validation/gpu_plans/ (made by --make-plans for hardware_specs/h100-pcie-host.yaml)
               and the re-solved ILPs run on the GPU in this process one after another (placer's runner: CUDA
               events, warm-up, a phase pass, an op pass, median step), each priced under both specs
-6. report:    fidelity-<device>-<date>.json (the CPU campaign's schema: rows with predicted and measured step,
+6. profile:   validation/gpu_profile.py: where a GPU step's time goes, the host issuing ops or the device running
+              them (dense steps per stage, whole planned steps: host time, kernels, syncs) -> profile.json
+7. report:    fidelity-<device>-<date>.json (the CPU campaign's schema: rows with predicted and measured step,
               phases, ops; MAPE and Spearman for the step AND the embedding phases alone), a scatter PNG, and
               the summary table printed
 
@@ -57,9 +59,10 @@ CASES = [
 ]
 DENSE_DTYPE = "bf16"
 #: stage -> (time limit on the GPU, s; time limit of the dry run, s). The sum is the GPU call's wall time at
-#: most (plus Python start-ups, about 10 s): 470 s, inside an 8-minute call; --budget-s cuts the later stages.
-STAGES = {"env": (20, 20), "calibrate": (130, 60), "micro": (80, 30), "resolve": (40, 30), "plans": (180, 60),
-          "report": (20, 20)}
+#: most (plus Python start-ups, about 10 s): 480 s, inside an 8-minute call; --budget-s cuts the later stages. The
+#: first campaign on an H100 (2026-11-27) took 236 s: env 5, calibrate 17, micro 20, resolve 11, plans 179, report 3.
+STAGES = {"env": (20, 20), "calibrate": (80, 60), "micro": (50, 30), "resolve": (30, 30), "plans": (200, 60),
+          "profile": (80, 20), "report": (20, 20)}
 DRY_PLANS = 3  # plans of the tiny workload a dry run executes
 EMBEDDING_PHASES = ("embedding_forward", "forward_exchange", "backward_exchange", "embedding_backward",
                     "gradient_allreduce")
@@ -169,6 +172,17 @@ def stage_micro(out: Path, dry: bool) -> dict:
     data = json.loads((out / "micro.json").read_text())
     return {"cases": len(data["rows"]), "failed": sum(1 for r in data["rows"] if "error" in r),
             "misses_by_op": data["misses_by_op"]}
+
+
+def stage_profile(out: Path, dry: bool, deadline: float) -> dict:
+    """Host issue time against device time, dense steps and whole planned steps (validation/gpu_profile.py)."""
+    cmd = [sys.executable, str(ROOT / "validation" / "gpu_profile.py"), "--device", "cpu" if dry else "cuda",
+           "--out", str(out / "profile.json"), "--deadline", f"{deadline:.1f}"] + (["--tiny"] if dry else [])
+    subprocess.run(cmd, cwd=ROOT, check=True)
+    data = json.loads((out / "profile.json").read_text())
+    return {"dense_cases": len(data["dense"]), "plans": len(data["plans"]), "errors": data["errors"],
+            "host_share": {r["case"]: round(r["step_host_s"] / max(r["step_s"], 1e-12), 3)
+                           for r in data["dense"] + data["plans"]}}
 
 
 def stage_resolve(out: Path, dry: bool) -> dict:
@@ -337,7 +351,8 @@ def _stage_results(out: Path) -> dict:
 def run_stage(name: str, out: Path, dry: bool, deadline: float, args) -> dict:
     fn = {"env": lambda: stage_env(out, dry), "calibrate": lambda: stage_calibrate(out, dry),
           "micro": lambda: stage_micro(out, dry), "resolve": lambda: stage_resolve(out, dry),
-          "plans": lambda: stage_plans(out, dry, deadline), "report": lambda: stage_report(out, dry, args)}[name]
+          "plans": lambda: stage_plans(out, dry, deadline), "profile": lambda: stage_profile(out, dry, deadline),
+          "report": lambda: stage_report(out, dry, args)}[name]
     return fn()
 
 

@@ -48,6 +48,7 @@ class DenseOp:
     out_bytes: float = 0.0  # bytes of its outputs (0 for a view)
     layout: str = "nn"  # a GEMM's operands: n = row-major as multiplied, t = a transposed view of one
     access: str = "stream"
+    stage: str = "forward"  # forward (model and loss) | backward (autograd) | optimizer (zero_grad and step)
 
 
 def _tensors(obj):
@@ -145,6 +146,7 @@ def _trace(workload_json: str, samples: int, device_type: str) -> DenseTrace:
     wl = Workload.model_validate_json(workload_json)
     dims = {t.name: t.dim for t in wl.tables}
     ops: list[DenseOp] = []
+    stage = ["forward"]  # the part of the step being recorded (DenseOp.stage)
 
     class Recorder(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -153,15 +155,16 @@ def _trace(workload_json: str, samples: int, device_type: str) -> DenseTrace:
             if name.startswith(IGNORED_PREFIX):
                 return out
             if _is_view(func):
-                ops.append(DenseOp(name, "view", None, 0.0))
+                ops.append(DenseOp(name, "view", None, 0.0, stage=stage[0]))
             elif name in GEMM_OPS:
                 ops.append(DenseOp(name, "gemm", _gemm_shape(name, args), 0.0, _nbytes(out),
-                                   _gemm_layout(name, args)))
+                                   _gemm_layout(name, args), stage=stage[0]))
             else:
                 written = _nbytes(out)
                 inputs = (args, list((kwargs or {}).values()))
                 moved = _nbytes(inputs) + written
-                ops.append(DenseOp(name, "elementwise", None, moved, written, access=_access(name, inputs, out)))
+                ops.append(DenseOp(name, "elementwise", None, moved, written, access=_access(name, inputs, out),
+                                   stage=stage[0]))
             return out
 
     with torch.device("meta"):
@@ -179,11 +182,15 @@ def _trace(workload_json: str, samples: int, device_type: str) -> DenseTrace:
         return [p.detach().requires_grad_(True) for p in pooled]
 
     def step(embeddings):
+        stage[0] = "forward"
         logits = model(dense, embeddings)
         loss = loss_fn(logits.float(), labels)
         forward_ops[:] = list(ops)
+        stage[0] = "optimizer"
         opt.zero_grad(set_to_none=True)
+        stage[0] = "backward"
         loss.backward()
+        stage[0] = "optimizer"
         opt.step()
 
     step(leaves())  # creates the optimizer's state
