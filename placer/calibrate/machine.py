@@ -177,6 +177,11 @@ def _legacy(cal: Calibration, device: torch.device, s) -> None:
         htop = max(h.stream_GBps)
         cal.set("dram_bw_GBps", h.stream_GBps[htop].value, f"= host op_costs.stream_GBps at its largest size, "
                                                            f"{htop // MiB} MiB touched (CPU pack_grad, read + write)")
+        if h.stream_GBps[htop].value * 1e9 < link["h2d"]:  # pinned H2D copies read this same DRAM
+            cal.warn(f"the host's streaming copies measured {h.stream_GBps[htop].value:.3g} GB/s, below the "
+                     f"{link['h2d'] / 1e9:.3g} GB/s at which pinned host-to-device copies read the same DRAM: the "
+                     "host's timings were disturbed (a busy or stalled CPU); its op costs price host rows too slow. "
+                     "Calibrate again on a quiet machine")
         cal.set("cpu_gather_GBps", _median_rate(h.gather_GBps),
                 "median of the host's op_costs.gather_GBps over the fp32 rows")
         rates = [e.value for e in h.gemm_TFLOPs.get("fp32", {}).values()]

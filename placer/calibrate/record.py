@@ -9,6 +9,7 @@ samples are checks: priced with the same op costs, their ratio measured / priced
 from __future__ import annotations
 
 import math
+import sys
 
 from dataclasses import dataclass, field
 
@@ -126,6 +127,12 @@ class Calibration:
 
     def set(self, key: str, value: float, how: str) -> None:
         self.values[key] = Measurement(float(value), how)
+
+    def warn(self, message: str) -> None:
+        """A measurement that cannot be right: said on stderr now, and kept in the spec's header and the
+        --json output (``notes``)."""
+        print(f"placer calibrate: warning: {message}", file=sys.stderr, flush=True)
+        self.notes.append(f"WARNING: {message}")
 
     @property
     def all_notes(self) -> list[str]:

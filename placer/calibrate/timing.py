@@ -31,13 +31,33 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+#: a benchmark whose median is this many times its fastest repeat was disturbed (a stalled thread, a busy
+#: neighbour): the same call on the same sizes varies by well under 2x otherwise. Seen on an H100 machine's host
+#: (2026-11-27, validation/results/gpu-2026-11-27-run2): CPU copies of 0.5 and 8 MiB timed at 12 ms, a stream
+#: rate of 0.09-1.4 GB/s against 80 GB/s on the same kind of machine an hour earlier.
+STALL_RATIO = 8.0
+RETIMES = 2  # times a disturbed benchmark is timed again (the lowest median is kept)
+
+
 def bench(fn, device: torch.device, reps: int, warmup: int = 1, before=None) -> float:
     """Median seconds of ``fn(i)`` over ``reps`` calls (i = 0..reps-1; warm-up calls get
     i = reps.., so a benchmark that rotates its inputs by ``i`` never times an input the warm-up touched).
-    ``before()``, when given, runs (untimed, synchronized) before every timed call."""
+    ``before()``, when given, runs (untimed, synchronized) before every timed call. A disturbed benchmark
+    (median over STALL_RATIO x its fastest repeat) is timed again, up to RETIMES times; the lowest median
+    is kept."""
     for w in range(warmup):
         fn(reps + w)
     sync(device)
+    best = _median_of_repeats(fn, device, reps, before)
+    for _ in range(RETIMES):
+        if best[0] <= STALL_RATIO * best[1]:
+            break
+        best = min(best, _median_of_repeats(fn, device, reps, before))
+    return best[0]
+
+
+def _median_of_repeats(fn, device: torch.device, reps: int, before) -> tuple[float, float]:
+    """(median, fastest) seconds of ``reps`` timed calls of ``fn(i)``."""
     times = []
     for i in range(reps):
         if before is not None:
@@ -54,7 +74,7 @@ def bench(fn, device: torch.device, reps: int, warmup: int = 1, before=None) -> 
         t0 = time.perf_counter()
         fn(i)
         times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return statistics.median(times), min(times)
 
 
 def bench_tiny(fn, device: torch.device, batches: int, per_batch: int = 20) -> float:
