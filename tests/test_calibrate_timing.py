@@ -33,3 +33,11 @@ def test_a_warning_goes_to_stderr_and_into_the_notes(capsys):
     cal.warn("the host's copies were disturbed")
     assert "warning: the host's copies were disturbed" in capsys.readouterr().err
     assert cal.all_notes[0] == "WARNING: the host's copies were disturbed"
+
+
+def test_a_gpu_dense_step_lasts_the_longer_of_issuing_and_work_a_cpu_the_sum():
+    from placer.calibrate.record import dense_step_s
+
+    assert dense_step_s(3e-3, 1e-3, asynchronous=True) == 3e-3
+    assert dense_step_s(1e-3, 5e-3, asynchronous=True) == 5e-3
+    assert dense_step_s(3e-3, 1e-3, asynchronous=False) == 4e-3

@@ -183,21 +183,37 @@ def price(s: Sample, costs) -> float:
     if s.kind == "gemm":
         return costs.fixed("gemm") + costs.gemm_s(z["dtype"], z["m"], z["k"], z["n"], z["batch"],
                                                   z.get("layout", "nn"), z.get("warm", False))
-    if s.kind == "dense_step":  # build.py's _dense_ops, summed: every traced op its kind's cost + dense_op
-        return dense_base_s(z, costs) + z["ops"] * costs.fixed("dense_op")
+    if s.kind == "dense_step":  # build.py's _dense_ops, summed
+        issue, work = dense_parts(z, costs)
+        return dense_step_s(issue + z["ops"] * costs.fixed("dense_op"), work, z.get("asynchronous", False))
     raise ValueError(f"unknown sample kind {s.kind!r}")
 
 
-def dense_base_s(z: dict, costs) -> float:
-    """Seconds of a traced dense step (sizes ``z`` as dense.py's ``step_sizes`` writes them) WITHOUT
-    ``dense_op``, warm or cold by its memory (``memory_bytes``) against the caches as build.py decides: each GEMM
-    fixed(gemm) + its FLOPs at the rate of its shape and operand layout, each view fixed(view),
-    each other op fixed(elementwise) + its bytes at the stream rate for that many bytes (``elementwise_bytes``:
-    [bytes, ops of that size] pairs), as placer/program/build.py's ``_dense_ops``."""
+def dense_step_s(issue_s: float, work_s: float, asynchronous: bool) -> float:
+    """A dense step's seconds from the host's issuing of its ops (fixed costs and dense_op) and their work
+    (FLOPs and bytes): a CPU does both, one after the other (the sum); a GPU runs the work while the host issues
+    the next ops, so the step lasts as long as the longer of the two (the first GPU campaign, 2026-11-27: the
+    host issued for 98% of every dense step measured, its kernels ran 10-60% of it)."""
+    return max(issue_s, work_s) if asynchronous else issue_s + work_s
+
+
+def dense_parts(z: dict, costs) -> tuple[float, float]:
+    """(issue, work) seconds of a traced dense step (sizes ``z`` as dense.py's ``step_sizes`` writes them)
+    WITHOUT ``dense_op``, warm or cold by its memory (``memory_bytes``) against the caches as build.py decides:
+    issue = fixed(gemm) per GEMM, fixed(view) per view, fixed(elementwise) per other op; work = each GEMM's FLOPs
+    at the rate of its shape and operand layout, each other op's bytes at the stream (strided, indexed) rate for
+    that many bytes (``elementwise_bytes``: [bytes, ops of that size] pairs), as placer/program/build.py's
+    ``_dense_ops``."""
     warm = costs.warm(z.get("memory_bytes", math.inf))
-    gemms = sum(costs.fixed("gemm") + costs.gemm_s(z["dtype"], m, k, n, b, layout, warm)
-                for b, m, k, n, layout in z["gemms"])
+    gemms = sum(costs.gemm_s(z["dtype"], m, k, n, b, layout, warm) for b, m, k, n, layout in z["gemms"])
     streams = sum(count * costs.stream_s(nbytes, warm) for nbytes, count in z["elementwise_bytes"])
     streams += sum(count * costs.strided_s(nbytes) for nbytes, count in z.get("strided_bytes", ()))
     streams += sum(count * costs.indexed_s(nbytes) for nbytes, count in z.get("indexed_bytes", ()))
-    return gemms + z["views"] * costs.fixed("view") + z["elementwise"] * costs.fixed("elementwise") + streams
+    issue = (len(z["gemms"]) * costs.fixed("gemm") + z["views"] * costs.fixed("view")
+             + z["elementwise"] * costs.fixed("elementwise"))
+    return issue, gemms + streams
+
+
+def dense_base_s(z: dict, costs) -> float:
+    """Seconds of a traced dense step WITHOUT ``dense_op`` as a CPU runs it: issue + work (dense_parts)."""
+    return sum(dense_parts(z, costs))

@@ -401,28 +401,36 @@ class ProgramBuilder:
 
     def _dense_ops(self, stream: str, gpu: str, costs) -> list[Op]:
         """The traced dense step, priced: each op its kind's cost plus ``dense_op`` (what an op costs beyond
-        that under autograd and module calls), a share of its streaming traffic at the warm rates, as much as
+        that under autograd and module calls; on a GPU the host issues while the device works, and the step lasts
+        the longer of the two), a share of its streaming traffic at the warm rates, as much as
         the caches hold of the step's memory (OpCosts.warm), the rest cold; ops over transposed views and
         indexing ops at their own (cold) rates."""
         dtype = self.wl.dense.dtype
         extra = costs.fixed("dense_op")
         dense = self.dense_trace(gpu)
         warm = costs.warm(dense.memory_bytes(self.optimizer))  # share of its traffic served by the caches
-        ops = []
+        parts = []  # (kind, seconds the host issues it, seconds of its work, sizes)
         for op in dense.ops:
             if op.kind == "gemm":
                 batch, m, k, n = op.shape
-                seconds = extra + costs.fixed("gemm") + costs.gemm_s(dtype, m, k, n, batch, op.layout, warm)
-                ops.append(Op("gemm", DENSE, stream, seconds, sizes={"shape": op.shape, "layout": op.layout,
-                                                                      "aten": op.name}))
+                parts.append(("gemm", extra + costs.fixed("gemm"), costs.gemm_s(dtype, m, k, n, batch, op.layout, warm),
+                              {"shape": op.shape, "layout": op.layout, "aten": op.name}))
             elif op.kind == "view":
-                ops.append(Op("elementwise", DENSE, stream, extra + costs.fixed("view"), sizes={"aten": op.name}))
+                parts.append(("elementwise", extra + costs.fixed("view"), 0.0, {"aten": op.name}))
             else:
                 moved = {"strided": costs.strided_s, "indexed": costs.indexed_s}.get(
                     op.access, lambda b: costs.stream_s(b, warm))(op.bytes)
-                seconds = extra + costs.fixed("elementwise") + moved
-                ops.append(Op("elementwise", DENSE, stream, seconds, sizes={"bytes": op.bytes, "aten": op.name,
-                                                                            "access": op.access, "warm": warm}))
+                parts.append(("elementwise", extra + costs.fixed("elementwise"), moved,
+                              {"bytes": op.bytes, "aten": op.name, "access": op.access, "warm": warm}))
+        if self.topo.is_unified(gpu):  # a CPU issues and works, one after the other
+            return [Op(kind, DENSE, stream, issue + work, sizes=z) for kind, issue, work, z in parts]
+        # a GPU works while its host issues the next ops: the step lasts the longer of the two
+        # (calibrate/record.py dense_step_s); each op is priced at its work, the host's excess is one more op
+        ops = [Op(kind, DENSE, stream, work, sizes=z) for kind, _, work, z in parts]
+        issue_s, work_s = sum(p[1] for p in parts), sum(p[2] for p in parts)
+        ops.append(Op("elementwise", DENSE, stream, max(0.0, issue_s - work_s),
+                      sizes={"aten": "the host issuing the step's ops (the device waits)", "issue_s": issue_s,
+                             "work_s": work_s}))
         return ops
 
     # ---- memory --------------------------------------------------------------------------------------------
