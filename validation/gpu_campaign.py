@@ -2,6 +2,7 @@
 """The GPU campaign: one command that measures placer on one GPU within about 8 minutes of wall time.
 
     python3 validation/gpu_campaign.py --make-plans             # on a CPU machine, before: the plans it runs
+    python3 validation/gpu_campaign.py --reprice-plans          # the same plans priced by today's cost model
     python3 validation/gpu_campaign.py --out DIR                # on the GPU machine (scripts/gpu_kit.sh)
     python3 validation/gpu_campaign.py --out DIR --dry-run      # every stage on this CPU at tiny sizes (CI)
 
@@ -104,6 +105,31 @@ def make_plans(time_limit: float) -> int:
     n = sum(len(w["plans"]) for w in manifest["workloads"])
     shares = [p["embedding_share"] for w in manifest["workloads"] for p in w["plans"]]
     log(f"wrote {n} plans; {sum(s >= 0.3 for s in shares)} of them with embedding phases >= 30% of the step")
+    return 0
+
+
+def reprice_plans() -> int:
+    """Price validation/gpu_plans/' plans again on the datasheet spec with today's cost model, the plans kept as
+    they are (so that campaigns before and after a change of the model measure the same plans)."""
+    from placer.plan import load_plan
+    from placer.plan_price import priced_plan
+    from placer.specs import load_hardware, load_workload
+    from placer.topology import Topology
+
+    manifest = json.loads((PLANS / "manifest.json").read_text())
+    hw = load_hardware(ROOT / manifest["datasheet"])
+    for w in manifest["workloads"]:
+        wl = load_workload(ROOT / w["file"])
+        for p in w["plans"]:
+            path = ROOT / p["file"]
+            plan = load_plan(path)
+            predicted = priced_plan(plan, Topology(hw, wl.dense.dtype), wl)
+            plan.model_copy(update={"predicted": predicted}).write(path)
+            p["predicted_step_time_s"] = predicted["step_time_s"]
+            p["embedding_share"] = embedding_share(predicted["phases_s"], predicted["step_time_s"])
+            log(f"{w['name']} {p['name']}: {predicted['step_time_s'] * 1e3:.3f} ms")
+    manifest["repriced_by"] = "python3 validation/gpu_campaign.py --reprice-plans"
+    (PLANS / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     return 0
 
 
@@ -429,6 +455,8 @@ def parse_args(argv=None):
     ap.add_argument("--out", help="results folder (created)")
     ap.add_argument("--dry-run", action="store_true", help="every stage on this CPU at tiny sizes")
     ap.add_argument("--make-plans", action="store_true", help="write validation/gpu_plans/ (CPU, before the call)")
+    ap.add_argument("--reprice-plans", action="store_true",
+                    help="price validation/gpu_plans/ again with today's cost model, the plans unchanged")
     ap.add_argument("--time-limit", type=float, default=20.0, help="--make-plans: ILP time limit per workload, s")
     ap.add_argument("--budget-s", type=float, default=480.0, help="wall time of the whole campaign, s (default 480)")
     ap.add_argument("--stages", help="comma-separated subset of stages (default all)")
@@ -437,8 +465,8 @@ def parse_args(argv=None):
     ap.add_argument("--deadline", type=float, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     args.argv = list(argv if argv is not None else sys.argv[1:])
-    if not args.make_plans and not args.out:
-        ap.error("--out DIR is required (or --make-plans)")
+    if not (args.make_plans or args.reprice_plans) and not args.out:
+        ap.error("--out DIR is required (or --make-plans, --reprice-plans)")
     return args
 
 
@@ -446,6 +474,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.make_plans:
         return make_plans(args.time_limit)
+    if args.reprice_plans:
+        return reprice_plans()
     if args.stage:
         out = Path(args.out)
         t0 = time.perf_counter()
