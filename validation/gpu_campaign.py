@@ -276,7 +276,7 @@ def _row(name: str, wl_name: str, plan_file: str, result: dict, datasheet: dict 
             "peak_device_bytes": meas.get("peak_device_bytes")}
 
 
-def stage_plans(out: Path, dry: bool, deadline: float) -> dict:
+def stage_plans(out: Path, dry: bool, deadline: float, args) -> dict:
     """Run every plan in this process, one after another, a row appended to plans.jsonl after each."""
     import torch
 
@@ -294,7 +294,8 @@ def stage_plans(out: Path, dry: bool, deadline: float) -> dict:
     ran = failed = skipped = 0
     for w in _workloads(dry):
         wl = load_workload(ROOT / w["file"])
-        todo = [(p["name"], ROOT / p["file"]) for p in w["plans"]]
+        todo = [(p["name"], ROOT / p["file"]) for p in w["plans"]
+                if not args.plans or p["name"] in args.plans.split(",")]
         if w["name"] in resolved:
             todo.insert(0, ("ilp@calibrated", Path(resolved[w["name"]]["file"])))
         for name, plan_path in todo:
@@ -377,7 +378,7 @@ def _stage_results(out: Path) -> dict:
 def run_stage(name: str, out: Path, dry: bool, deadline: float, args) -> dict:
     fn = {"env": lambda: stage_env(out, dry), "calibrate": lambda: stage_calibrate(out, dry),
           "micro": lambda: stage_micro(out, dry), "resolve": lambda: stage_resolve(out, dry),
-          "plans": lambda: stage_plans(out, dry, deadline), "profile": lambda: stage_profile(out, dry, deadline),
+          "plans": lambda: stage_plans(out, dry, deadline, args), "profile": lambda: stage_profile(out, dry, deadline),
           "report": lambda: stage_report(out, dry, args)}[name]
     return fn()
 
@@ -401,7 +402,8 @@ def campaign(args) -> int:
             limit = max(limit, 10.0)
         deadline = time.time() + limit
         cmd = [sys.executable, str(Path(__file__).resolve()), "--stage", name, "--out", str(out), "--date", args.date,
-               "--deadline", f"{deadline:.1f}"] + (["--dry-run"] if args.dry_run else [])
+               "--deadline", f"{deadline:.1f}"] + (["--dry-run"] if args.dry_run else []) \
+            + (["--plans", args.plans] if args.plans else [])
         log(f"stage {name}: limit {limit:.0f} s")
         logfile.write(f"\n===== stage {name} (limit {limit:.0f} s) =====\n")
         logfile.flush()
@@ -460,6 +462,7 @@ def parse_args(argv=None):
     ap.add_argument("--time-limit", type=float, default=20.0, help="--make-plans: ILP time limit per workload, s")
     ap.add_argument("--budget-s", type=float, default=480.0, help="wall time of the whole campaign, s (default 480)")
     ap.add_argument("--stages", help="comma-separated subset of stages (default all)")
+    ap.add_argument("--plans", help="comma-separated plan names to run (default all; e.g. ilp for a short call)")
     ap.add_argument("--date", default=_dt.date.today().isoformat())
     ap.add_argument("--stage", help=argparse.SUPPRESS)
     ap.add_argument("--deadline", type=float, default=None, help=argparse.SUPPRESS)
