@@ -389,8 +389,9 @@ def test_kind_changes_realise_a_choice_stage1_could_not():
     column-wise over a node's 8 GPUs, twelve tables whole on one GPU, ten replicated) cannot be balanced on the
     devices (1.84 ms once assigned and improved, measured 2026-11-23); changing kinds reaches 1.712 ms (one
     table per GPU: TorchRec's plan, 1.711 ms). Since 2026-11-27 a GPU's dense step is priced as the longer of
-    the host's issuing and the device's work (not their sum): every step here 0.546 ms lower. Every change lowers (step, potential), the incremental books
-    stay those of the placements priced afresh, and ``where``/``spread`` describe the placements."""
+    the host's issuing and the device's work (not their sum): every step here 0.546 ms lower. Every change
+    lowers (step, potential), the incremental books stay those of the placements priced afresh, and
+    ``where``/``spread`` describe the placements."""
     from placer.planner.assign import Assigner
     from placer.planner.budget import Budget
     from placer.planner.rekind import potential, rekind
