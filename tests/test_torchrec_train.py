@@ -107,3 +107,37 @@ def test_train_example_on_two_gloo_ranks(plan_path, tmp_path):
     assert "measured median step" in r.stdout and "placer predicted step" in r.stdout, r.stdout
     measured = [ln for ln in r.stdout.splitlines() if "measured median" in ln or "placer predicted" in ln]
     assert all(ln.rstrip().endswith(" ms") for ln in measured), measured
+
+
+def test_a_rank_aborted_while_starting_is_trained_again_once(plan_path, tmp_path, monkeypatch, capsys):
+    """TorchRec/FBGEMM now and then abort a gloo rank as DistributedModelParallel starts (SIGABRT): the training
+    starts again once, says so on stderr, and a second abort is raised."""
+    require_torchrec()
+    import torch.multiprocessing as mp
+
+    from placer.specs import load_workload
+    from placer.torchrec_io import dmp_train
+
+    out = tmp_path / "plan.torchrec.json"
+    assert main(["export", "--torchrec", HW, WL, str(plan_path), "-o", str(out), "--device", "cpu"]) == 0
+    doc, wl = json.loads(out.read_text()), load_workload(WL)
+    real, calls = mp.start_processes, []
+
+    def flaky(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise mp.ProcessExitedException("process 1 terminated with signal SIGABRT", error_index=1,
+                                            error_pid=0, exit_code=-6, signal_name="SIGABRT")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(mp, "start_processes", flaky)
+    result = dmp_train.train(doc, wl, steps=2, warmup=1)
+    assert len(calls) == 2 and len(result["step_times_s"]) == 2
+    assert "aborted inside TorchRec/FBGEMM" in capsys.readouterr().err
+
+    def always(*args, **kwargs):
+        raise mp.ProcessExitedException("aborted", error_index=0, error_pid=0, exit_code=-6, signal_name="SIGABRT")
+
+    monkeypatch.setattr(mp, "start_processes", always)
+    with pytest.raises(mp.ProcessExitedException):
+        dmp_train.train(doc, wl, steps=2, warmup=1)
