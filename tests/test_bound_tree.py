@@ -15,6 +15,7 @@ from placer.planner.budget import Budget
 from placer.planner.lp import Relaxation
 from placer.planner.problem import CountRow, Problem
 from placer.planner.stage1 import peak_levels
+from placer.planner.types import RowKey, RowKind
 
 
 def random_groups(rng: np.random.Generator, tables: int) -> list[list[int]]:
@@ -35,7 +36,7 @@ def _random_problem(seed: int, tables: int = 5) -> Problem:
     oid = groups[-1][-1] + 1
     load_rows = {}
     for ti, g in enumerate(groups):
-        load_rows[(0, f"table:{ti}")] = (np.asarray(g), rng.uniform(0.1, 5.0, len(g)) * 1e-3)
+        load_rows[(0, RowKey(RowKind.TABLE, ti))] = (np.asarray(g), rng.uniform(0.1, 5.0, len(g)) * 1e-3)
     ids = np.arange(oid)
     load_rows[(0, "average")] = (ids, rng.uniform(0.0, 1.0, oid) * 1e-3)
     load_rows[(1, "link")] = (ids, rng.uniform(0.0, 2.0, oid) * 1e-3)

@@ -130,7 +130,8 @@ def test_counted_stage1_stays_below_every_plan_on_production_856():
                         gap=0.0, warm_start=stage1.result.chosen, budget=Budget(60.0))
     assert plain.status == counted.status == "optimal"
     assert counted.objective_s > plain.objective_s * (1 + 1e-4)
-    placements, step = place_choice(Assigner(ctx), stage1.problem, kinds, counted.chosen, Budget(5.0))
+    placed = place_choice(Assigner(ctx), stage1.problem, kinds, counted.chosen, Budget(5.0))
+    placements, step = placed.placements, placed.step_s
     assert placements
     steps = {"stage 2": step + sum(model.fixed_latency_s.values())}
     steps.update(baseline_steps(topo, wl, ("greedy_size", "round_robin", "fae", "uvm")))

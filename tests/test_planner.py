@@ -16,6 +16,7 @@ from placer.planner import ilp
 from placer.planner.baselines import BASELINES
 from placer.planner.problem import build_problem
 from placer.planner.solve import METHODS, SolveConfig, solve
+from placer.planner.types import RowKey, RowKind
 from placer.simulate import memory_overflows, predict, total_cost
 from placer.specs import load_hardware, load_workload
 from placer.specs.workload import Workload
@@ -224,10 +225,10 @@ def test_two_stage_bound_is_below_the_full_ilp_optimum():
     model = CostModel(topo, workload)
     full = solve(topo, workload, SolveConfig(gap=0.0, time_limit_s=60))
     assert full.solver.status == "optimal"
-    placements, bound, _, _ = solve_two_stage(model, Symmetry.of(topo), OptionConfig(), budget=Budget(20), gap=0.0,
-                                              backend="cbc", threads=None)
-    assert bound <= full.predicted["step_time_s"] * (1 + 1e-9)
-    assert placements is not None
+    stages = solve_two_stage(model, Symmetry.of(topo), OptionConfig(), budget=Budget(20), gap=0.0, backend="cbc",
+                             threads=None)
+    assert stages.bound_s <= full.predicted["step_time_s"] * (1 + 1e-9)
+    assert stages.placements is not None
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -247,7 +248,7 @@ def test_peak_levels_keep_the_optimum_and_tighten_the_relaxation(seed):
         oid += n
     load_rows = {}
     for ti, g in enumerate(groups):  # per-table peaks in phase 0, as stage 1 writes them
-        load_rows[(0, f"table:{ti}")] = (np.asarray(g), rng.uniform(0.1, 5.0, len(g)) * 1e-3)
+        load_rows[(0, RowKey(RowKind.TABLE, ti))] = (np.asarray(g), rng.uniform(0.1, 5.0, len(g)) * 1e-3)
     ids = np.arange(oid)
     load_rows[(0, "average")] = (ids, rng.uniform(0.0, 1.0, oid) * 1e-3)
     load_rows[(1, "link")] = (ids, rng.uniform(0.0, 2.0, oid) * 1e-3)
@@ -405,7 +406,7 @@ def test_kind_changes_realise_a_choice_stage1_could_not():
     assert before + fixed > 1.8e-3 - DENSE_ISSUE_OVERLAP_S
     for _ in range(6):
         start = (acc.step, potential(planner, acc))
-        if not rekind(planner, placements, acc, kinds, Budget.unlimited()):
+        if not rekind(planner, placements, acc, Budget.unlimited(), kinds):
             break
         assert acc.step < start[0] * (1 - 1e-12) or (
             acc.step <= start[0] * (1 + 1e-12) and potential(planner, acc) < start[1])
@@ -431,16 +432,16 @@ def test_pair_kind_changes_take_two_tables_off_one_block():
     placements, acc = planner.assign(chosen, kinds)
     fixed = sum(model.fixed_latency_s.values())
     assert swap(planner, placements, acc, unlimited) + repack(planner, placements, acc, unlimited) == 0
-    assert rekind(planner, placements, acc, kinds, unlimited) == 0
+    assert rekind(planner, placements, acc, unlimited, kinds) == 0
     shared = [key for _, (k, key) in planner.where.items() if k.family == "block"]
     assert len(shared) == 4 and len(set(shared)) == 2
     before = acc.step
     assert before + fixed == pytest.approx(1.71158e-3 - DENSE_ISSUE_OVERLAP_S, rel=1e-5)
-    assert rekind_pairs(planner, placements, acc, kinds, unlimited) == 2
+    assert rekind_pairs(planner, placements, acc, unlimited, kinds) == 2
     assert acc.step < before * (1 - 1e-4)
     assert acc.step + fixed == pytest.approx(1.71106e-3 - DENSE_ISSUE_OVERLAP_S, rel=1e-5)
     assert not any(k.family == "block" for k, _ in planner.where.values())
-    assert rekind_pairs(planner, placements, acc, kinds, unlimited) == 0
+    assert rekind_pairs(planner, placements, acc, unlimited, kinds) == 0
     _assert_books_exact(model, planner, placements, acc)
 
 

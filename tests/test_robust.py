@@ -1,6 +1,7 @@
 """Robust choices (issue 17 part 3): skew what-if (placer/skew.py) and the tie-break (planner/tiebreak.py)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -263,11 +264,11 @@ def _two_stage_with_host_table(monkeypatch, table: str):
     real = S.solve_two_stage
 
     def with_host(model, *args, **kwargs):
-        placements, bound, stage1, rest = real(model, *args, **kwargs)
+        stages = real(model, *args, **kwargs)
         t = model.wl.tables[model.wl.table_index[table]]
         host = Placement(table=table, sharding="host", shards=[
             Shard(device=model.topo.hosts[0], rows=(0, t.rows), cols=(0, t.dim), hbm_rows=0, host_rows=t.rows)])
-        return [host if p.table == table else p for p in placements], bound, stage1, rest
+        return dataclasses.replace(stages, placements=[host if p.table == table else p for p in stages.placements])
 
     monkeypatch.setattr(S, "FULL_ILP_MAX_PAIRS", 0)
     monkeypatch.setattr(S, "solve_two_stage", with_host)

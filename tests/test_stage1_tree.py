@@ -57,8 +57,9 @@ def test_short_two_stage_solve_takes_the_tree_beside_stage_2():
     workload = load_workload(ROOT / "workloads" / "criteo-kaggle-dlrm.yaml")
     topo = Topology(load_hardware(ROOT / "hardware_specs" / "dgx-h100-2node.yaml"), workload.dense.dtype)
     model = CostModel(topo, workload)
-    placements, bound, stage1, _ = solve_two_stage(model, Symmetry.of(topo), OptionConfig(), budget=Budget(8.0),
-                                                   gap=0.0, backend="cbc", threads=None)
+    stages = solve_two_stage(model, Symmetry.of(topo), OptionConfig(), budget=Budget(8.0), gap=0.0, backend="cbc",
+                             threads=None)
+    placements, bound, stage1 = stages.placements, stages.bound_s, stages.stage1
     assert placements
     assert "beside stage 2" in stage1.backend and "splits of the relaxation beside stage 2" in stage1.backend
     assert "highs branch and bound beside" not in stage1.backend

@@ -16,6 +16,7 @@ from placer.planner.context import Context
 from placer.planner.kinds import KindFolder
 from placer.planner.stage1 import solve_stage1
 from placer.planner.symmetry import Symmetry
+from placer.planner.types import Stage2Result
 from placer.specs import load_hardware, load_workload
 from placer.topology import Topology
 from tests.conftest import ROOT
@@ -38,8 +39,13 @@ def _each_variant(case) -> list[float]:
     flat = [k for ks in kinds for k in ks]
     scales = {"counted": tuple(problem.phase_times(ids)), "plain": tuple(replace(problem, counts=[]).phase_times(ids))}
     variants = list(dict.fromkeys((scales[n], w) for n, w in stage2.STAGE2_VARIANTS))
-    return [stage2._runs(Assigner(ctx), [flat[i] for i in ids], kinds, [v], Budget.unlimited())[1] for v in variants]
+    return [stage2._runs(Assigner(ctx), [flat[i] for i in ids], kinds, [v], Budget.unlimited()).step_s
+            for v in variants]
 
+
+
+def _pair(result: Stage2Result) -> tuple[list, float]:
+    return result.placements, result.step_s
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="the child runs only with a second core")
 def test_the_child_runs_the_other_half_and_its_best_comes_back(case, monkeypatch):
@@ -53,12 +59,12 @@ def test_the_child_runs_the_other_half_and_its_best_comes_back(case, monkeypatch
         return real_runs(assigner, chosen, kinds_, variants, budget)
 
     def marked_child(*args):  # runs in the child: its best, marked 1 s lower so that it must win
-        placements, step = real_child(*args)
-        return placements, step - 1.0
+        best = real_child(*args)
+        return replace(best, step_s=best.step_s - 1.0)
 
     monkeypatch.setattr(stage2, "_runs", spy_runs)
     monkeypatch.setattr(stage2, "_child_runs", marked_child)
-    placements, step = stage2.place_choice(Assigner(ctx), problem, kinds, ids, Budget(600), beside=True)
+    placements, step = _pair(stage2.place_choice(Assigner(ctx), problem, kinds, ids, Budget(600), beside=True))
     assert halves == [(len(steps) + 1) // 2]  # this process's half (the child's call is in the child)
     assert len(placements) == len(kinds)
     assert step == pytest.approx(min(steps[1::2]) - 1.0, rel=1e-12)  # the child ran the other half
@@ -66,7 +72,7 @@ def test_the_child_runs_the_other_half_and_its_best_comes_back(case, monkeypatch
 
 def test_every_variant_runs_here_without_a_second_core(case):
     ctx, kinds, problem, ids = case
-    placements, step = stage2.place_choice(Assigner(ctx), problem, kinds, ids, Budget(600), beside=False)
+    placements, step = _pair(stage2.place_choice(Assigner(ctx), problem, kinds, ids, Budget(600), beside=False))
     assert len(placements) == len(kinds) and step == pytest.approx(min(_each_variant(case)), rel=1e-12)
 
 
@@ -74,7 +80,7 @@ def test_a_child_that_dies_costs_only_its_half(case, monkeypatch):
     ctx, kinds, problem, ids = case
     monkeypatch.setattr(stage2, "_child_runs", lambda *a: os._exit(1))
     monkeypatch.setattr(stage2, "cores", lambda: 2)
-    placements, step = stage2.place_choice(Assigner(ctx), problem, kinds, ids, Budget(600), beside=True)
+    placements, step = _pair(stage2.place_choice(Assigner(ctx), problem, kinds, ids, Budget(600), beside=True))
     assert len(placements) == len(kinds) and step == pytest.approx(min(_each_variant(case)[0::2]), rel=1e-12)
 
 
@@ -86,6 +92,6 @@ def test_a_work_budget_never_forks(case, monkeypatch):
 
     monkeypatch.setattr(stage2.Child, "start", no_fork)
     monkeypatch.setattr(stage2, "cores", lambda: 2)
-    placements, _ = stage2.place_choice(Assigner(ctx), problem, kinds, ids, Budget.of_work(1e6), beside=True)
+    placements = stage2.place_choice(Assigner(ctx), problem, kinds, ids, Budget.of_work(1e6), beside=True).placements
     assert len(placements) == len(kinds)
 

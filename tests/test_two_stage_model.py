@@ -23,6 +23,7 @@ from placer.planner.lp import Relaxation
 from placer.planner.problem import FixedGroup, Problem
 from placer.planner.solve import SolveConfig, solve
 from placer.planner.symmetry import Symmetry, resource_class
+from placer.planner.types import RowKey, RowKind, row_kind
 from placer.specs import load_hardware, load_workload
 from placer.topology import Topology
 from tests.conftest import ROOT, baseline_steps
@@ -36,7 +37,7 @@ def _problem_with_spread(seed: int, tables: int = 5) -> Problem:
     groups = random_groups(rng, tables)
     oid = groups[-1][-1] + 1
     ids = np.arange(oid)
-    load_rows = {(0, f"stream:{ti}"): (np.asarray(g), rng.uniform(0.0, 5.0, len(g)) * 1e-3)
+    load_rows = {(0, RowKey(RowKind.STREAM, ti)): (np.asarray(g), rng.uniform(0.0, 5.0, len(g)) * 1e-3)
                  for ti, g in enumerate(groups)}
     load_rows[(0, "average")] = (ids, rng.uniform(0.0, 1.0, oid) * 1e-3)
     load_rows[(1, "link")] = (ids, rng.uniform(0.0, 2.0, oid) * 1e-3)
@@ -44,13 +45,14 @@ def _problem_with_spread(seed: int, tables: int = 5) -> Problem:
     mem = rng.uniform(1.0, 3.0, oid) * 2**30
     # a group that some options open on every member (a replica group): its fixed cost on every stream row
     opening = [np.asarray([g[-1]]) for g in groups[:3]]
-    fixed = FixedGroup({(0, "average"): 4e-4, **{(0, f"stream:{ti}"): 4e-4 for ti in range(tables)}}, opening)
+    streams = [(0, RowKey(RowKind.STREAM, ti)) for ti in range(tables)]
+    fixed = FixedGroup({(0, "average"): 4e-4, **{key: 4e-4 for key in streams}}, opening)
     return Problem(groups=groups, num_phases=2, load_rows=load_rows,
-                   load_base={(1, "link"): 1e-4, **{(0, f"stream:{ti}"): 2e-4 for ti in range(tables)}},
+                   load_base={(1, "link"): 1e-4, **{key: 2e-4 for key in streams}},
                    mem_rows={"hbm": (ids, mem)},
                    mem_capacity={"hbm": float(sum(mem[g].min() for g in groups)) * 1.3}, fixed_s=2e-5,
                    spread={0: (every, rng.uniform(0.1, 2.0, len(every)) * 1e-3)},
-                   spread_rows=frozenset((0, f"stream:{ti}") for ti in range(tables)), fixed_groups=[fixed])
+                   spread_rows=frozenset((0, RowKey(RowKind.STREAM, ti)) for ti in range(tables)), fixed_groups=[fixed])
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -79,7 +81,8 @@ def test_spread_raises_a_stream_row_by_what_every_member_carries():
     x[chosen] = 1.0
     ids, coef = problem.spread[0]
     s0 = float(coef @ x[ids])
-    rows = [2e-4 + float(c @ x[i]) + s0 for key, (i, c) in problem.load_rows.items() if key[1].startswith("stream:")]
+    rows = [2e-4 + float(c @ x[i]) + s0 for key, (i, c) in problem.load_rows.items()
+            if row_kind(key[1]) is RowKind.STREAM]
     assert problem.phase_times(chosen)[0] >= max(rows) * (1 - 1e-12)
 
 

@@ -53,7 +53,8 @@ def split(wl: str, hw: str, stage1_s: float, stage2_s: float) -> dict:
     t2 = time.perf_counter()
     if stage1.result.chosen is None:
         raise SystemExit(f"{wl}@{hw}: stage 1 found no choice in {stage1_s:g} s")
-    placements, step_s = place_choice(Assigner(ctx), stage1.problem, kinds, stage1.result.chosen, Budget(stage2_s))
+    placed = place_choice(Assigner(ctx), stage1.problem, kinds, stage1.result.chosen, Budget(stage2_s))
+    placements, step_s = placed.placements, placed.step_s
     t3 = time.perf_counter()
     if not placements:
         raise SystemExit(f"{wl}@{hw}: stage 2 placed no plan in {stage2_s:g} s")

@@ -20,8 +20,9 @@ from placer.planner import effort
 from placer.planner.accumulator import Accumulator, load_index, packed
 from placer.planner.budget import Budget
 from placer.planner.context import Context
-from placer.planner.kinds import Kind, KindFolder
+from placer.planner.kinds import KindFolder
 from placer.planner.symmetry import Symmetry
+from placer.planner.types import Kind, Kinds
 from placer.program.ops import GroupKey
 from placer.topology import Topology
 
@@ -132,7 +133,7 @@ class Assigner:
         self._relabeled[(id(kind), key)] = (kind, p)
         return p
 
-    def assign_best(self, chosen: list[Kind], fallbacks: list[list[Kind]],
+    def assign_best(self, chosen: list[Kind], fallbacks: Kinds,
                     pinned: dict[int, tuple[Kind, tuple]] | None = None) -> tuple[list[Placement], Accumulator]:
         """``assign`` in each order of ORDERS; the one with the least step time (its choices kept in
         ``self.where``)."""
@@ -146,7 +147,7 @@ class Assigner:
         self.where, self.spread = best[2], best[3]
         return best[0], best[1]
 
-    def assign(self, chosen: list[Kind], fallbacks: list[list[Kind]], order_by: str = "size",
+    def assign(self, chosen: list[Kind], fallbacks: Kinds, order_by: str = "size",
                pinned: dict[int, tuple[Kind, tuple]] | None = None) -> tuple[list[Placement], Accumulator]:
         """Devices for the chosen kinds, largest first (by ``order_by``, one of ORDERS); a kind that fits
         nowhere falls back to the same table's kinds with less HBM, then host. ``pinned`` (table -> (kind,

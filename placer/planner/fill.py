@@ -32,8 +32,8 @@ from placer.planner.accumulator import Accumulator
 from placer.planner.assign import Assigner
 from placer.planner.budget import Budget
 from placer.planner.highs_banner import new_highs
-from placer.planner.kinds import Kind
 from placer.planner.repack import GpuFrame
+from placer.planner.types import Kind
 
 #: A starved GPU's load in a starved phase is under this fraction of the phase's maximum ...
 STARVED = 0.5

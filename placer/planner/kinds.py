@@ -12,8 +12,6 @@ import functools
 import time
 
 from collections import defaultdict
-from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -25,48 +23,14 @@ from placer.plan import Placement
 from placer.planner.budget import OutOfTime
 from placer.planner.context import Context
 from placer.planner.symmetry import resource_class
-from placer.program.ops import EVERY_GPU, GroupKey
+from placer.planner.types import Kind, Kinds
+from placer.program.ops import EVERY_GPU
 
 #: Below this many tables the kinds are folded in one process (a fork costs more than it saves).
 PARALLEL_MIN_TABLES = 200
 
 #: Which devices a kind's placement can move to: one GPU, one node, a block of GPUs, or none (over all GPUs).
 FAMILY = {"table_wise": "gpu", "host": "node", "row_wise": "node", "column_wise": "block", "data_parallel": "all"}
-
-
-@dataclass
-class Kind:
-    """One canonical option of one table, with what stage 1 and stage 2 need to know of it."""
-
-    table: int
-    placement: Placement
-    family: str  # gpu | node | block | all (no choice of devices)
-    totals: dict[tuple[int, str], float]  # (phase, class) -> seconds summed over the class
-    peak: list[float]  # per phase: max over classes of base_min + the kind's load on one member
-    mem_totals: dict[str, float]  # memory class -> bytes
-    own: list[tuple[int, str, float]] = field(default_factory=list)  # canonical (phase, resource, s)
-    own_mem: list[tuple[str, float]] = field(default_factory=list)  # canonical (memory, bytes)
-    # (phase, class) -> load on each member it touches, s ("all" kinds: the load every member carries)
-    members: dict[tuple[int, str], list[float]] = field(default_factory=dict)
-    hbm_bytes: float = 0.0
-    build: Callable[[], Placement] | None = None  # for "all" kinds: the full placement, built when chosen
-    # the fused groups it uses on its devices (canonical) with their fixed costs as (position in ``own``, s):
-    # paid by the device only if no table there uses the group yet
-    groups: list[tuple[GroupKey, list[tuple[int, float]]]] = field(default_factory=list)
-    # per phase, s: what it puts on every GPU's stream alike (an option over all GPUs: its load per member), and
-    # beyond that, the most it puts on one GPU's stream with its groups' fixed costs (0 for options over all GPUs)
-    every_gpu: list[float] = field(default_factory=list)
-    stream_peak: list[float] = field(default_factory=list)
-    # options over all GPUs: the fused groups they open on every GPU, as ((location, dtype, width), seconds per
-    # phase on each GPU's stream), paid once per GPU however many options use the group
-    every_gpu_groups: list[tuple[tuple[str, str, int], list[float]]] = field(default_factory=list)
-
-    def full_placement(self) -> Placement:
-        return self.build() if self.build is not None else self.placement
-
-    @property
-    def weight(self) -> float:
-        return sum(self.peak)
 
 
 def prune_dominated(kinds: list[Kind]) -> list[Kind]:
@@ -102,7 +66,7 @@ class KindFolder:
         self._exchange_cache: dict = {}
         self._allreduce_folded: dict | None = None
 
-    def kinds(self, processes: int = 2, deadline: float | None = None) -> list[list[Kind]]:
+    def kinds(self, processes: int = 2, deadline: float | None = None) -> Kinds:
         """Every table's canonical options, folded. Options over all GPUs are priced from one shard or
         replica (the others are its relabelings) and built in full only if chosen. ``processes`` = 2: a forked
         child (placer/executor.py) folds every other table while this process folds the rest (the same
@@ -118,11 +82,11 @@ class KindFolder:
                 odd = theirs.result()
             finally:
                 theirs.close()
-        out: list[list[Kind]] = [None] * n  # type: ignore[list-item]
+        out: Kinds = [None] * n  # type: ignore[list-item]
         out[0::2], out[1::2] = mine, odd
         return out
 
-    def kinds_of(self, tables, deadline: float | None = None) -> list[list[Kind]]:
+    def kinds_of(self, tables, deadline: float | None = None) -> Kinds:
         """The folded, undominated kinds of the tables at the indices ``tables``, in that order (budget.OutOfTime
         once ``deadline``, a ``time.perf_counter()`` reading, has passed: checked between tables)."""
         topo, wl, own_cfg = self.ctx.topo, self.ctx.model.wl, self.ctx.cfg

@@ -106,7 +106,7 @@ class Relaxation:
             num_cols += 1
             upper_extra.append(INF)
             rows.add(np.concatenate([[spread_col[ph]], ids]), np.concatenate([[1.0], -coef * TIME_SCALE]), 0.0)
-        for key in sorted(problem.spread_rows):  # sorted: a frozenset of strings iterates in hash order
+        for key in sorted(problem.spread_rows):  # sorted: a frozenset iterates in hash order (types.RowKey: by name)
             if key[0] in spread_col:
                 load_row(key, *problem.load_rows[key], extra_cols=[spread_col[key[0]]], extra_vals=[-1.0])
         self.count_cols: list[int] = []  # the count variable z of each pigeonhole row, in problem.counts order

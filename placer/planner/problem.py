@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from placer.planner.types import RowKey, RowKind, row_kind
+
 
 @dataclass
 class PeakLevels:
@@ -155,9 +157,10 @@ class Problem:
 
     groups: list[list[int]]
     num_phases: int
-    # (phase, resource) -> (option ids, seconds); base seconds of the same row
-    load_rows: dict[tuple[int, str], tuple[np.ndarray, np.ndarray]]
-    load_base: dict[tuple[int, str], float]
+    # (phase, resource) -> (option ids, seconds); base seconds of the same row. The resource: a name, or in the
+    # two-stage planner's stage 1 a class name or a types.RowKey (a table's peak, stream or one exact resource)
+    load_rows: dict[tuple[int, str | RowKey], tuple[np.ndarray, np.ndarray]]
+    load_base: dict[tuple[int, str | RowKey], float]
     # memory -> (option ids, bytes); capacity in bytes
     mem_rows: dict[str, tuple[np.ndarray, np.ndarray]]
     mem_capacity: dict[str, float]
@@ -268,11 +271,11 @@ class Problem:
         return floor
 
     def table_peaks(self) -> np.ndarray:
-        """(phases, options): each option's coefficient in its group's 'table:<i>' row of that phase (its peak,
-        as the two-stage planner writes them; 0 where it has none), seconds."""
+        """(phases, options): each option's coefficient in its group's table row (types.RowKind.TABLE) of that
+        phase (its peak, as the two-stage planner writes them; 0 where it has none), seconds."""
         peaks = np.zeros((self.num_phases, self.num_options))
         for (ph, name), (ids, v) in self.load_rows.items():
-            if name.startswith("table:"):
+            if row_kind(name) is RowKind.TABLE:
                 peaks[ph, ids] = v
         return peaks
 

@@ -35,8 +35,8 @@ from placer.planner import effort
 from placer.planner.accumulator import Accumulator
 from placer.planner.assign import Assigner, better
 from placer.planner.budget import Budget
-from placer.planner.kinds import Kind
 from placer.planner.symmetry import resource_class
+from placer.planner.types import Kind, Kinds
 
 #: Pair changes try the pairs of at most this many tables per block, the largest (each pair prices every pair of
 #: their kinds: production-856 @ dgx-a100 has twelve tables on one block, whose 66 pairs took 0.22 s).
@@ -55,8 +55,7 @@ def potential(stage2: Assigner, acc: Accumulator) -> float:
     return float(((acc.load_array / scale) ** 2).sum())
 
 
-def rekind(stage2: Assigner, placements: list[Placement], acc: Accumulator, kinds: list[list[Kind]],
-           budget: Budget) -> int:
+def rekind(stage2: Assigner, placements: list[Placement], acc: Accumulator, budget: Budget, kinds: Kinds) -> int:
     """One sweep over the placed tables (most loaded kind first), each moved to its best other kind where that
     lowers (step time, potential) lexicographically (see the module docstring). Returns the number of changes;
     ``placements``, ``acc``, ``stage2.where`` and ``stage2.spread`` change in place."""
@@ -95,8 +94,8 @@ def rekind(stage2: Assigner, placements: list[Placement], acc: Accumulator, kind
     return changes
 
 
-def rekind_pairs(stage2: Assigner, placements: list[Placement], acc: Accumulator, kinds: list[list[Kind]],
-                 budget: Budget) -> int:
+def rekind_pairs(stage2: Assigner, placements: list[Placement], acc: Accumulator, budget: Budget,
+                 kinds: Kinds) -> int:
     """Pairs of tables on the same column block, each moved to its best kind together where that lowers (step
     time, potential) lexicographically (see the module docstring): every pair of kinds but the two they have,
     the larger table placed first on its best device, then the other on its (the PAIR_TABLES_MAX largest tables
@@ -126,7 +125,7 @@ def _block_of(stage2: Assigner, ti: int) -> tuple | None:
     return (key, len(kind.placement.shards)) if kind is not None and kind.family == "block" else None
 
 
-def _pair_move(stage2: Assigner, placements: list[Placement], acc: Accumulator, kinds: list[list[Kind]],
+def _pair_move(stage2: Assigner, placements: list[Placement], acc: Accumulator, kinds: Kinds,
                classes: dict[str, np.ndarray], a: int, b: int) -> int:
     """Tables ``a`` then ``b`` to the best pair of kinds on their best devices, where that is lower; 1 if moved."""
     current = (stage2.where[a][0], stage2.where[b][0])

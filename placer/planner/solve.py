@@ -451,9 +451,9 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, budge
         budget.charge(effort.SETUP_S_PER_PAIR * len(model.wl.tables) * len(model.topo.gpus))
         # what is left less the reserves (schedule.py; a work limit's floor clipped to the limit too)
         seconds = SCHEDULE.two_stage_s(budget, after_solve_s(model))
-        placements, bound, stage1, _ = solve_two_stage(model, sym, cfg, budget=budget.child(seconds),
-                                                       gap=config.gap, backend=config.solver,
-                                                       threads=config.threads, tracker=tracker)
+        stages = solve_two_stage(model, sym, cfg, budget=budget.child(seconds), gap=config.gap,
+                                 backend=config.solver, threads=config.threads, tracker=tracker)
+        placements, bound, stage1 = stages.placements, stages.bound_s, stages.stage1
         tracker.update("baselines (computed beside the stages)")
         with budget.stage("baselines (waited for)"):
             wait = SCHEDULE.baselines_wait_s(budget, after_solve_s(model))
@@ -474,9 +474,10 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, budge
         # the limit cut the stages and no baseline fits: the stages again, with the time they need to place the
         # tables or prove that nothing fits (synthetic-1000 @ pcie-4gpu-workstation at 10 s exited 1, not 3)
         budget = _no_baseline_fits(config, budget)
-        placements, bound, stage1, _ = solve_two_stage(
+        stages = solve_two_stage(
             model, sym, cfg, budget=budget.child(SCHEDULE.two_stage_s(budget, after_solve_s(model))),
             gap=config.gap, backend=config.solver, threads=config.threads, tracker=tracker)
+        placements, bound, stage1 = stages.placements, stages.bound_s, stages.stage1
     if candidates:
         tracker.update(incumbent_s=min(c[0] for c in candidates))
     if stage1.status == "infeasible":

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -40,26 +39,15 @@ from placer.planner import ilp
 from placer.planner.bound_tree import BoundTree
 from placer.planner.budget import Budget
 from placer.planner.context import Context
-from placer.planner.kinds import Kind
 from placer.planner.lp import Relaxation
 from placer.planner.problem import CountRow, FixedGroup, PeakLevels, Problem
 from placer.planner.schedule import SCHEDULE
+from placer.planner.types import Kind, Kinds, RowKey, RowKind, Stage1Result, row_kind
 
 
-@dataclass
-class Stage1:
-    """Stage 1's answer: the solver result (its ``chosen``: option ids of ``problem``, the kinds flattened
-    table by table), the aggregated problem, and the other choices it made on the way (the first rounding's,
-    ...), best first, for stage 2 to try too."""
-
-    result: ilp.IlpResult
-    problem: Problem
-    other_choices: list[list[int]]
-
-
-def solve_stage1(ctx: Context, kinds: list[list[Kind]], budget: Budget, gap: float, backend: str,
+def solve_stage1(ctx: Context, kinds: Kinds, budget: Budget, gap: float, backend: str,
                  threads: int | None, problem: Problem | None = None,
-                 rounded: Callable[[Problem, list[int], Relaxation], bool] | None = None) -> Stage1:
+                 rounded: Callable[[Problem, list[int], Relaxation], bool] | None = None) -> Stage1Result:
     """Solve the aggregated ILP as far as the time allows: its relaxation with peak levels
     (problem.PeakLevels) gives a first bound; a rounding of it (ilp.complete_relaxation), corrected by
     pigeonhole rows (problem.CountRow) where it packs loads that cannot be spread, gives the kinds; then
@@ -92,9 +80,9 @@ def solve_stage1(ctx: Context, kinds: list[list[Kind]], budget: Budget, gap: flo
     if values is None:
         # the whole MIP would overrun a spent time limit
         if not budget.deterministic and not budget.allows(SCHEDULE.whole_mip_min_s):
-            return Stage1(ilp.IlpResult(None, "no_solution", None, problem.simple_lower_bound(), budget.elapsed(),
-                                        nvars, 0, "none", backend), problem, [])
-        return Stage1(ilp.solve(problem, backend=backend, gap=gap, threads=threads, budget=budget), problem, [])
+            return Stage1Result(ilp.IlpResult(None, "no_solution", None, problem.simple_lower_bound(),
+                                              budget.elapsed(), nvars, 0, "none", backend), problem, [])
+        return Stage1Result(ilp.solve(problem, backend=backend, gap=gap, threads=threads, budget=budget), problem, [])
     chosen = ilp.complete_relaxation(problem, values, budget=budget.child(SCHEDULE.rounding_s(budget)))
     found = [chosen] if chosen is not None else []  # every choice stage 1 makes on the way
     flat = [k for ks in kinds for k in ks]
@@ -133,8 +121,8 @@ def solve_stage1(ctx: Context, kinds: list[list[Kind]], budget: Budget, gap: flo
     wall = budget.elapsed()
     others = sorted((c for i, c in enumerate(found) if c != chosen and c not in found[:i]), key=problem.objective)
     if chosen is None:
-        return Stage1(ilp.IlpResult(None, "no_solution", None, lp_bound, wall, nvars, 0, "none", backend), problem,
-                      others)
+        return Stage1Result(ilp.IlpResult(None, "no_solution", None, lp_bound, wall, nvars, 0, "none", backend),
+                            problem, others)
     objective = problem.objective(chosen)
     bound = min(max(lp_bound, problem.simple_lower_bound()), objective)
     how = "relaxation with peak levels, rounded" + (
@@ -142,7 +130,7 @@ def solve_stage1(ctx: Context, kinds: list[list[Kind]], budget: Budget, gap: flo
     result = ilp.IlpResult(chosen, "optimal" if objective - bound <= gap * objective else "feasible", objective,
                            bound, wall, nvars, len(problem.load_rows) + len(problem.mem_rows), "none",
                            f"{backend} + highs ({how})")
-    return Stage1(result, problem, others)
+    return Stage1Result(result, problem, others)
 
 
 def count_rows(ctx: Context, problem: Problem, flat: list[Kind], values: np.ndarray,
@@ -186,11 +174,12 @@ def count_rows(ctx: Context, problem: Problem, flat: list[Kind], values: np.ndar
 def without_stream_rows(problem: Problem) -> Problem:
     """``problem`` as build_stage1 wrote it, less the stream rows, their spread and the fixed groups (a weaker
     bound; a different choice for stage 2 to try): no peak levels or pigeonhole rows yet."""
+    load_rows = {k: v for k, v in problem.load_rows.items() if row_kind(k[1]) is not RowKind.STREAM}
     return dataclasses.replace(problem, levels=[], counts=[], spread={}, spread_rows=frozenset(), fixed_groups=[],
-                               load_rows={k: v for k, v in problem.load_rows.items() if not k[1].startswith("stream:")})
+                               load_rows=load_rows)
 
 
-def build_stage1(ctx: Context, kinds: list[list[Kind]]) -> Problem:
+def build_stage1(ctx: Context, kinds: Kinds) -> Problem:
     """The aggregated ILP as a Problem (rows described in the module docstring)."""
     flat = [k for ks in kinds for k in ks]
     groups, oid = [], 0
@@ -206,7 +195,7 @@ def build_stage1(ctx: Context, kinds: list[list[Kind]]) -> Problem:
     for ti, ks in enumerate(kinds):
         for ph in range(len(PHASES)):
             if any(k.peak[ph] for k in ks):
-                load_cols[(ph, f"table:{ti}")] = (groups[ti], [k.peak[ph] for k in ks])
+                load_cols[(ph, RowKey(RowKind.TABLE, ti))] = (groups[ti], [k.peak[ph] for k in ks])
     load_base = {(ph, c): v / ctx.sym.class_size[c] for (ph, c), v in ctx.base_total.items()}
     # The all-reduce rings are not symmetric (they wrap around the nodes), but every all-reduce over all
     # GPUs loads the links in the same proportions: on the link the dense model's all-reduce loads most,
@@ -216,7 +205,7 @@ def build_stage1(ctx: Context, kinds: list[list[Kind]]) -> Problem:
         worst = max(ar_links, key=ar_links.get)
         unit = dict(ctx.model.traffic.unit_allreduce(tuple(ctx.topo.gpus)))
         ids = [i for i, k in enumerate(flat) if k.placement.sharding == "data_parallel" and k.family == "all"]
-        key = (AR, f"exact:{worst}")
+        key = (AR, RowKey(RowKind.EXACT, worst))
         load_base[key] = ar_links[worst]
         if ids and worst in unit:
             load_cols[key] = (ids, [ctx.model.tables[flat[i].placement.table].rows
@@ -241,7 +230,7 @@ def build_stage1(ctx: Context, kinds: list[list[Kind]]) -> Problem:
     return problem
 
 
-def _every_gpu_groups(ctx: Context, kinds: list[list[Kind]], groups: list[list[int]], spread_rows: list) -> list:
+def _every_gpu_groups(ctx: Context, kinds: Kinds, groups: list[list[int]], spread_rows: list) -> list:
     """The fused groups that options over all GPUs open on every GPU, whose fixed costs every GPU's stream then
     pays once (FixedGroup, problem.py). A replica group (location 'replica': only options over all GPUs use
     it) counts in the class average and in every stream row; an hbm or uvm group (a row-wise table over all
@@ -273,7 +262,7 @@ def _every_gpu_groups(ctx: Context, kinds: list[list[Kind]], groups: list[list[i
 STREAM_ROWS = 128
 
 
-def _stream_rows(ctx: Context, kinds: list[list[Kind]], groups: list[list[int]], load_cols: dict,
+def _stream_rows(ctx: Context, kinds: Kinds, groups: list[list[int]], load_cols: dict,
                  load_base: dict) -> tuple[dict, list]:
     """Per-table rows on the GPU that holds the table: its stream carries the smallest base load, the table's
     own load there with its groups' fixed costs (Kind.stream_peak), and everything every GPU's stream carries
@@ -296,7 +285,7 @@ def _stream_rows(ctx: Context, kinds: list[list[Kind]], groups: list[list[int]],
         peaks = [max((k.stream_peak[ph] for k in ks if k.stream_peak), default=0.0) for ks in kinds]
         top = [ti for ti in np.argsort(peaks)[::-1][:STREAM_ROWS] if peaks[ti] > 0]
         for ti in top:
-            key = (ph, f"stream:{ti}")
+            key = (ph, RowKey(RowKind.STREAM, int(ti)))
             load_cols[key] = (groups[ti], [k.stream_peak[ph] if k.stream_peak else 0.0 for k in kinds[ti]])
             load_base[key] = ctx.base_min.get((ph, stream_class), 0.0)
             keys.append(key)

@@ -23,16 +23,16 @@ from collections import defaultdict
 import numpy as np
 
 from placer.planner.context import Context
-from placer.planner.kinds import Kind
 from placer.planner.problem import CountedGroup, GroupCounts, Problem
 from placer.planner.tuning import GROUP_LEVEL
+from placer.planner.types import Kind, Kinds
 
 #: The level of a stream's own load, as a multiple of the average stream's under the start's choice (fitted:
 #: tuning.GROUP_LEVEL).
 LEVEL = GROUP_LEVEL
 
 
-def group_counts(ctx: Context, kinds: list[list[Kind]], problem: Problem, chosen: list[int]) -> list[GroupCounts]:
+def group_counts(ctx: Context, kinds: Kinds, problem: Problem, chosen: list[int]) -> list[GroupCounts]:
     """GroupCounts for ``problem`` (stage 1's, built by stage1.build_stage1 from ``kinds``) in the phase where the
     groups' fixed costs are the largest share of the phase time under ``chosen``, with the level taken from
     ``chosen``; [] where nothing is to count."""

@@ -10,6 +10,7 @@ child (placer/executor.py) beside the other half.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from placer.executor import Child, cores
 from placer.plan import Placement
@@ -17,7 +18,6 @@ from placer.planner import fill
 from placer.planner.accumulator import Accumulator
 from placer.planner.assign import Assigner
 from placer.planner.budget import Budget
-from placer.planner.kinds import Kind
 from placer.planner.problem import Problem
 from placer.planner.progress import Tracker
 from placer.planner.rekind import rekind, rekind_pairs
@@ -25,6 +25,7 @@ from placer.planner.schedule import SCHEDULE
 from placer.planner.repack import repack
 from placer.planner.swap import swap
 from placer.planner.tuning import STAGE2_CHILD_NICE
+from placer.planner.types import NO_PLACEMENTS, Kind, Kinds, Move, Stage2Result
 
 #: Stage 2's portfolio: it assigns devices once per variant while time is left (the next only if the time left
 #: exceeds what the last took), keeping the best plan. A variant is (the phase times its balance measure is
@@ -53,10 +54,10 @@ ROUNDS = 16
 CHILD_NICE = STAGE2_CHILD_NICE
 
 
-def place_choice(assigner: Assigner, problem: Problem, kinds: list[list[Kind]], ids: list[int], budget: Budget,
-                 beside: bool = False) -> tuple[list[Placement], float]:
-    """Stage 2 for one stage-1 choice (option ids of the stage-1 ``problem``): (placements or [], step time s
-    without fixed latencies), the best of the portfolio's runs (STAGE2_VARIANTS) within ``budget``. ``beside``:
+def place_choice(assigner: Assigner, problem: Problem, kinds: Kinds, ids: list[int], budget: Budget,
+                 beside: bool = False) -> Stage2Result:
+    """Stage 2 for one stage-1 choice (option ids of the stage-1 ``problem``): the placements (or []) and their step
+    time without fixed latencies, the best of the portfolio's runs (STAGE2_VARIANTS) within ``budget``. ``beside``:
     the caller has a second core to spare; under a time limit half of the portfolio then runs in a child."""
     flat = [k for ks in kinds for k in ks]
     chosen = [flat[i] for i in ids]
@@ -75,26 +76,26 @@ def place_choice(assigner: Assigner, problem: Problem, kinds: list[list[Kind]], 
     best = _runs(assigner, chosen, kinds, variants, budget)
     if theirs is not None:
         other = theirs.answer(SCHEDULE.stage2_wait_s(budget))
-        if other is not None and other[0] and other[1] < best[1]:
+        if other is not None and other.better_than(best):
             best = other
     return best
 
 
-def _child_runs(assigner: Assigner, chosen: list[Kind], kinds: list[list[Kind]], variants: list[tuple],
-                budget: Budget) -> tuple[list[Placement], float]:
+def _child_runs(assigner: Assigner, chosen: list[Kind], kinds: Kinds, variants: list[tuple],
+                budget: Budget) -> Stage2Result:
     """_runs in the child, which reports no progress (the parent's display is the parent's)."""
     assigner.ctx = dataclasses.replace(assigner.ctx, tracker=Tracker(None))
     return _runs(assigner, chosen, kinds, variants, budget)
 
 
-def _runs(assigner: Assigner, chosen: list[Kind], kinds: list[list[Kind]], variants: list[tuple],
-          budget: Budget) -> tuple[list[Placement], float]:
+def _runs(assigner: Assigner, chosen: list[Kind], kinds: Kinds, variants: list[tuple],
+          budget: Budget) -> Stage2Result:
     """One run per variant ((phase scales in s, excess weight)) while ``budget`` allows another as long as the
-    last took; the best (placements, step s)."""
-    best: tuple[list[Placement], float] = ([], float("inf"))
+    last took; the best."""
+    best = NO_PLACEMENTS
     took = 0.0
     for scale, weight in variants:
-        if best[0] and not budget.allows(took):
+        if best.placements and not budget.allows(took):
             break
         t0 = budget.elapsed()
         assigner.set_scale(scale)
@@ -114,13 +115,13 @@ def _runs(assigner: Assigner, chosen: list[Kind], kinds: list[list[Kind]], varia
                 assigner.where, assigner.spread = kept
                 break
             placements, acc = filled, filled_acc
-        if placements and acc.step < best[1]:
-            best = (placements, acc.step)
+        if placements and acc.step < best.step_s:
+            best = Stage2Result(placements, acc.step)
         took = budget.elapsed() - t0
     return best
 
 
-def assign_and_improve(assigner: Assigner, chosen: list[Kind], kinds: list[list[Kind]], weight: float,
+def assign_and_improve(assigner: Assigner, chosen: list[Kind], kinds: Kinds, weight: float,
                        budget: Budget, pinned: dict[int, tuple[Kind, tuple]] | None = None
                        ) -> tuple[list[Placement], Accumulator]:
     """One stage-2 run: devices assigned (excess weight ``weight``, see assign.Assigner._scores; ``pinned``
@@ -141,13 +142,15 @@ def assign_and_improve(assigner: Assigner, chosen: list[Kind], kinds: list[list[
         swap(assigner, placements, acc, budget)
         assigner.improve(placements, acc, budget)
         rekind_due = True
+        change_kind: Move = functools.partial(rekind, kinds=kinds)
+        change_pairs: Move = functools.partial(rekind_pairs, kinds=kinds)
         for _ in range(ROUNDS):  # swaps, repacking and kind changes open room for re-insertions, and these for them
             moved = swap(assigner, placements, acc, budget) + repack(assigner, placements, acc, budget)
             if rekind_due or not moved:
-                changed = rekind(assigner, placements, acc, kinds, budget)
+                changed = change_kind(assigner, placements, acc, budget)
                 rekind_due, moved = changed > 0, moved + changed
             if not moved:
-                moved = rekind_pairs(assigner, placements, acc, kinds, budget)
+                moved = change_pairs(assigner, placements, acc, budget)
             if not moved:
                 break
             assigner.improve(placements, acc, budget)

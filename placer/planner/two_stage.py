@@ -37,29 +37,29 @@ from placer.cost import CostModel
 from placer.errors import SolverError
 from placer.executor import settled
 from placer.options import OptionConfig
-from placer.plan import Placement
 from placer.planner import ilp
 from placer.planner.assign import Assigner
 from placer.planner.budget import Budget, OutOfTime
 from placer.planner.context import Context
-from placer.planner.kinds import Kind, KindFolder
+from placer.planner.kinds import KindFolder
 from placer.planner.lp import Relaxation
 from placer.planner.problem import Problem
 from placer.planner.progress import Tracker
 from placer.planner.schedule import SCHEDULE
-from placer.planner.stage1 import Stage1, solve_stage1, without_stream_rows
+from placer.planner.stage1 import solve_stage1, without_stream_rows
 from placer.planner.stage1_groups import group_counts
 from placer.planner.stage1_mip import BesideMip
 from placer.planner.stage1_tree import BesideTree
 from placer.planner.stage2 import place_choice
 from placer.planner.symmetry import Symmetry
+from placer.planner.types import NO_PLACEMENTS, Kinds, Stage1Result, TwoStageResult
 
 def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, budget: Budget, gap: float,
-                    backend: str, threads: int | None, tracker: Tracker | None = None):
-    """(placements or None, lower bound in s, stage-1 result, wall s). Stage 1 gets the time the kinds leave
-    of ``budget``, less a reserve for stage 2; stage 2 stops shortly before the budget's end (every share:
-    schedule.py). The wall seconds of
-    "option kinds", "stage 1" and "stage 2" are added to ``budget.stages``."""
+                    backend: str, threads: int | None, tracker: Tracker | None = None) -> TwoStageResult:
+    """The best placements (or None), the lower bound and stage 1's solver account (types.TwoStageResult). Stage 1
+    gets the time the kinds leave of ``budget``, less a reserve for stage 2; stage 2 stops shortly before the
+    budget's end (every share: schedule.py). The wall seconds of "option kinds", "stage 1" and "stage 2" are added
+    to ``budget.stages``."""
     tracker = tracker or Tracker(None)
     # under a time limit the kinds stop where too little of it would be left for stages 1 and 2 (issue 36: at
     # --time-limit 5 production-856 @ dgx-h100 folded them for 5-6 s, then ran stage 1's floors): the caller
@@ -72,10 +72,12 @@ def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, budge
             kinds = KindFolder(ctx).kinds(deadline=deadline)
         except OutOfTime:
             budget.note_ran_out("option kinds")
-            return None, 0.0, _cut(backend, budget, "the time limit cut the option kinds"), budget.elapsed()
+            return TwoStageResult(None, 0.0, _cut(backend, budget, "the time limit cut the option kinds"),
+                                  budget.elapsed())
     if deadline is not None and budget.left() < SCHEDULE.min_stages_s:
         budget.note_ran_out("stage 1")
-        return None, 0.0, _cut(backend, budget, "the time limit left no time for stage 1"), budget.elapsed()
+        return TwoStageResult(None, 0.0, _cut(backend, budget, "the time limit left no time for stage 1"),
+                              budget.elapsed())
     reserve = SCHEDULE.stage2_reserve_s(budget)  # kept from stage 1 for stage 2 and pricing the plan
     mip: BesideMip | None = None
     tree: BesideTree | None = None
@@ -113,26 +115,26 @@ def _cut(backend: str, budget: Budget, why: str) -> ilp.IlpResult:
     return ilp.IlpResult(None, "no_solution", None, 0.0, budget.elapsed(), 0, 0, "none", f"{backend} ({why})")
 
 
-def _after_stage1(ctx: Context, kinds: list[list[Kind]], stage1: Stage1, mip: BesideMip | None,
+def _after_stage1(ctx: Context, kinds: Kinds, stage1: Stage1Result, mip: BesideMip | None,
                   tree: BesideTree | None, budget: Budget, gap: float, backend: str, threads: int | None,
-                  tracker: Tracker):
+                  tracker: Tracker) -> TwoStageResult:
     """Stage 2 on stage 1's choices, then (with time left) on the choices of searches that may do better: the
     MIP beside (stage1_mip.py: stage 2 on stage 1's own choices ends when it answers, BesideMip.window), else
     ``backend``'s branch and bound on stage 1, and stage 1 without its stream rows. ``tree``: stage 1's bound tree
     beside stage 2 (stage1_tree.py), its bound read at the end. Returns what solve_two_stage does."""
     result = stage1.result
     if result.chosen is None:
-        return None, result.lower_bound_s, result, budget.elapsed()
+        return TwoStageResult(None, result.lower_bound_s, result, budget.elapsed())
     stage2 = budget.child(SCHEDULE.stage2_s(budget))  # the caller keeps its own reserve for pricing the plan
     assigner = Assigner(ctx)
-    best: tuple[list[Placement], float] = ([], float("inf"))
+    best = NO_PLACEMENTS
 
     def place(ids: list[int], within: Budget) -> None:
         nonlocal best
         with budget.stage("stage 2"):  # half of its portfolio on the second core where the MIP does not run
             # beside the bound tree's child too: stage 2's child (nice 15) gets the second core once the tree stalls
             alt = place_choice(assigner, stage1.problem, kinds, ids, within, beside=not (mip and mip.running))
-        if alt[0] and alt[1] < best[1]:
+        if alt.better_than(best):
             best = alt
 
     first = mip.window(stage2) if mip is not None else stage2
@@ -195,7 +197,7 @@ def _after_stage1(ctx: Context, kinds: list[list[Kind]], stage1: Stage1, mip: Be
                                  backend=backend, threads=threads, problem=without_stream_rows(stage1.problem))
         if plain.result.chosen is not None and plain.result.chosen != result.chosen:
             place(plain.result.chosen, stage2)
-    return best[0] or None, result.lower_bound_s, result, budget.elapsed()
+    return TwoStageResult(best.placements or None, result.lower_bound_s, result, budget.elapsed())
 
 
 def _raise_bound(result: ilp.IlpResult, bound_s: float) -> None:
