@@ -25,6 +25,9 @@ for w in "${WHEELS[@]}"; do
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d .whl "$w"
 done
+# the GPU machine's copy of the tree carries git metadata as of the session's start: the report reads this instead
+state=clean; [[ -n "$(git status --porcelain -- placer validation)" ]] && state=dirty
+echo "$(git rev-parse HEAD) $state" > .whl/COMMIT
 echo "wheels in .whl/ ($(du -sh .whl | cut -f1)):" >&2
 ls .whl >&2
 test -f validation/gpu_plans/manifest.json || { echo "no validation/gpu_plans: run python3 validation/gpu_campaign.py --make-plans" >&2; exit 1; }

@@ -71,3 +71,19 @@ def test_shipped_plans_are_valid_for_the_datasheet_spec():
 def test_stage_limits_fit_an_eight_minute_call():
     assert sum(gpu for gpu, _ in gpu_campaign.STAGES.values()) <= 480
     assert sum(dry for _, dry in gpu_campaign.STAGES.values()) <= 240
+
+
+def test_first_plans_of_every_workload_run_first_and_repeats_merge_into_medians():
+    import argparse
+
+    order = gpu_campaign._plan_order(False, argparse.Namespace(plans=None), {})
+    names = [name for _, name, _ in order]
+    first = sum(1 for n in names if n in gpu_campaign.FIRST)
+    assert first >= 4 and all(n in gpu_campaign.FIRST for n in names[:first])  # ilp and greedy_size of each first
+    assert [w["name"] for w, n, _ in order[:first] if n == "ilp"] == [w["name"] for w in gpu_campaign._workloads(False)]
+    rows = [{"name": "ilp", "workload": "w", "runs_step_time_s": [3.0], "measured_step_time_s": 3.0,
+             "predicted_step_time_s": 2.0, "ratio": 1.5}, {"name": "x", "workload": "w", "error": "skipped"}]
+    merged = gpu_campaign.merge_repeats(rows, [{"name": "ilp", "workload": "w", "measured_step_time_s": 1.0},
+                                               {"name": "ilp", "workload": "w", "measured_step_time_s": 2.0}])
+    assert merged[0]["runs_step_time_s"] == [3.0, 1.0, 2.0] and merged[0]["measured_step_time_s"] == 2.0
+    assert merged[0]["ratio"] == 1.0 and merged[1] == rows[1]
