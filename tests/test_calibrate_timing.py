@@ -41,3 +41,25 @@ def test_a_gpu_dense_step_lasts_the_longer_of_issuing_and_work_a_cpu_the_sum():
     assert dense_step_s(3e-3, 1e-3, asynchronous=True) == 3e-3
     assert dense_step_s(1e-3, 5e-3, asynchronous=True) == 5e-3
     assert dense_step_s(3e-3, 1e-3, asynchronous=False) == 4e-3
+
+
+def test_an_op_timed_near_its_fixed_cost_is_timed_again_larger():
+    from types import SimpleNamespace
+
+    from placer.calibrate import benches
+
+    bench_ = SimpleNamespace(s=SimpleNamespace(pool_cap_bytes=2**30))
+    seen = []
+
+    def measure(n):  # 100 us fixed + 1 ns per item
+        seen.append(n)
+        return 100e-6 + n * 1e-9, f"at {n}"
+
+    n, t, extra = benches.OpBench.conditioned(bench_, 2**14, 100e-6, measure, 16)
+    assert seen == [2**14, 2**16, 2**18] and n == 2**18 and extra == "at 262144"  # 116 us, 166 us, 362 us >= 300
+    seen.clear()
+    assert benches.OpBench.conditioned(bench_, 2**20, 100e-6, measure, 16)[0] == 2**20 and seen == [2**20]
+    seen.clear()  # the pool's cap and n_max stop the growth
+    assert benches.OpBench.conditioned(bench_, 2**14, 100e-6, measure, 16, n_max=2**15)[0] == 2**14
+    small = SimpleNamespace(s=SimpleNamespace(pool_cap_bytes=2**20))
+    assert benches.OpBench.conditioned(small, 2**14, 100e-6, measure, 16)[0] == 2**16

@@ -51,6 +51,12 @@ CACHED_REUSE = 256  # ... from a table of at most 1/256 as many rows
 MAX_ID_SETS = 8  # random id sets a benchmark rotates through (the warm-up's included)
 CACHED_BAG = 32  # lookups per bag of the cached lookup
 SKEW_CHECKS = (1.05, 1.2)  # zipf exponents the sort and the segment reduce are checked on (the workloads' range)
+#: a rate is inverted from T - fixed: it is kept only from an op timed at this many times its fixed cost or more,
+#: else the op is timed again GROWTH x larger (at most GROWTH_STEPS times). On an H100 (2026-11-27) the segment
+#: reduce of 65,536 lookups took about its fixed cost (0.24 ms), and three calibrations of the same kind of machine
+#: inverted 78, 173 and 756 GB/s from the same sizes (validation/results/gpu-2026-11-27*)
+CONDITIONED = 3.0
+GROWTH, GROWTH_STEPS = 4, 2
 
 
 def expected_unique(rows: float, draws: float) -> float:
@@ -405,16 +411,36 @@ class OpBench:
             t = bench(lambda i: kernels.sort(sets[i % len(sets)], bags), self.device, self.s.reps)
             self.add("sort", {"ids": n}, t, f"{n} zipf {alpha} ids", about="sort_ns_per_id")
 
+    def conditioned(self, n: int, f: float, measure, bytes_per_item: float, n_max: int | None = None
+                    ) -> tuple[int, float, object]:
+        """(n, seconds, what ``measure`` returned) of an op on ``n`` items timed at CONDITIONED x its fixed cost
+        ``f`` or more: ``measure(n) -> (seconds, anything)`` is called again with GROWTH x the items while the op
+        is shorter, at most GROWTH_STEPS times, while the items' bytes fit in the cold pool's cap and the items
+        stay within ``n_max``."""
+        t, extra = measure(n)
+        for _ in range(GROWTH_STEPS):
+            grown = GROWTH * n
+            if t >= CONDITIONED * f or grown * bytes_per_item > self.s.pool_cap_bytes or grown > (n_max or grown):
+                break
+            n *= GROWTH
+            t, extra = measure(n)
+        return n, t, extra
+
     def segment_reduces(self) -> None:
-        """``segment_reduce_GBps`` per gradient row bytes (fp32, widths as the fp32 rows)."""
+        """``segment_reduce_GBps`` per gradient row bytes (fp32, widths as the fp32 rows), each from lookups enough
+        for the reduce to take CONDITIONED x its fixed cost (``conditioned``)."""
         f = self.fixed_s("segment_reduce")
-        for c in self.s.widths:
-            grb = 4 * c
-            L = self._count(grb)
+
+        def measure(c: int, L: int):
             ids = self.ids(L, L)  # a table of L rows: about 63% of the lookups distinct
             runs = kernels.sort(ids, torch.arange(L, device=self.device) // BAG)
             grads = self.cold_sets([(torch.float32, (L // BAG, c), False)])
             t = bench(lambda i: kernels.segment_reduce(grads[i][0], runs[2], runs[1]), self.device, self.s.reps)
+            return t, (runs, grads)
+
+        for c in self.s.widths:
+            grb = 4 * c
+            L, t, (runs, grads) = self.conditioned(self._count(grb), f, lambda n: measure(c, n), grb + 3 * 8)
             var = t - f
             exact = var > 0
             var = var if exact else 0.5 * t
@@ -446,14 +472,19 @@ class OpBench:
                 for shape in state_shapes(opt, n, c):
                     states.append(self.region(off, torch.float32, shape))
                     off += math.prod(shape) * 4
-                u = self._count(rb, lo=max(BAG, self.s.min_ids // 4), hi=self.s.update_rows)
-                sets = [torch.unique(self.ids(n, u)) for _ in range(self.sets)]
-                grads = [torch.rand((s.numel(), c), device=self.device).mul_(1e-3) for s in sets]
-                rows = statistics.median(s.numel() for s in sets)
                 o = SparseRowOptimizer(opt, LR)
                 o.new_step()
-                t = bench(lambda i: o.update(weight, states, sets[i % len(sets)], grads[i % len(sets)]), self.device,
-                          self.s.reps)
+
+                def measure(u: int):
+                    sets = [torch.unique(self.ids(n, u)) for _ in range(self.sets)]
+                    grads = [torch.rand((s.numel(), c), device=self.device).mul_(1e-3) for s in sets]
+                    t = bench(lambda i: o.update(weight, states, sets[i % len(sets)], grads[i % len(sets)]),
+                              self.device, self.s.reps)
+                    return t, statistics.median(s.numel() for s in sets)
+
+                u = self._count(rb, lo=max(BAG, self.s.min_ids // 4), hi=self.s.update_rows)
+                _, t, rows = self.conditioned(u, f if defines else 0.0, measure, (c * 4 + 8) * self.sets,
+                                              n_max=n // 2)  # distinct rows stay a minority of the table's
                 path = f"update_GBps.{opt}.{dt}.{rb}"
                 what = (f"{dt} x{c} rows ({rb} B with state): SparseRowOptimizer('{opt}').update of {rows:.0f} "
                         f"distinct random rows (sorted) of a {_mib(n * rb)} table ({_ms(t)})")
