@@ -45,7 +45,8 @@ def test_what_comes_back_fits_the_machine_limits(dry):
         assert r["host_read_mechanism"] == "cpu" and r["measured_embedding_s"] > 0
     assert fid["summary"]["plans"] == len(rows) and fid["summary_embedding_phases"]["plans"] == len(rows)
     micro = json.loads((out / "micro.json").read_text())
-    assert {r["op"] for r in micro["rows"]} == {"reduce", "sort", "update", "host_gather", "lookup", "groups"}
+    assert {r["op"] for r in micro["rows"]} == {"reduce", "reduce_fixed", "sort", "update", "host_gather", "lookup",
+                                               "groups"}
     assert not [r for r in micro["rows"] if "error" in r]
     assert all(r["calibrated_s"] and r["datasheet_s"] for r in micro["rows"])
 

@@ -11,6 +11,7 @@ Cases (``SIZES``; the tiny sizes divide the id counts):
 - reduce: the segment reduce of 2^20 and 2^23 lookups, widths 16 and 128, ids uniform and zipf 1.05 / 1.2,
   three formulations: the runner's (kernels.segment_reduce: split runs on CUDA, index_add on a CPU),
   torch.segment_reduce (what CUDA ran before: serial in each run), one index_add_ (atomics pile on hot rows);
+  and the runner's against one index_add_ (its run index included) on 4 and 4096 lookups: their fixed costs;
 - sort: kernels.sort of 1M and 16M ids, uniform and zipf 1.2;
 - update: SparseRowOptimizer.update per optimizer of 2^18 distinct rows of 64 fp32 columns, rows in HBM and
   rows in pinned host memory read and written by the GPU through UVA (HostMemory);
@@ -50,6 +51,7 @@ from placer.runner.optim import NAMES as OPTIMIZERS, SparseRowOptimizer, state_b
 SLOW_S = 0.5  # a first call slower than this is not repeated
 ID_SPACE = 10_000_000  # rows of the table the reduce's and sort's ids index
 BAG = 4  # lookups per bag
+SMALL_REDUCES = (BAG, 4096)  # lookups of the reduce_fixed cases
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,27 @@ class Micro:
                                  distinct=uniq.numel(), hottest=top)
                     self.say(f"reduce n={n} {dist} c={c}: hottest row {top} lookups")
                     del grad, seg
+        self.reduce_fixed_costs()
+
+    def reduce_fixed_costs(self) -> None:
+        """The runner's reduce (about 20 small kernels on CUDA: split runs) against one index_add_ with its run
+        index (about 6) on a few lookups, where the fixed cost is all there is: a group pays it every step."""
+        dev = self.device
+        for n in SMALL_REDUCES:
+            ids = zipf_ids(n, None, seed=n).to(dev)
+            uniq, counts, sorted_bags = kernels.sort(ids, torch.arange(n, device=dev) // BAG)
+            grad = torch.rand((max(1, n // BAG), 16), device=dev)
+
+            def one_index_add():
+                seg = torch.repeat_interleave(torch.arange(counts.numel(), device=dev), counts, output_size=n)
+                out = torch.zeros((counts.numel(), 16), device=dev)
+                return out.index_add_(0, seg, grad.index_select(0, sorted_bags))
+
+            for form, fn in {"runner": lambda: kernels.segment_reduce(grad, sorted_bags, counts),
+                             "index_add": one_index_add}.items():
+                t, calls = timed(fn, dev, self.s.reps)
+                self.add("reduce_fixed", f"{form} uniform n={n} c=16", t, calls,
+                         [Sample("segment_reduce", {"row_bytes": 64, "lookups": n}, t, "")], distinct=uniq.numel())
 
     def sorts(self) -> None:
         dev = self.device
