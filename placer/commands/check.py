@@ -36,9 +36,10 @@ def summarize_workload(path: str) -> str:
 
     wl = load_workload(path)
     rows = sum(t.rows for t in wl.tables)
+    notes = "".join(f"\n  note: {n}" for n in wl.options_not_planned())
     return (f"workload {wl.name}: {len(wl.tables)} tables, {len(wl.resolved_features)} features, "
             f"{rows:,} rows, {fmt_bytes(wl.total_bytes(with_optimizer=False))} weights, "
-            f"{fmt_bytes(wl.total_bytes())} with {wl.optimizer.name} state, batch {wl.batch_size}")
+            f"{fmt_bytes(wl.total_bytes())} with {wl.optimizer.name} state, batch {wl.batch_size}{notes}")
 
 
 def summarize_plan(path: str, args) -> str:

@@ -79,6 +79,9 @@ def run(args) -> int:
     if not args.quiet:
         print(_limit_text(config, started), file=sys.stderr, flush=True)
     topo, wl = load_pair(args)
+    if not args.quiet:
+        for note in wl.options_not_planned():
+            print(f"note: {note}", file=sys.stderr, flush=True)
     limit = config.time_limit_s if config.work_limit is None else None
     with progress_reporter(args.quiet, limit) as reporter:
         plan = solve(topo, wl, dataclasses.replace(config, progress=reporter))

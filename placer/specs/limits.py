@@ -84,6 +84,10 @@ MAX_CROSS_LAYERS = 1024
 MAX_LEARNING_RATE = 1e6
 #: bytes of one row in an op-cost table key (1 GiB)
 MAX_ROW_BYTES = 2**30
+#: a QR table's collisions (rows sharing a quotient row): at most what leaves 2 quotient rows is checked per table
+MAX_QR_COLLISIONS = 2**40
+#: a tensor-train core's rank (TT-Rec, MLSys'21, trains ranks 8-128; larger is no longer a compression)
+MAX_TT_RANK = 4096
 
 
 def _no_bool(value: Any) -> Any:
@@ -155,6 +159,8 @@ LayerWidth = count(MAX_LAYER_WIDTH)
 DenseFeatures = count(MAX_LAYER_WIDTH, minimum=0)
 CrossLayers = count(MAX_CROSS_LAYERS)
 RowBytes = count(MAX_ROW_BYTES)
+QrCollisions = count(MAX_QR_COLLISIONS, minimum=2)
+TtRank = count(MAX_TT_RANK)
 Pooling = positive_float(MAX_POOLING, MIN_POOLING, "lookups per sample")
 ZipfAlpha = positive_float(MAX_ZIPF_ALPHA, MIN_ZIPF_ALPHA, "")
 AccessesPerRow = nonnegative_float(MAX_ACCESSES_PER_ROW)

@@ -22,6 +22,7 @@ from placer.specs.access import (AccessModel, CdfAccess, UniformAccess, ZipfAcce
 from placer.errors import SpecError
 from placer.specs import limits as L
 from placer.specs.common import StrictModel
+from placer.specs.compression import CompressionSpec
 from placer.specs.files import load_npy_guarded
 from placer.specs.detect import expect_kind
 from placer.specs.loading import load_model, read_document
@@ -105,6 +106,22 @@ class TableSpec(StrictModel):
     pooling_factor: L.Pooling = Field(default=1.0, description="lookups per sample for each feature using it")
     access: AccessSpec = Field(default_factory=UniformSpec)
     allow_fp16: bool = Field(default=False, description="the planner may store this table at fp16")
+    frozen: bool = Field(default=False, description="the table is not trained: its rows are read, never updated")
+    compression: CompressionSpec | None = Field(default=None, description="compressed forms accuracy allows "
+                                                                          "(placer/specs/compression.py)")
+    node_local: bool = Field(default=False, description="a replica per node may be trained on that node's samples "
+                                                        "alone (no cross-node exchange of its rows or gradients)")
+
+    @model_validator(mode="after")
+    def _compression_fits(self) -> "TableSpec":
+        c = self.compression
+        if c is not None and c.int8 and not self.frozen:
+            raise ValueError("compression.int8: int8 rows are allowed for frozen tables only (set frozen: true); "
+                             "training int8 rows is not supported")
+        if c is not None and c.qr is not None and c.qr.max_collisions > self.rows // 2:
+            raise ValueError(f"compression.qr.max_collisions: {c.qr.max_collisions} leaves fewer than 2 quotient "
+                             f"rows of the table's {self.rows} rows (at most {self.rows // 2})")
+        return self
 
     def row_bytes(self, dtype: str | None = None) -> int:
         """Bytes of one row at ``dtype`` (default: the table's own)."""
@@ -181,6 +198,26 @@ class Workload(StrictModel):
             if isinstance(tables, list):
                 data["tables"] = [{**defaults, **t} if isinstance(t, dict) else t for t in tables]
         return data
+
+    def options_not_planned(self) -> list[str]:
+        """What the workload allows that the planner does not offer yet (compressed forms, node-local tables):
+        one line each, for check and solve to say (plans keep such tables uncompressed and shared)."""
+        out = []
+        compressed = {t.name: t.compression.allowed() for t in self.tables if t.compression is not None}
+        compressed = {k: v for k, v in compressed.items() if v}
+        if compressed:
+            forms = sorted({f for v in compressed.values() for f in v})
+            out.append(f"{len(compressed)} table(s) allow compression ({', '.join(forms)}): not on the planner's menu "
+                       "yet, so plans store them uncompressed")
+        frozen = [t.name for t in self.tables if t.frozen]
+        if frozen:
+            out.append(f"{len(frozen)} table(s) are frozen: the planner and the runner still price and run their "
+                       "backward and updates")
+        local = [t.name for t in self.tables if t.node_local]
+        if local:
+            out.append(f"{len(local)} table(s) allow node_local training: not on the planner's menu yet, so plans "
+                       "exchange their rows across nodes as for any table")
+        return out
 
     @field_validator("tables")
     @classmethod
