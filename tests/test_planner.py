@@ -16,7 +16,7 @@ from placer.planner import ilp
 from placer.planner.baselines import BASELINES
 from placer.planner.problem import build_problem
 from placer.planner.solve import METHODS, SolveConfig, solve
-from placer.planner.types import RowKey, RowKind
+from placer.planner.types import Family, RowKey, RowKind
 from placer.simulate import memory_overflows, predict, total_cost
 from placer.specs import load_hardware, load_workload
 from placer.specs.workload import Workload
@@ -348,13 +348,14 @@ def test_stage2_moves_lower_the_step_and_keep_the_books_exact(move, hardware, or
     flat = [k for ks in kinds for k in ks]
     planner = Assigner(ctx)
     planner.set_scale(stage1.problem.phase_times(result.chosen))
-    placements, acc = planner.assign([flat[i] for i in result.chosen], kinds, order)
+    got = planner.assign([flat[i] for i in result.chosen], kinds, order)
+    placements, acc = got.placements, got.acc
     if move == "repack":  # unbalance: the busiest forward GPU takes a table from another GPU
         (_, busiest), _ = acc.busiest(FWD)
         gpu = busiest.split(":")[0]
         forward = lambda ti: model.placement_cost(placements[ti]).loads.get(
             (FWD, f"{placements[ti].shards[0].device}:stream"), 0.0)
-        ti = min((ti for ti, (k, key) in planner.where.items() if k.family == "gpu"
+        ti = min((ti for ti, (k, key) in planner.where.items() if k.family == Family.GPU
                   and placements[ti].shards[0].device != gpu and forward(ti) > 0), key=forward)
         kind = planner.where[ti][0]
         key = planner.sym.gpu_key(gpu)
@@ -399,7 +400,8 @@ def test_kind_changes_realise_a_choice_stage1_could_not():
 
     model, ctx, kinds, chosen = _criteo_2node_choice({"C1", "C10", "C20", "C22"}, 8)
     planner = Assigner(ctx)
-    placements, acc = planner.assign(chosen, kinds)
+    got = planner.assign(chosen, kinds)
+    placements, acc = got.placements, got.acc
     planner.improve(placements, acc, Budget.unlimited())
     before = acc.step
     fixed = sum(model.fixed_latency_s.values())
@@ -429,18 +431,19 @@ def test_pair_kind_changes_take_two_tables_off_one_block():
 
     model, ctx, kinds, chosen = _criteo_2node_choice({"C1", "C2", "C20", "C23"}, 2)
     planner, unlimited = Assigner(ctx), Budget.unlimited()
-    placements, acc = planner.assign(chosen, kinds)
+    got = planner.assign(chosen, kinds)
+    placements, acc = got.placements, got.acc
     fixed = sum(model.fixed_latency_s.values())
     assert swap(planner, placements, acc, unlimited) + repack(planner, placements, acc, unlimited) == 0
     assert rekind(planner, placements, acc, unlimited, kinds) == 0
-    shared = [key for _, (k, key) in planner.where.items() if k.family == "block"]
+    shared = [key for _, (k, key) in planner.where.items() if k.family == Family.BLOCK]
     assert len(shared) == 4 and len(set(shared)) == 2
     before = acc.step
     assert before + fixed == pytest.approx(1.71158e-3 - DENSE_ISSUE_OVERLAP_S, rel=1e-5)
     assert rekind_pairs(planner, placements, acc, unlimited, kinds) == 2
     assert acc.step < before * (1 - 1e-4)
     assert acc.step + fixed == pytest.approx(1.71106e-3 - DENSE_ISSUE_OVERLAP_S, rel=1e-5)
-    assert not any(k.family == "block" for k, _ in planner.where.values())
+    assert not any(k.family == Family.BLOCK for k, _ in planner.where.values())
     assert rekind_pairs(planner, placements, acc, unlimited, kinds) == 0
     _assert_books_exact(model, planner, placements, acc)
 

@@ -8,7 +8,8 @@ from placer.planner.rekind import rekind, rekind_pairs
 from placer.planner.repack import repack
 from placer.planner.stage1 import solve_stage1
 from placer.planner.swap import swap
-from placer.planner.types import NO_PLACEMENTS, Move, RowKey, RowKind, Stage, Stage2Result, row_kind
+from placer.planner.kinds import FAMILY
+from placer.planner.types import NO_PLACEMENTS, Family, Move, RowKey, RowKind, Stage, Stage2Result, row_kind
 
 
 def test_row_keys_sort_and_print_as_their_old_names():
@@ -18,6 +19,13 @@ def test_row_keys_sort_and_print_as_their_old_names():
     assert str(RowKey(RowKind.EXACT, "node0/nic0->fabric")) == "exact:node0/nic0->fabric"
     assert RowKey(RowKind.TABLE, 3) == RowKey(RowKind.TABLE, 3) != RowKey(RowKind.STREAM, 3)
     assert row_kind(RowKey(RowKind.TABLE, 3)) is RowKind.TABLE and row_kind("gpu.hbm") is None
+
+
+def test_families_are_their_old_names():
+    """A Family is its old string name: it compares, hashes, prints and serializes as that string."""
+    assert [f.value for f in Family] == ["gpu", "node", "block", "all"]
+    assert Family.ALL == "all" and {"gpu": 1}[Family.GPU] == 1 and str(Family.BLOCK) == f"{Family.BLOCK}" == "block"
+    assert set(FAMILY.values()) == set(Family) and FAMILY["data_parallel"] is Family.ALL
 
 
 def test_stage2_result_better_than():

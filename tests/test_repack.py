@@ -34,7 +34,8 @@ def assigned():
               for ks in kinds]
     stage2 = Assigner(ctx)
     stage2.budget = Budget.unlimited()
-    placements, acc = stage2.assign(chosen, kinds)
+    got = stage2.assign(chosen, kinds)
+    placements, acc = got.placements, got.acc
     assert placements
     return stage2, placements, acc
 

@@ -15,6 +15,7 @@ from placer.planner.context import Context
 from placer.planner.kinds import KindFolder
 from placer.planner.swap import SwapFrame, _best_partners, swap
 from placer.planner.symmetry import Symmetry
+from placer.planner.types import Family
 from placer.specs import load_hardware, load_workload
 from placer.topology import Topology
 from tests.conftest import ROOT
@@ -28,9 +29,10 @@ def greedy():
     topo = Topology(load_hardware(ROOT / "hardware_specs" / "dgx-h100-2node.yaml"), workload.dense.dtype)
     ctx = Context.of(CostModel(topo, workload), Symmetry.of(topo), OptionConfig())
     kinds = KindFolder(ctx).kinds()
-    chosen = [next(k for k in ks if k.family == "gpu") for ks in kinds]
+    chosen = [next(k for k in ks if k.family == Family.GPU) for ks in kinds]
     assigner = Assigner(ctx)
-    placements, acc = assigner.assign(chosen, kinds, "weight")
+    got = assigner.assign(chosen, kinds, "weight")
+    placements, acc = got.placements, got.acc
     assert placements
     return assigner, placements, acc
 

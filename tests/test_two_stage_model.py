@@ -23,7 +23,7 @@ from placer.planner.lp import Relaxation
 from placer.planner.problem import FixedGroup, Problem
 from placer.planner.solve import SolveConfig, solve
 from placer.planner.symmetry import Symmetry, resource_class
-from placer.planner.types import RowKey, RowKind, row_kind
+from placer.planner.types import Family, RowKey, RowKind, row_kind
 from placer.specs import load_hardware, load_workload
 from placer.topology import Topology
 from tests.conftest import ROOT, baseline_steps
@@ -109,14 +109,14 @@ def test_kinds_fold_what_their_full_placements_cost():
             for key in set(full) | set(folded):
                 a, b = folded.get(key, 0.0), full.get(key, 0.0)
                 where = (k.placement.label(), key)
-                if k.family != "all" or k.placement.sharding == "data_parallel":
+                if k.family != Family.ALL or k.placement.sharding == "data_parallel":
                     assert a == pytest.approx(b, rel=1e-9, abs=1e-12), where
                     continue
                 if rows_per_shard >= 16:
                     assert a <= b * (1 + 1e-9) + 1e-12, where
                 if rows_per_shard >= 1000:
                     assert a == pytest.approx(b, rel=2e-2), where
-        checked["all" if k.family == "all" else "other"] += 1
+        checked["all" if k.family == Family.ALL else "other"] += 1
     assert checked["all"] > 10 and checked["other"] > 100
 
 

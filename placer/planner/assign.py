@@ -22,7 +22,7 @@ from placer.planner.budget import Budget
 from placer.planner.context import Context
 from placer.planner.kinds import KindFolder
 from placer.planner.symmetry import Symmetry
-from placer.planner.types import Kind, Kinds
+from placer.planner.types import Assignment, Family, Kind, Kinds
 from placer.program.ops import GroupKey
 from placer.topology import Topology
 
@@ -107,11 +107,11 @@ class Assigner:
 
     def candidates(self, kind: Kind) -> list[tuple]:
         sym, topo = self.sym, self.topo
-        if kind.family == "gpu":
+        if kind.family == Family.GPU:
             return [sym.gpu_key(g) for g in topo.gpus]
-        if kind.family == "node":
+        if kind.family == Family.NODE:
             return [sym.node_key(n) for n in topo.nodes]
-        if kind.family == "block":
+        if kind.family == Family.BLOCK:
             pieces = len(kind.placement.shards)
             blocks = sym.gpus_per_node // pieces
             return [sym.block_key(n, b, pieces) for n in topo.nodes for b in range(blocks)]
@@ -134,30 +134,30 @@ class Assigner:
         return p
 
     def assign_best(self, chosen: list[Kind], fallbacks: Kinds,
-                    pinned: dict[int, tuple[Kind, tuple]] | None = None) -> tuple[list[Placement], Accumulator]:
+                    pinned: dict[int, tuple[Kind, tuple]] | None = None) -> Assignment:
         """``assign`` in each order of ORDERS; the one with the least step time (its choices kept in
         ``self.where``)."""
         best = None
         for order_by in ORDERS:
-            placements, acc = self.assign(chosen, fallbacks, order_by, pinned)
-            if placements and (best is None or acc.step < best[1].step):
-                best = (placements, acc, self.where, self.spread)
+            got = self.assign(chosen, fallbacks, order_by, pinned)
+            if got.placements and (best is None or got.acc.step < best[0].acc.step):
+                best = (got, self.where, self.spread)
         if best is None:
-            return [], acc
-        self.where, self.spread = best[2], best[3]
-        return best[0], best[1]
+            return got
+        self.where, self.spread = best[1], best[2]
+        return best[0]
 
     def assign(self, chosen: list[Kind], fallbacks: Kinds, order_by: str = "size",
-               pinned: dict[int, tuple[Kind, tuple]] | None = None) -> tuple[list[Placement], Accumulator]:
+               pinned: dict[int, tuple[Kind, tuple]] | None = None) -> Assignment:
         """Devices for the chosen kinds, largest first (by ``order_by``, one of ORDERS); a kind that fits
         nowhere falls back to the same table's kinds with less HBM, then host. ``pinned`` (table -> (kind,
-        symmetry key)) go first, where they say (fill.py). Returns ([], acc) if some table fits nowhere."""
+        symmetry key)) go first, where they say (fill.py). Its placements are [] if some table fits nowhere."""
         model = self.model
         measure = ORDERS[order_by]
         acc = Accumulator(model)
         placed: dict[int, Placement] = {}
         self.where, self.spread = {}, {}
-        for k in [k for k in chosen if k.family == "all"]:
+        for k in [k for k in chosen if k.family == Family.ALL]:
             full = k.full_placement()
             c = self.price(full)
             if acc.fits(c):
@@ -171,12 +171,12 @@ class Assigner:
                 acc.add(c)
                 placed[ti] = p
                 self.where[ti] = (k, key)
-        order = sorted((k for k in chosen if k.family != "all" and k.table not in placed),
+        order = sorted((k for k in chosen if k.family != Family.ALL and k.table not in placed),
                        key=lambda k: -measure(self, k))
-        order += [k for k in chosen if k.family == "all" and k.table not in placed]
+        order += [k for k in chosen if k.family == Family.ALL and k.table not in placed]
         for k in order:
-            tries = [k] if k.family != "all" else []
-            tries += [f for f in fallbacks[k.table] if f.family != "all" and f.hbm_bytes < k.hbm_bytes]
+            tries = [k] if k.family != Family.ALL else []
+            tries += [f for f in fallbacks[k.table] if f.family != Family.ALL and f.hbm_bytes < k.hbm_bytes]
             tries += [f for f in fallbacks[k.table] if f.placement.sharding == "host"]
             for cand_kind in tries:
                 got = self._best_device(acc, cand_kind)
@@ -185,8 +185,8 @@ class Assigner:
                     self.where[k.table] = (cand_kind, got[1])
                     break
             else:
-                return [], acc
-        return [placed[i] for i in range(len(model.wl.tables))], acc
+                return Assignment([], acc)
+        return Assignment([placed[i] for i in range(len(model.wl.tables))], acc)
 
     def improve(self, placements: list[Placement], acc: Accumulator, budget: Budget) -> int:
         """Re-insert tables, hardest to fit first, each onto its best device (step time first, then balance), in
@@ -225,7 +225,7 @@ class Assigner:
 
     def single_gpu_tables(self) -> list[int]:
         """The tables placed (``where``) with a single-GPU kind: those swaps, repacking and fill.py move."""
-        return [ti for ti, (kind, _) in self.where.items() if kind.family == "gpu"]
+        return [ti for ti, (kind, _) in self.where.items() if kind.family == Family.GPU]
 
     def move_exactly(self, placements: list[Placement], acc: Accumulator, moves: list[tuple[int, tuple]],
                      keep: Callable[[], bool]) -> bool:

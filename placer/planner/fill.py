@@ -33,7 +33,7 @@ from placer.planner.assign import Assigner
 from placer.planner.budget import Budget
 from placer.planner.highs_banner import new_highs
 from placer.planner.repack import GpuFrame
-from placer.planner.types import Kind
+from placer.planner.types import Family, Kind
 
 #: A starved GPU's load in a starved phase is under this fraction of the phase's maximum ...
 STARVED = 0.5
@@ -73,7 +73,7 @@ def fill_starved(stage2: Assigner, acc: Accumulator, budget: Budget, seconds: fl
     # what multi-GPU options alone put on each GPU's own resources: a GPU counts as full only through them
     multi = np.zeros(len(acc.load_array))
     for kind, key in where.values():
-        if kind.family in ("block", "node"):
+        if kind.family in (Family.BLOCK, Family.NODE):
             for ph, r, v in kind.own:
                 i = acc.index.of.get((ph, stage2.sym.relabel(key, r)))
                 if i is not None:
@@ -125,7 +125,8 @@ def fill_starved(stage2: Assigner, acc: Accumulator, budget: Budget, seconds: fl
     gpu_names = list(stage2.topo.gpus)  # in the order of frame.keys
     names = {gpu_names[g] for g in gpus}
     for t, (kind, key) in where.items():  # multi-GPU options on the starved GPUs stay with them
-        if kind.family not in ("gpu", "all") and names & {s.device for s in stage2.relabeled(kind, key).shards}:
+        if (kind.family not in (Family.GPU, Family.ALL)
+                and names & {s.device for s in stage2.relabeled(kind, key).shards}):
             pins[t] = (kind, key)
     return pins
 

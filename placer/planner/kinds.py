@@ -23,14 +23,15 @@ from placer.plan import Placement
 from placer.planner.budget import OutOfTime
 from placer.planner.context import Context
 from placer.planner.symmetry import resource_class
-from placer.planner.types import Kind, Kinds
+from placer.planner.types import Family, Kind, Kinds
 from placer.program.ops import EVERY_GPU
 
 #: Below this many tables the kinds are folded in one process (a fork costs more than it saves).
 PARALLEL_MIN_TABLES = 200
 
 #: Which devices a kind's placement can move to: one GPU, one node, a block of GPUs, or none (over all GPUs).
-FAMILY = {"table_wise": "gpu", "host": "node", "row_wise": "node", "column_wise": "block", "data_parallel": "all"}
+FAMILY = {"table_wise": Family.GPU, "host": Family.NODE, "row_wise": Family.NODE, "column_wise": Family.BLOCK,
+          "data_parallel": Family.ALL}
 
 
 def prune_dominated(kinds: list[Kind]) -> list[Kind]:
@@ -164,9 +165,9 @@ class KindFolder:
         model, sym, topo = ctx.local, ctx.sym, ctx.topo
         n_gpus = len(topo.gpus)
         stream_class, hbm_class = ctx.gpu_classes
-        family = "all" if repeat > 1 else FAMILY[p.sharding]
+        family = Family.ALL if repeat > 1 else FAMILY[p.sharding]
         shards = p.shards
-        if family == "all":  # the probe's shard ops, repeated; the owners' ops for all ``repeat`` shards, exact
+        if family == Family.ALL:  # the probe's shard ops, repeated; the owners' ops for all ``repeat`` shards, exact
             cost = model.shard_cost(p, every_gpu_folded=True)
             whole = model.table_cost(p.model_copy(update={"shards": p.shards * repeat}), every_gpu_folded=True)
         else:
@@ -177,7 +178,7 @@ class KindFolder:
                 b + (every_gpu_bytes if m in gpus else 0.0) > ctx.mem_usable[resource_class(m)]
                 for m, b in cost.memory.items() if m != EVERY_GPU):
             return None
-        tokens = set().union(*(self._own_tokens(s.device) for s in p.shards)) if family != "all" else set()
+        tokens = set().union(*(self._own_tokens(s.device) for s in p.shards)) if family != Family.ALL else set()
         own_gpus = sorted(tokens & gpus)
         own_streams = [topo.stream_of(g) for g in own_gpus]
         totals: dict[tuple[int, str], float] = defaultdict(float)
@@ -222,7 +223,7 @@ class KindFolder:
                         totals[key] += v * per_gpu * repeat
                     for key, v in ex_peak.items():
                         peak_member[key] = max(peak_member.get(key, 0.0), v * per_gpu)
-                    if family != "all":
+                    if family != Family.ALL:
                         for ph, r, v in ex_own:
                             own[(ph, r)] += v * per_gpu
         mem_totals: dict[str, float] = defaultdict(float)
@@ -234,7 +235,7 @@ class KindFolder:
         if whole is not None:
             for m, b in whole.memory.items():
                 mem_totals[hbm_class if m == EVERY_GPU else resource_class(m)] += b * (n_gpus if m == EVERY_GPU else 1)
-        if family == "all":  # by symmetry every member of a class carries the same
+        if family == Family.ALL:  # by symmetry every member of a class carries the same
             peak_member = {k: v / sym.class_size[k[1]] for k, v in totals.items()}
         else:  # any member carries at least the class average
             for k, v in totals.items():
@@ -244,7 +245,7 @@ class KindFolder:
             peak[ph] = max(peak[ph], ctx.base_min.get((ph, c), 0.0) + v)
         kind = Kind(ti, p, family, dict(totals), peak, dict(mem_totals), hbm_bytes=mem_totals.get(hbm_class, 0.0),
                     build=build, every_gpu=on_every_gpu, stream_peak=[0.0] * len(PHASES))
-        if family == "all":  # what it puts on every GPU is on every member: the same load everywhere
+        if family == Family.ALL:  # what it puts on every GPU is on every member: the same load everywhere
             kind.every_gpu = [totals.get((ph, stream_class), 0.0) / n_gpus for ph in range(len(PHASES))]
             kind.members = {k: [v] for k, v in peak_member.items()}
             for g, charges in cost.once.items():

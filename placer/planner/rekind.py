@@ -36,7 +36,7 @@ from placer.planner.accumulator import Accumulator
 from placer.planner.assign import Assigner, better
 from placer.planner.budget import Budget
 from placer.planner.symmetry import resource_class
-from placer.planner.types import Kind, Kinds
+from placer.planner.types import Family, Kind, Kinds
 
 #: Pair changes try the pairs of at most this many tables per block, the largest (each pair prices every pair of
 #: their kinds: production-856 @ dgx-a100 has twelve tables on one block, whose 66 pairs took 0.22 s).
@@ -122,7 +122,7 @@ def rekind_pairs(stage2: Assigner, placements: list[Placement], acc: Accumulator
 def _block_of(stage2: Assigner, ti: int) -> tuple | None:
     """(symmetry key, number of column blocks) of table ``ti`` where it lies in column blocks, else None."""
     kind, key = stage2.where.get(ti, (None, None))
-    return (key, len(kind.placement.shards)) if kind is not None and kind.family == "block" else None
+    return (key, len(kind.placement.shards)) if kind is not None and kind.family == Family.BLOCK else None
 
 
 def _pair_move(stage2: Assigner, placements: list[Placement], acc: Accumulator, kinds: Kinds,
@@ -198,7 +198,7 @@ def _candidate(stage2: Assigner, acc: Accumulator, kind: Kind, classes: dict[str
     """(symmetry key or None for an option over all GPUs, placement, its cost) of ``kind`` on its best device;
     None where it fits nowhere or where a lower estimate of the step with it exceeds ``ceiling`` (s)."""
     limit = ceiling * (1 + 1e-9)
-    if kind.family == "all":
+    if kind.family == Family.ALL:
         if _spread_estimate(acc, kind, classes) > limit:
             return None
         p = kind.full_placement()

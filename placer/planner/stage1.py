@@ -42,7 +42,7 @@ from placer.planner.context import Context
 from placer.planner.lp import Relaxation
 from placer.planner.problem import CountRow, FixedGroup, PeakLevels, Problem
 from placer.planner.schedule import SCHEDULE
-from placer.planner.types import Kind, Kinds, RowKey, RowKind, Stage1Result, row_kind
+from placer.planner.types import Family, Kind, Kinds, RowKey, RowKind, Stage1Result, row_kind
 
 
 def solve_stage1(ctx: Context, kinds: Kinds, budget: Budget, gap: float, backend: str,
@@ -142,7 +142,7 @@ def count_rows(ctx: Context, problem: Problem, flat: list[Kind], values: np.ndar
     items: dict[tuple[int, str], tuple[list[int], list[float]]] = defaultdict(lambda: ([], []))
     spread: dict[tuple[int, str], tuple[list[int], list[float]]] = defaultdict(lambda: ([], []))
     for i, k in enumerate(flat):
-        target = spread if k.family == "all" else items
+        target = spread if k.family == Family.ALL else items
         for key, loads in k.members.items():
             ids, sizes = target[key]
             ids.extend([i] * len(loads))
@@ -204,7 +204,7 @@ def build_stage1(ctx: Context, kinds: Kinds) -> Problem:
     if ar_links:
         worst = max(ar_links, key=ar_links.get)
         unit = dict(ctx.model.traffic.unit_allreduce(tuple(ctx.topo.gpus)))
-        ids = [i for i, k in enumerate(flat) if k.placement.sharding == "data_parallel" and k.family == "all"]
+        ids = [i for i, k in enumerate(flat) if k.placement.sharding == "data_parallel" and k.family == Family.ALL]
         key = (AR, RowKey(RowKind.EXACT, worst))
         load_base[key] = ar_links[worst]
         if ids and worst in unit:

@@ -25,7 +25,7 @@ import numpy as np
 from placer.planner.context import Context
 from placer.planner.problem import CountedGroup, GroupCounts, Problem
 from placer.planner.tuning import GROUP_LEVEL
-from placer.planner.types import Kind, Kinds
+from placer.planner.types import Family, Kind, Kinds
 
 #: The level of a stream's own load, as a multiple of the average stream's under the start's choice (fitted:
 #: tuning.GROUP_LEVEL).
@@ -80,7 +80,7 @@ def _per_type(ctx: Context, flat: list[Kind]) -> dict[int, tuple[dict, dict]]:
     topo = ctx.topo
     out: dict[int, tuple[dict, dict]] = defaultdict(lambda: ({}, defaultdict(lambda: defaultdict(float))))
     for i, k in enumerate(flat):
-        if k.family == "all" or not k.groups:
+        if k.family == Family.ALL or not k.groups:
             continue
         own: dict[tuple[int, str], float] = defaultdict(float)
         for ph, r, v in k.own:

@@ -13,9 +13,7 @@ import dataclasses
 import functools
 
 from placer.executor import Child, cores
-from placer.plan import Placement
 from placer.planner import fill
-from placer.planner.accumulator import Accumulator
 from placer.planner.assign import Assigner
 from placer.planner.budget import Budget
 from placer.planner.problem import Problem
@@ -25,7 +23,7 @@ from placer.planner.schedule import SCHEDULE
 from placer.planner.repack import repack
 from placer.planner.swap import swap
 from placer.planner.tuning import STAGE2_CHILD_NICE
-from placer.planner.types import NO_PLACEMENTS, Kind, Kinds, Move, Stage2Result
+from placer.planner.types import NO_PLACEMENTS, Assignment, Kind, Kinds, Move, Stage2Result
 
 #: Stage 2's portfolio: it assigns devices once per variant while time is left (the next only if the time left
 #: exceeds what the last took), keeping the best plan. A variant is (the phase times its balance measure is
@@ -99,31 +97,30 @@ def _runs(assigner: Assigner, chosen: list[Kind], kinds: Kinds, variants: list[t
             break
         t0 = budget.elapsed()
         assigner.set_scale(scale)
-        placements, acc = assign_and_improve(assigner, chosen, kinds, weight, budget)
+        run = assign_and_improve(assigner, chosen, kinds, weight, budget)
         run_took = budget.elapsed() - t0
-        while placements:  # starved GPUs filled first, while that helps; the MIP gets what the run leaves
+        while run.placements:  # starved GPUs filled first, while that helps; the MIP gets what the run leaves
             mip_time = SCHEDULE.fill_mip_s(budget, run_took)
             if mip_time < SCHEDULE.fill_mip_min_s:
                 budget.note_ran_out()
                 break
-            pins = fill.fill_starved(assigner, acc, budget, mip_time)
+            pins = fill.fill_starved(assigner, run.acc, budget, mip_time)
             if not pins:
                 break
             kept = dict(assigner.where), dict(assigner.spread)
-            filled, filled_acc = assign_and_improve(assigner, chosen, kinds, weight, budget, pins)
-            if not filled or filled_acc.step >= acc.step:
+            filled = assign_and_improve(assigner, chosen, kinds, weight, budget, pins)
+            if not filled.placements or filled.acc.step >= run.acc.step:
                 assigner.where, assigner.spread = kept
                 break
-            placements, acc = filled, filled_acc
-        if placements and acc.step < best.step_s:
-            best = Stage2Result(placements, acc.step)
+            run = filled
+        if run.placements and run.acc.step < best.step_s:
+            best = Stage2Result(run.placements, run.acc.step)
         took = budget.elapsed() - t0
     return best
 
 
 def assign_and_improve(assigner: Assigner, chosen: list[Kind], kinds: Kinds, weight: float,
-                       budget: Budget, pinned: dict[int, tuple[Kind, tuple]] | None = None
-                       ) -> tuple[list[Placement], Accumulator]:
+                       budget: Budget, pinned: dict[int, tuple[Kind, tuple]] | None = None) -> Assignment:
     """One stage-2 run: devices assigned (excess weight ``weight``, see assign.Assigner._scores; ``pinned``
     first), then swaps (swap.py) and re-insertions, then swaps, repacking and kind changes (rekind.py) in rounds
     while they change something, each round followed by re-insertions; where a round changes nothing, pairs of
@@ -134,7 +131,8 @@ def assign_and_improve(assigner: Assigner, chosen: list[Kind], kinds: Kinds, wei
     20.6 s)."""
     assigner.excess_weight = weight
     assigner.budget = budget  # charged for its scoring and pricing (a work budget's clock)
-    placements, acc = assigner.assign_best(chosen, kinds, pinned)
+    run = assigner.assign_best(chosen, kinds, pinned)
+    placements, acc = run.placements, run.acc
     assigner.excess_weight = 0.0
     if placements:
         # swaps first: on production-856 on 128 GPUs they take the assignment from 23.043 to 22.955 ms in 1.0 s,
@@ -155,4 +153,4 @@ def assign_and_improve(assigner: Assigner, chosen: list[Kind], kinds: Kinds, wei
                 break
             assigner.improve(placements, acc, budget)
         assigner.ctx.tracker.update(incumbent_s=acc.step + sum(assigner.model.fixed_latency_s.values()))
-    return placements, acc
+    return run

@@ -34,13 +34,27 @@ if TYPE_CHECKING:
     from placer.planner.problem import Problem
 
 
+class Family(str, enum.Enum):
+    """Which devices a kind's placement can move to (kinds.FAMILY by sharding): one GPU, one node, a block of GPUs,
+    or none (an option over all GPUs). Its members are their names as strings ("gpu" == Family.GPU), so a
+    comparison with, or a key made of, the old string names keeps working."""
+
+    GPU = "gpu"
+    NODE = "node"
+    BLOCK = "block"
+    ALL = "all"  # over all GPUs: no choice of devices
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass
 class Kind:
     """One canonical option of one table, with what stage 1 and stage 2 need to know of it (kinds.py folds it)."""
 
     table: int
     placement: Placement
-    family: str  # gpu | node | block | all (no choice of devices)
+    family: Family
     totals: dict[tuple[int, str], float]  # (phase, class) -> seconds summed over the class
     peak: list[float]  # per phase: max over classes of base_min + the kind's load on one member
     mem_totals: dict[str, float]  # memory class -> bytes
@@ -49,7 +63,7 @@ class Kind:
     # (phase, class) -> load on each member it touches, s ("all" kinds: the load every member carries)
     members: dict[tuple[int, str], list[float]] = field(default_factory=dict)
     hbm_bytes: float = 0.0
-    build: Callable[[], Placement] | None = None  # for "all" kinds: the full placement, built when chosen
+    build: Callable[[], Placement] | None = None  # for Family.ALL kinds: the full placement, built when chosen
     # the fused groups it uses on its devices (canonical) with their fixed costs as (position in ``own``, s):
     # paid by the device only if no table there uses the group yet
     groups: list[tuple[GroupKey, list[tuple[int, float]]]] = field(default_factory=list)
@@ -124,6 +138,17 @@ class Stage2Result:
     def better_than(self, other: Stage2Result) -> bool:
         """Placed, and faster than ``other``."""
         return bool(self.placements) and self.step_s < other.step_s
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """One assignment of stage 2 (assign.Assigner.assign, .assign_best; stage2.assign_and_improve): the placements,
+    one per table ([] where some table fits nowhere), and the Accumulator of their loads (its ``step``: the step
+    time without the fixed latencies, s). Frozen, but ``placements`` and ``acc`` are changed in place by the
+    Moves."""
+
+    placements: list[Placement]
+    acc: Accumulator
 
 
 #: Stage 2's answer before any choice was placed.
