@@ -22,18 +22,13 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 from placer.runner.launcher import free_port
-from placer.torchrec_io.dmp_check import attach_at_path, init_group, module_at_path
+from placer.torchrec_io.dmp_check import attach_at_path, init_group, module_at_path, spawn_ranks
 
-#: times a training whose rank died by SIGABRT is started again: TorchRec 1.8 / fbgemm-gpu-cpu on gloo now and then
-#: abort a rank while DistributedModelParallel starts ("terminate called without an active exception", seen in 2
-#: of 6 full test runs on the 2-core machine, 2026-11-27); the same command then trains
-ABORT_RETRIES = 1
 _OPTIMIZERS = {"sgd": "EXACT_SGD", "adagrad": "EXACT_ROWWISE_ADAGRAD", "rowwise_adagrad": "EXACT_ROWWISE_ADAGRAD",
                "adam": "ADAM"}
 
@@ -44,7 +39,6 @@ def train(doc: dict, wl, *, steps: int = 5, warmup: int = 1, batch_size: int | N
     Workload); ``batch_size``: the global batch (default the workload's), split evenly over the ranks. Returns
     {world_size, backend, batch_size (global), step_times_s (per timed step, slowest rank, seconds),
     median_step_s, losses (rank 0, every step)}."""
-    import torch.multiprocessing as mp
 
     world = int(doc["world_size"])
     lws = doc.get("local_world_size", world)
@@ -65,16 +59,7 @@ def train(doc: dict, wl, *, steps: int = 5, warmup: int = 1, batch_size: int | N
         job = {"doc": doc, "wl": wl.model_dump(mode="json"), "world_size": world, "local_world_size": world,
                "steps": steps, "warmup": warmup, "batch_per_rank": batch // world, "seed": seed,
                "backend": backend, "port": free_port(), "out": tmp, "timeout_s": timeout_s}
-        for attempt in range(ABORT_RETRIES + 1):
-            try:
-                mp.start_processes(_worker, args=(job,), nprocs=world, join=True, start_method="spawn")
-                break
-            except mp.ProcessExitedException as exc:
-                if exc.signal_name != "SIGABRT" or attempt == ABORT_RETRIES:
-                    raise
-                print(f"placer: rank {exc.error_index} aborted inside TorchRec/FBGEMM's C++ code while starting "
-                      "(SIGABRT); training again", file=sys.stderr, flush=True)
-                job["port"] = free_port()
+        spawn_ranks(_worker, job, world)
         ranks = [json.loads((Path(tmp) / f"rank{r}.json").read_text()) for r in range(world)]
     times = [max(r["times"][i] for r in ranks) for i in range(len(ranks[0]["times"]))]
     timed = times[warmup:] or times
