@@ -36,7 +36,7 @@ def test_a_warning_goes_to_stderr_and_into_the_notes(capsys):
 
 
 def test_a_gpu_dense_step_lasts_the_longer_of_issuing_and_work_a_cpu_the_sum():
-    from placer.calibrate.record import dense_step_s
+    from placer.program.dense import dense_step_s
 
     assert dense_step_s(3e-3, 1e-3, asynchronous=True) == 3e-3
     assert dense_step_s(1e-3, 5e-3, asynchronous=True) == 5e-3

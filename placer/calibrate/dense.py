@@ -16,7 +16,7 @@ for each case i (a synthetic workload at a batch size), with
     dense_op = max(0, sum_i n_i (T_i - P_i) / sum_i n_i^2)     (least squares of T_i - P_i = n_i dense_op)
 
 On a GPU the host issues the ops while the device runs earlier ones, and a dense step lasts the longer of the
-host's issuing (fixed costs + dense_op per op) and the device's work (record.dense_step_s): P_i is then the
+host's issuing (fixed costs + dense_op per op) and the device's work (program/dense.py dense_step_s): P_i is then the
 issue part alone (record.dense_parts), the synthetic steps being host-bound (an H100, 2026-11-27: as long at
 16,384 samples as at 2,048; the host issued for 98% of each step, validation/results/gpu-2026-11-27-run2).
 

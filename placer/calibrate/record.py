@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from placer.program.dense import dense_step_s
 from placer.specs.hardware import FIXED_COST_KINDS, OpCostSpec
 
 
@@ -187,14 +188,6 @@ def price(s: Sample, costs) -> float:
         issue, work = dense_parts(z, costs)
         return dense_step_s(issue + z["ops"] * costs.fixed("dense_op"), work, z.get("asynchronous", False))
     raise ValueError(f"unknown sample kind {s.kind!r}")
-
-
-def dense_step_s(issue_s: float, work_s: float, asynchronous: bool) -> float:
-    """A dense step's seconds from the host's issuing of its ops (fixed costs and dense_op) and their work
-    (FLOPs and bytes): a CPU does both, one after the other (the sum); a GPU runs the work while the host issues
-    the next ops, so the step lasts as long as the longer of the two (the first GPU campaign, 2026-11-27: the
-    host issued for 98% of every dense step measured, its kernels ran 10-60% of it)."""
-    return max(issue_s, work_s) if asynchronous else issue_s + work_s
 
 
 def dense_parts(z: dict, costs) -> tuple[float, float]:

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from placer.plan import Placement, Shard
-from placer.program.dense import DenseTrace, trace
+from placer.program.dense import DenseTrace, dense_step_s, trace
 from placer.program.ops import (AR, BWD, BX, DENSE, EVERY_GPU, FWD, FX, INDEX_BYTES, POOLED_BYTES, STATE_BYTES,
                                 GroupKey, Member, Op)
 from placer.specs.workload import Workload
@@ -424,11 +424,11 @@ class ProgramBuilder:
                               {"bytes": op.bytes, "aten": op.name, "access": op.access, "warm": warm}))
         if self.topo.is_unified(gpu):  # a CPU issues and works, one after the other
             return [Op(kind, DENSE, stream, issue + work, sizes=z) for kind, issue, work, z in parts]
-        # a GPU works while its host issues the next ops: the step lasts the longer of the two
-        # (calibrate/record.py dense_step_s); each op is priced at its work, the host's excess is one more op
+        # a GPU works while its host issues the next ops (dense_step_s): each op is priced at its work, and what
+        # the host's issuing adds beyond the work is one more op
         ops = [Op(kind, DENSE, stream, work, sizes=z) for kind, _, work, z in parts]
         issue_s, work_s = sum(p[1] for p in parts), sum(p[2] for p in parts)
-        ops.append(Op("elementwise", DENSE, stream, max(0.0, issue_s - work_s),
+        ops.append(Op("elementwise", DENSE, stream, dense_step_s(issue_s, work_s, asynchronous=True) - work_s,
                       sizes={"aten": "the host issuing the step's ops (the device waits)", "issue_s": issue_s,
                              "work_s": work_s}))
         return ops

@@ -136,6 +136,14 @@ def trace(workload, samples: int, device_type: str) -> DenseTrace:
         return _trace(key, int(samples), device_type)
 
 
+def dense_step_s(issue_s: float, work_s: float, asynchronous: bool) -> float:
+    """A dense step's seconds from the host's issuing of its ops (fixed costs and dense_op) and their work
+    (FLOPs and bytes): a CPU does both, one after the other (the sum); a GPU runs the work while the host issues
+    the next ops, so the step lasts as long as the longer of the two (the first GPU campaign, 2026-11-27: the
+    host issued for 98% of every dense step measured, its kernels ran 10-60% of it)."""
+    return max(issue_s, work_s) if asynchronous else issue_s + work_s
+
+
 def autocast_emulation(dtype):
     """A torch-function mode that does what CUDA's autocast does to the dense model's GEMMs on the meta device
     (where autocast does nothing): each floating operand of another dtype cast to ``dtype`` first, above autograd,
