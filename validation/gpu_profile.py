@@ -37,53 +37,14 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from placer.calibrate.dense import DenseStep  # noqa: E402
+from placer.calibrate.timing import sync  # noqa: E402
+from placer.program.dense import is_view  # noqa: E402
+
 STAGES = ("forward", "backward", "optimizer")
 SYNC_EVENTS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpy", "cudaMemcpyAsync",
                "aten::item", "aten::_local_scalar_dense", "aten::nonzero")
 TOP_OPS = 25
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-class DenseStep:
-    """The dense step of ``workload`` on ``samples`` samples as placer/runner/trainer.py runs it, stage by stage."""
-
-    def __init__(self, workload, samples: int, device: torch.device):
-        from placer.program.dense_model import DenseDLRM, make_dense_optimizer
-        from placer.runner.trainer import dense_autocast
-
-        self.device = device
-        dims = {t.name: t.dim for t in workload.tables}
-        self.model = DenseDLRM(workload).to(device)
-        self.opt = make_dense_optimizer(self.model, workload.optimizer.name, workload.optimizer.lr,
-                                        foreach=device.type == "cuda")
-        self.loss_fn = torch.nn.BCEWithLogitsLoss()
-        self.dense = torch.randn(samples, workload.dense.num_dense_features, device=device)
-        self.labels = torch.rand(samples, device=device).round()
-        self.pooled = [torch.randn(samples, dims[f.table], device=device) for f in workload.resolved_features]
-        self.autocast, _ = dense_autocast(device, workload.dense.dtype)
-        self.loss = None
-
-    def forward(self) -> None:
-        leaves = [p.detach().requires_grad_(True) for p in self.pooled]
-        with self.autocast:
-            logits = self.model(self.dense, leaves)
-        self.loss = self.loss_fn(logits.float(), self.labels)
-
-    def backward(self) -> None:
-        self.opt.zero_grad(set_to_none=True)
-        self.loss.backward()
-
-    def optimizer(self) -> None:
-        self.opt.step()
-
-    def whole(self) -> None:
-        self.forward()
-        self.backward()
-        self.optimizer()
 
 
 def _median(xs: list[float]) -> float:
@@ -108,20 +69,23 @@ def host_and_full(fn, device: torch.device, reps: int, before=None) -> tuple[flo
     return _median(host), _median(full)
 
 
-def count_aten(fn) -> Counter:
-    """ATen ops ``fn`` issues, by op name (a dispatch mode: untimed)."""
+def count_aten(fn) -> tuple[Counter, int]:
+    """(ATen ops ``fn`` issues by op name, how many of them are views as the trace tells them: program/dense.py
+    is_view), counted by a dispatch mode (untimed)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     seen: Counter = Counter()
+    views = [0]
 
     class Count(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             seen[str(func)] += 1
+            views[0] += is_view(func)
             return func(*args, **(kwargs or {}))
 
     with Count():
         fn()
-    return seen
+    return seen, views[0]
 
 
 def profile_events(fn, device: torch.device) -> dict:
@@ -142,9 +106,8 @@ def profile_events(fn, device: torch.device) -> dict:
             kernel_us += getattr(e, "device_time", 0.0) or 0.0
         elif "LaunchKernel" in name or name.startswith("cuLaunch"):
             launches += 1
-        for s in SYNC_EVENTS:
-            if name == s:
-                syncs[s] += 1
+        if name in SYNC_EVENTS:
+            syncs[name] += 1
     top = sorted(prof.key_averages(), key=lambda a: a.self_cpu_time_total, reverse=True)[:TOP_OPS]
     return {"kernels": kernels, "kernel_s": kernel_us * 1e-6, "launch_calls": launches, "syncs": dict(syncs),
             "top_host_ops": [{"name": a.key, "count": a.count, "self_host_us": a.self_cpu_time_total}
@@ -156,7 +119,9 @@ def dense_case(label: str, workload, samples: int, device: torch.device, reps: i
     The trace records zero_grad with the optimizer; here it runs (and is timed) with the backward."""
     from placer.program.dense import trace
 
-    step = DenseStep(workload, samples, device)
+    from placer.runner.trainer import dense_autocast
+
+    step = DenseStep(workload, samples, device, dense_autocast(device, workload.dense.dtype)[0])
     for _ in range(3):
         step.whole()
     sync(device)
@@ -167,13 +132,13 @@ def dense_case(label: str, workload, samples: int, device: torch.device, reps: i
     for st in STAGES:
         host, full = host_and_full(stage_fn[st], device, reps, before[st])
         before[st]()
-        issued = count_aten(stage_fn[st])
+        issued, views = count_aten(stage_fn[st])
         before[st]()
         events = profile_events(stage_fn[st], device)
         events.pop("top_host_ops")
         ops = [o for o in traced.ops if o.stage == st]
         out["stages"][st] = {"host_s": host, "full_s": full, "issued_aten": sum(issued.values()),
-                             "issued_views": sum(n for k, n in issued.items() if _is_view_name(k)),
+                             "issued_views": views,
                              "traced_ops": len(ops), "traced_views": sum(o.kind == "view" for o in ops),
                              "traced_gemms": sum(o.kind == "gemm" for o in ops),
                              "issued_top": issued.most_common(8)}
@@ -181,11 +146,6 @@ def dense_case(label: str, workload, samples: int, device: torch.device, reps: i
     out["step_host_s"], out["step_s"] = host_and_full(step.whole, device, reps)
     out["traced_ops"] = len(traced.ops)
     return out
-
-
-def _is_view_name(name: str) -> bool:
-    return any(v in name for v in ("view", ".t.", "transpose", "expand", "select", "slice", "detach", "unsqueeze",
-                                   "squeeze", "permute", "alias", "as_strided", "reshape", "unbind", "split"))
 
 
 def plan_case(label: str, workload, plan_path: Path, spec_path: Path, device: torch.device, reps: int) -> dict:

@@ -134,31 +134,55 @@ def _dense_precision(device: torch.device, dtype: str):
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
 
 
+class DenseStep:
+    """The dense step of ``workload`` on ``samples`` samples as placer/runner/trainer.py runs it (DenseDLRM forward
+    under ``autocast``, BCE-with-logits loss; zero_grad and backward; the dense optimizer's step), on random
+    inputs, in its three parts; validation/gpu_profile.py times the parts apart."""
+
+    def __init__(self, workload: Workload, samples: int, device: torch.device, autocast):
+        from placer.program.dense_model import DenseDLRM, make_dense_optimizer
+
+        dims = {t.name: t.dim for t in workload.tables}
+        self.model = DenseDLRM(workload).to(device)
+        self.opt = make_dense_optimizer(self.model, workload.optimizer.name, workload.optimizer.lr,
+                                        foreach=device.type == "cuda")
+        self.loss_fn = torch.nn.BCEWithLogitsLoss()
+        self.dense = torch.randn(samples, workload.dense.num_dense_features, device=device)
+        self.labels = torch.rand(samples, device=device).round()
+        self.pooled = [torch.randn(samples, dims[f.table], device=device) for f in workload.resolved_features]
+        self.autocast = autocast
+        self.loss = None
+
+    def leaves(self) -> list[torch.Tensor]:
+        """Fresh leaf embeddings (the runner's are detached from each step's table outputs)."""
+        return [p.detach().requires_grad_(True) for p in self.pooled]
+
+    def forward(self, leaves: list[torch.Tensor] | None = None) -> None:
+        with self.autocast:
+            logits = self.model(self.dense, self.leaves() if leaves is None else leaves)
+        self.loss = self.loss_fn(logits.float(), self.labels)
+
+    def backward(self) -> None:
+        self.opt.zero_grad(set_to_none=True)
+        self.loss.backward()
+
+    def optimizer(self) -> None:
+        self.opt.step()
+
+    def whole(self, leaves: list[torch.Tensor] | None = None) -> None:
+        self.forward(leaves)
+        self.backward()
+        self.optimizer()
+
+
 def time_step(workload: Workload, samples: int, device: torch.device, reps: int) -> float:
     """Median seconds of the dense step of ``workload`` on ``samples`` samples, run as the runner runs it."""
-    from placer.program.dense_model import DenseDLRM, make_dense_optimizer
-
-    dims = {t.name: t.dim for t in workload.tables}
-    model = DenseDLRM(workload).to(device)
-    opt = make_dense_optimizer(model, workload.optimizer.name, workload.optimizer.lr, foreach=device.type == "cuda")
-    loss_fn = torch.nn.BCEWithLogitsLoss()
-    dense = torch.randn(samples, workload.dense.num_dense_features, device=device)
-    labels = torch.rand(samples, device=device).round()
-    pooled = [torch.randn(samples, dims[f.table], device=device) for f in workload.resolved_features]
     warmup = 3
-    # fresh leaves per step (the runner's are detached from each step's table outputs), made before the clock
-    leaves = [[p.detach().requires_grad_(True) for p in pooled] for _ in range(reps + warmup)]
     with _dense_precision(device, workload.dense.dtype) as autocast:
-        def step(i):
-            with autocast:
-                logits = model(dense, leaves[i])
-            loss = loss_fn(logits.float(), labels)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-
+        step = DenseStep(workload, samples, device, autocast)
+        leaves = [step.leaves() for _ in range(reps + warmup)]  # fresh per step, made before the clock
         sweep = cache_sweep(device)
-        return bench(step, device, reps, warmup=warmup, before=sweep)
+        return bench(lambda i: step.whole(leaves[i]), device, reps, warmup=warmup, before=sweep)
 
 
 def cache_sweep(device: torch.device):

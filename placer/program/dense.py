@@ -78,7 +78,7 @@ def _access(name: str, args, out) -> str:
     return "stream"
 
 
-def _is_view(func) -> bool:
+def is_view(func) -> bool:
     returns = func._schema.returns
     if not returns:
         return False
@@ -192,7 +192,7 @@ def _trace(workload_json: str, samples: int, device_type: str) -> DenseTrace:
             name = str(func)
             if name.startswith(IGNORED_PREFIX):
                 return out
-            if _is_view(func):
+            if is_view(func):
                 ops.append(DenseOp(name, "view", None, 0.0, stage=stage[0]))
             elif name in GEMM_OPS:
                 ops.append(DenseOp(name, "gemm", _gemm_shape(name, args), 0.0, _nbytes(out),
