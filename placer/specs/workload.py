@@ -203,19 +203,19 @@ class Workload(StrictModel):
         """What the workload allows that the planner does not offer yet (compressed forms, node-local tables):
         one line each, for check and solve to say (plans keep such tables uncompressed and shared)."""
         out = []
-        compressed = {t.name: t.compression.allowed() for t in self.tables if t.compression is not None}
-        compressed = {k: v for k, v in compressed.items() if v}
-        if compressed:
-            forms = sorted({f for v in compressed.values() for f in v})
-            out.append(f"{len(compressed)} table(s) allow compression ({', '.join(forms)}): not on the planner's menu "
+        allowed = [t.compression.allowed() for t in self.tables if t.compression is not None]
+        allowed = [forms for forms in allowed if forms]
+        if allowed:
+            forms = sorted({f for per_table in allowed for f in per_table})
+            out.append(f"{len(allowed)} table(s) allow compression ({', '.join(forms)}): not on the planner's menu "
                        "yet, so plans store them uncompressed")
-        frozen = [t.name for t in self.tables if t.frozen]
+        frozen = sum(t.frozen for t in self.tables)
         if frozen:
-            out.append(f"{len(frozen)} table(s) are frozen: the planner and the runner still price and run their "
+            out.append(f"{frozen} table(s) are frozen: the planner and the runner still price and run their "
                        "backward and updates")
-        local = [t.name for t in self.tables if t.node_local]
+        local = sum(t.node_local for t in self.tables)
         if local:
-            out.append(f"{len(local)} table(s) allow node_local training: not on the planner's menu yet, so plans "
+            out.append(f"{local} table(s) allow node_local training: not on the planner's menu yet, so plans "
                        "exchange their rows across nodes as for any table")
         return out
 
