@@ -34,27 +34,25 @@ from placer.runner.launcher import free_port
 
 #: equal to rounding: fp32 sums of a few products of O(0.1) numbers
 DEFAULT_TOL = 1e-4
-#: times ranks whose one died by SIGABRT are started again: TorchRec 1.8 / fbgemm-gpu-cpu on gloo now and then
-#: abort a rank while DistributedModelParallel starts ("terminate called without an active exception", seen in 2
-#: of 6 full test runs on the 2-core machine, 2026-11-27); the same job then runs
-ABORT_RETRIES = 1
 
 
 def spawn_ranks(worker, job: dict, nprocs: int) -> None:
-    """``worker(rank, job)`` in ``nprocs`` spawned processes on this machine, joined; started again (on a fresh
-    port) up to ABORT_RETRIES times when a rank dies by SIGABRT, said on stderr."""
+    """``worker(rank, job)`` in ``nprocs`` spawned processes on this machine, joined. A rank whose worker
+    returned leaves with os._exit(0) (_rank_main): TorchRec 1.8 / fbgemm-gpu-cpu on gloo abort about one
+    process in ten in the interpreter's teardown ("terminate called without an active exception", after the
+    rank wrote its results and destroyed its group; 2026-11-27, 2-core machine), which failed whole runs."""
     import torch.multiprocessing as mp
 
-    for attempt in range(ABORT_RETRIES + 1):
-        try:
-            mp.start_processes(worker, args=(job,), nprocs=nprocs, join=True, start_method="spawn")
-            return
-        except mp.ProcessExitedException as exc:
-            if exc.signal_name != "SIGABRT" or attempt == ABORT_RETRIES:
-                raise
-            print(f"placer: rank {exc.error_index} aborted inside TorchRec/FBGEMM's C++ code while starting "
-                  "(SIGABRT); starting the ranks again", file=sys.stderr, flush=True)
-            job["port"] = free_port()
+    mp.start_processes(_rank_main, args=(worker, job), nprocs=nprocs, join=True, start_method="spawn")
+
+
+def _rank_main(rank: int, worker, job: dict) -> None:
+    """Run one rank's ``worker``; when it returns, flush and end the process without the interpreter's
+    teardown (an exception still propagates to torch's spawn, which reports it)."""
+    worker(rank, job)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def tables_of(wl) -> list[dict]:
