@@ -21,7 +21,7 @@ drawn in fixed chunks of rows, so any placement holds the same logical table.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -122,6 +122,8 @@ class BuildContext:
     seed: int
     perms: dict[str, np.ndarray]
     batch: int
+    #: (table, shard) -> a hot/cold split's (is_hot per local id, local id -> slot in its part): FusedGroup.slot_map
+    slot_maps: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
 
 class FusedGroup:
@@ -171,7 +173,7 @@ class FusedGroup:
         """For a part of a hot/cold split: (is_hot per local id, local id -> slot in its part); else None."""
         if s.member.part == "all":
             return None
-        cache = self.ctx.__dict__.setdefault("_slot_maps", {})
+        cache = self.ctx.slot_maps
         key = (s.member.table, s.member.shard)
         if key not in cache:
             a, b = s.member.local_ids
