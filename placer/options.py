@@ -3,14 +3,18 @@
 Per table (docs/design.md): table-wise on each GPU at each hot-row level (the hottest fraction f of rows in
 that GPU's HBM, the rest in its host's DRAM read by the GPU; f = 0 is UVM); row-wise over each node's GPUs
 and over all GPUs; column-wise into 2/4/8 pieces on aligned GPU blocks of a node; data-parallel (small
-tables); host with CPU lookup on each node's host; at fp16 too where the workload allows it.
+tables); host with CPU lookup on each node's host; at fp16 too where the workload allows it. Compressed forms
+only where the table's workload entry allows them (``compression``): QR at k = the allowed max_collisions and 2 and
+4 below it, and int8 rows of a frozen table, each table-wise on each GPU with every row in HBM (the geometry the
+cost model prices and the runner runs compressed: row-wise, data-parallel, split and host forms of a compressed
+table are not offered). A frozen table's options are the usual ones, priced without a backward (program/build.py).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from placer.errors import SpecError
-from placer.plan import Placement, Shard
+from placer.plan import Compression, Placement, QRForm, Shard
 from placer.specs.workload import TableSpec, Workload
 from placer.topology import Topology
 
@@ -18,6 +22,7 @@ DEFAULT_HOT_LEVELS = (1.0, 0.5, 0.25, 0.1, 0.05, 0.01, 0.0)
 COLUMN_PIECES = (2, 4, 8)
 MIN_COLUMN_PIECE = 4  # narrowest column piece offered, elements
 DATA_PARALLEL_MAX_BYTES = 64 * 2**20  # replicate only tables up to 64 MiB (their all-reduce is whole-table)
+QR_SMALL_COLLISIONS = (2, 4)  # QR collisions offered below the allowed maximum (the maximum is always offered)
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,7 @@ class OptionConfig:
     fp16: bool = True
     canonical: bool = False  # one representative per symmetry class: node0/gpu0, node0, node0's first block
     all_gpu_kinds: bool = True  # row-wise over all GPUs (several nodes) and data-parallel
+    compressed: bool = True  # the compressed forms the workload allows (QR, int8 of frozen tables)
     # extra hot-row fractions for some tables: ((table name, (fraction, ...)), ...), set by the planner where the
     # default levels leave a big table no split that fits (planner/fit.py)
     table_levels: tuple[tuple[str, tuple[float, ...]], ...] = ()
@@ -159,7 +165,30 @@ def table_options(t: TableSpec, topo: Topology, wl: Workload, cfg: OptionConfig 
             for host in _first(topo.hosts, cfg.canonical):
                 out.append(_placement(table=t.name, sharding="host", precision=prec, shards=[
                     _shard(device=host, rows=full_rows, cols=full_cols, hbm_rows=0, host_rows=t.rows)]))
+        if cfg.compressed:
+            out += compressed_options(t, topo, prec, cfg)
     return out
+
+
+def qr_collisions(t: TableSpec) -> list[int]:
+    """The QR collisions k offered for a table: its allowed max_collisions, then QR_SMALL_COLLISIONS below it
+    (none if the workload does not allow QR)."""
+    qr = t.compression.qr if t.compression is not None else None
+    if qr is None:
+        return []
+    return [qr.max_collisions] + [k for k in QR_SMALL_COLLISIONS if k < qr.max_collisions]
+
+
+def compressed_options(t: TableSpec, topo: Topology, precision: str, cfg: OptionConfig) -> list[Placement]:
+    """The compressed forms the workload allows for ``t`` at ``precision``, table-wise on each GPU in HBM: QR at
+    each of qr_collisions, and (frozen tables, fp32 source only) int8 rows."""
+    forms = [Compression.model_construct(qr=QRForm.model_construct(collisions=k, combine=t.compression.qr.combine),
+                                         int8=False) for k in qr_collisions(t)]
+    if t.compression is not None and t.compression.int8 and t.frozen and precision == t.dtype:
+        forms.append(Compression.model_construct(qr=None, int8=True))
+    return [_placement(table=t.name, sharding="table_wise", precision=precision, compression=form, shards=[
+        _shard(device=g, rows=(0, t.rows), cols=(0, t.dim), hbm_rows=t.rows, host_rows=0)])
+        for form in forms for g in _first(topo.gpus, cfg.canonical)]
 
 
 def all_options(topo: Topology, wl: Workload, cfg: OptionConfig = OptionConfig()) -> dict[str, list[Placement]]:

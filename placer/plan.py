@@ -61,13 +61,45 @@ class Shard(_PlanModel):
         return self.cols[1] - self.cols[0]
 
 
+class QRForm(_PlanModel):
+    """Quotient-remainder rows (placer/specs/compression.py): ceil(rows / collisions) + collisions rows."""
+
+    collisions: int = Field(ge=2)
+    combine: Literal["mult", "add"] = "mult"
+
+
+class Compression(_PlanModel):
+    """The compressed form a placement stores its table in: ``{"qr": {...}}`` or ``{"int8": true}`` (frozen
+    tables only: int8 rows with an fp32 scale and bias each). Exactly one form."""
+
+    qr: QRForm | None = None
+    int8: bool = False
+
+    @model_validator(mode="after")
+    def _one_form(self) -> "Compression":
+        if (self.qr is not None) == bool(self.int8):
+            raise ValueError("name exactly one compressed form: {\"qr\": {\"collisions\": k}} or {\"int8\": true}")
+        return self
+
+    @property
+    def form(self) -> str:
+        return "qr" if self.qr is not None else "int8"
+
+
 class Placement(_PlanModel):
-    """Where one table lives: its sharding, storage precision and shards."""
+    """Where one table lives: its sharding, storage precision and shards; ``compression`` the compressed form of
+    its rows (None: the table's rows as they are). Whether the table is trained is the workload's (``frozen``)."""
 
     table: str
     sharding: Sharding
     precision: Literal["fp32", "fp16"] = "fp32"
     shards: list[Shard] = Field(min_length=1)
+    compression: Compression | None = None
+
+    @property
+    def form(self) -> str | None:
+        """'qr', 'int8', or None (uncompressed)."""
+        return self.compression.form if self.compression is not None else None
 
     @property
     def hot_fraction(self) -> float:
@@ -87,7 +119,9 @@ class Placement(_PlanModel):
             elif f < 1:
                 kind += f" hot {f:.0%}"
         prec = "" if self.precision == "fp32" else f" {self.precision}"
-        return f"{kind} {where}{prec}"
+        c = self.compression
+        form = "" if c is None else f" qr k={c.qr.collisions}" if c.qr is not None else " int8"
+        return f"{kind} {where}{prec}{form}"
 
 
 #: a finite, non-negative number (seconds, bytes); ints are accepted, strings are not
@@ -350,6 +384,8 @@ def check_plan(plan: Plan, topology, workload, *, file: str | None = None, check
         if p.precision == "fp16" and t.dtype == "fp32" and not t.allow_fp16:
             raise SpecError(f"table {p.table!r} may not be stored at fp16 (allow_fp16 is false)",
                             file=file, field=f"{where}.precision")
+        if p.compression is not None:
+            _check_form(p, t, file, where)
         for j, s in enumerate(p.shards):
             f = f"{where}.shards[{j}]"
             allowed = hosts if p.sharding == "host" else gpus
@@ -372,6 +408,34 @@ def check_plan(plan: Plan, topology, workload, *, file: str | None = None, check
     if missing:
         raise SpecError(f"tables without a placement: {', '.join(missing[:8])}"
                         f"{' ...' if len(missing) > 8 else ''}", file=file, field="placements")
+
+
+def _check_form(p: Placement, t, file, where) -> None:
+    """A compressed placement: its form allowed by the table's workload entry (``compression``), on one GPU with
+    every row in HBM (the only geometry priced and run compressed)."""
+    c, allowed = p.compression, t.compression
+    field = f"{where}.compression"
+    if c.qr is not None:
+        if allowed is None or allowed.qr is None:
+            raise SpecError(f"table {p.table!r} is stored QR-compressed, but its workload entry does not allow it "
+                            "(compression.qr)", file=file, field=field)
+        if c.qr.collisions > allowed.qr.max_collisions:
+            raise SpecError(f"table {p.table!r}: QR collisions {c.qr.collisions} exceed the workload's "
+                            f"compression.qr.max_collisions {allowed.qr.max_collisions}", file=file,
+                            field=f"{field}.qr.collisions")
+        if c.qr.combine != allowed.qr.combine:
+            raise SpecError(f"table {p.table!r}: QR combine {c.qr.combine!r} is not the workload's "
+                            f"{allowed.qr.combine!r}", file=file, field=f"{field}.qr.combine")
+        if c.qr.collisions > t.rows // 2:
+            raise SpecError(f"table {p.table!r}: QR collisions {c.qr.collisions} leave fewer than 2 quotient rows "
+                            f"of its {t.rows} rows", file=file, field=f"{field}.qr.collisions")
+    elif allowed is None or not allowed.int8 or not t.frozen:
+        raise SpecError(f"table {p.table!r} is stored int8, but its workload entry does not allow it "
+                        "(compression.int8 on a frozen table)", file=file, field=field)
+    s = p.shards[0]
+    if p.sharding != "table_wise" or len(p.shards) != 1 or s.hbm_rows != s.num_rows:
+        raise SpecError(f"table {p.table!r}: a compressed table must be table_wise on one GPU with every row in "
+                        f"HBM (hbm_rows = rows), got {p.label()}", file=file, field=f"{where}.sharding")
 
 
 def geometry_label(p: Placement, t) -> str | None:

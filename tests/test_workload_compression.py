@@ -56,13 +56,17 @@ def test_table_defaults_allow_for_every_table(tmp_path):
     assert all(t.compression.qr.max_collisions == 2 and t.node_local for t in wl.tables)
 
 
-def test_check_and_solve_say_the_planner_does_not_offer_them_yet(tmp_path, capsys):
-    path = write(tmp_path, compression={"qr": {"max_collisions": 4}}, node_local=True)
+def test_check_and_solve_say_what_the_planner_does_not_offer_yet(tmp_path, capsys):
+    """tt and node_local are not on the planner's menu (said); qr, int8 and frozen are (not said)."""
+    path = write(tmp_path, compression={"qr": {"max_collisions": 4}, "tt": {"ranks": [4, 4]}, "int8": True},
+                 frozen=True, node_local=True)
     assert main(["check", path]) == 0
     out = capsys.readouterr().out
-    assert "allow compression (qr): not on the planner's menu yet" in out and "node_local" in out
+    assert "allow compression (tt): not on the planner's menu yet" in out and "node_local" in out
+    assert "qr" not in out and "int8" not in out and "frozen" not in out
     assert main(["solve", "hardware_specs/h100-pcie-host.yaml", path, "--json", "--method", "greedy_size"]) == 0
     captured = capsys.readouterr()
-    assert "note: 1 table(s) allow compression (qr)" in captured.err
+    assert "note: 1 table(s) allow compression (tt)" in captured.err
     json.loads(captured.out)  # stdout stays JSON
     assert load_workload(write(tmp_path)).options_not_planned() == []
+    assert load_workload(write(tmp_path, compression={"qr": {"max_collisions": 4}})).options_not_planned() == []

@@ -9,6 +9,7 @@ symmetry key of every table placed.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 from typing import Callable
 
@@ -311,7 +312,7 @@ class Assigner:
         if cache_key not in self._group_id_cache:
             rl = self.sym.relabel
             self._group_id_cache[cache_key] = np.array(
-                [acc.index.group_id(GroupKey(rl(key, g.device), g.location, g.dtype, g.width)) for key in keys],
+                [acc.index.group_id(dataclasses.replace(g, device=rl(key, g.device))) for key in keys],
                 dtype=np.int64)
         return self._group_id_cache[cache_key]
 

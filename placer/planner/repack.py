@@ -13,6 +13,7 @@ circles); it is then priced exactly and kept only if no phase's exact maximum ro
 """
 from __future__ import annotations
 
+import dataclasses
 from functools import lru_cache
 
 import numpy as np
@@ -23,7 +24,6 @@ from placer.planner import effort
 from placer.planner.accumulator import Accumulator
 from placer.planner.assign import Assigner
 from placer.planner.budget import Budget
-from placer.program.ops import GroupKey
 
 #: Most tables two GPUs split (2**MAX_POOLED splits are scored per pair); pairs holding more are left out (a
 #: sub-pool of the tables loading the phase most did worse: production-856 on 16 GPUs 31.8 -> 32.3 ms).
@@ -93,7 +93,7 @@ class GpuFrame:
             self.uses[ti] = row
         self.fixed = np.array(charges).reshape(len(charges), len(self.dims))
         groups = list(column)
-        self.group_at = {k: np.array([index.group_id(GroupKey(rl(k, g.device), g.location, g.dtype, g.width))
+        self.group_at = {k: np.array([index.group_id(dataclasses.replace(g, device=rl(k, g.device)))
                                       for g in groups], dtype=np.int64) for k in self.keys}
 
     def membership(self, tables: list[int]) -> np.ndarray:

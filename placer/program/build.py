@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from placer.plan import Placement, Shard
+from placer.program import compressed_ops as cops
 from placer.program.dense import DenseTrace, dense_step_s, trace
 from placer.program.ops import (AR, BWD, BX, DENSE, EVERY_GPU, FWD, FX, INDEX_BYTES, POOLED_BYTES, STATE_BYTES,
                                 GroupKey, Member, Op)
@@ -72,6 +73,7 @@ class ProgramBuilder:
         self.state_factor = workload.optimizer_state_factor
         self.lookups_per_sample = {t.name: workload.lookups_per_sample(t.name) for t in workload.tables}
         self.features = {t.name: workload.outputs_per_sample(t.name) for t in workload.tables}
+        self.frozen = {t.name for t in workload.tables if t.frozen}  # read, never updated: no backward
         self._access: dict[tuple, object] = {}
         self._fixed_cache: dict[GroupKey, list[Op]] = {}
         self._dense_traces: dict[str, DenseTrace] = {}  # device type -> the traced dense step
@@ -82,8 +84,8 @@ class ProgramBuilder:
         return self.B * self.lookups_per_sample[table]
 
     def state_bytes(self, table: str, cols: int) -> float:
-        """Optimizer state bytes per row of ``cols`` columns (fp32)."""
-        return self.state_factor[table] * cols * STATE_BYTES
+        """Optimizer state bytes per row of ``cols`` columns (fp32); none for a frozen table."""
+        return 0.0 if table in self.frozen else self.state_factor[table] * cols * STATE_BYTES
 
     def exchange_bytes_per_gpu(self, table: str, cols: int) -> float:
         """Bytes of pooled embeddings (``cols`` wide) a shard sends to each GPU per step, and gets back as
@@ -110,6 +112,8 @@ class ProgramBuilder:
         out = []
         t = self.tables[p.table]
         F = self.features[p.table]
+        if p.compression is not None:
+            return self._compressed_members(p)
         for i, s in enumerate(p.shards):
             n, c = s.num_rows, s.num_cols
             cols = (s.cols[0], s.cols[1])
@@ -118,7 +122,7 @@ class ProgramBuilder:
                 lookups = self.lookups_per_sample[p.table] * self.samples_per_gpu
                 hot, cold = self.unique_split(p.table, lookups, 1.0)
                 bags = round(F * self.samples_per_gpu)
-                out.append((GroupKey(s.device, "replica", p.precision, c),
+                out.append((self._key(s.device, "replica", p, c),
                             Member(p.table, i, "all", n, cols, bags, lookups, hot + cold, ids)))
                 continue
             share = n / t.rows
@@ -126,29 +130,44 @@ class ProgramBuilder:
             bags = F * self.B
             if p.sharding == "host":
                 hot, cold = self.unique_split(p.table, self.lookups_per_step(p.table), 1.0)
-                out.append((GroupKey(s.device, "cpu", p.precision, c),
+                out.append((self._key(s.device, "cpu", p, c),
                             Member(p.table, i, "all", n, cols, bags, lookups, (hot + cold) * share, ids)))
                 continue
             k = s.hbm_rows
             frac = k / n
             u_hot, u_cold = self.unique_split(p.table, self.lookups_per_step(p.table), frac)
             if k == n or k == 0:
-                out.append((GroupKey(s.device, "hbm", p.precision, c) if k == n else self._host_rows_key(s, p, c),
+                out.append((self._key(s.device, "hbm", p, c) if k == n else self._host_rows_key(s, p, c),
                             Member(p.table, i, "all", n, cols, bags, lookups, (u_hot + u_cold) * share, ids)))
                 continue
             hit = self.coverage(p.table, frac)
-            out.append((GroupKey(s.device, "hbm", p.precision, c),
+            out.append((self._key(s.device, "hbm", p, c),
                         Member(p.table, i, "hot", k, cols, bags, lookups * hit, u_hot * share, ids)))
             out.append((self._host_rows_key(s, p, c),
                         Member(p.table, i, "cold", n - k, cols, bags, lookups * (1 - hit), u_cold * share, ids)))
         return out
 
+    def _key(self, device: str, location: str, p: Placement, c: int) -> GroupKey:
+        """The group of a placement's member: its location, storage dtype, width and form (compressed_ops)."""
+        return GroupKey(device, location, cops.storage_dtype(p), c, cops.form_of(p, p.table in self.frozen))
+
+    def _compressed_members(self, p: Placement) -> list[tuple[GroupKey, Member]]:
+        """A compressed placement's members (one GPU, every row in HBM): QR's two sub-tables, or int8 rows."""
+        s, t = p.shards[0], self.tables[p.table]
+        key = self._key(s.device, "hbm", p, s.num_cols)
+        lookups = self.lookups_per_step(p.table)
+        hot, cold = self.unique_split(p.table, lookups, 1.0)
+        bags = self.features[p.table] * self.B
+        if p.compression.qr is not None:
+            return cops.qr_members(p, key, t.rows, bags, lookups, hot + cold)
+        return [(key, Member(p.table, 0, "all", s.num_rows, s.cols, bags, lookups, hot + cold, s.rows))]
+
     def _host_rows_key(self, s: Shard, p: Placement, c: int) -> GroupKey:
         """The group of a GPU shard's rows in host memory: the GPU's uvm group (zero-copy reads), or, where the
         GPU cannot read host memory (``cpu_reads_host``), its host's cpu group."""
         if self.cpu_reads_host and not self.topo.is_unified(s.device):
-            return GroupKey(self.topo.host_of(s.device), "cpu", p.precision, c)
-        return GroupKey(s.device, "uvm", p.precision, c)
+            return self._key(self.topo.host_of(s.device), "cpu", p, c)
+        return self._key(s.device, "uvm", p, c)
 
     # ---- ops -----------------------------------------------------------------------------------------------
 
@@ -174,7 +193,11 @@ class ProgramBuilder:
         same list for every member; callers do not change it)."""
         cache = self._fixed_cache
         if key not in cache:
-            cache[key] = self._group_fixed_ops(key)
+            if key.qr or key.form == cops.INT8:
+                cache[key] = cops.fixed_ops(key, self.topo.op_costs(key.device), self.stream(key.device),
+                                            self.optimizer)
+            else:
+                cache[key] = _forward_only(self._group_fixed_ops(key), key.trained)
         return cache[key]
 
     def _group_fixed_ops(self, key: GroupKey) -> list[Op]:
@@ -199,7 +222,17 @@ class ProgramBuilder:
         return ops
 
     def member_ops(self, key: GroupKey, m: Member) -> list[Op]:
-        """A member's work in its group's ops (variable seconds; the fixed parts are group_fixed_ops)."""
+        """A member's work in its group's ops (variable seconds; the fixed parts are group_fixed_ops); a frozen
+        table's forward only."""
+        if key.qr:
+            c = m.cols[1] - m.cols[0]
+            return cops.qr_member_ops(key, m, self.topo.op_costs(key.device), self.stream(key.device), self.optimizer,
+                                      self.state_bytes(m.table, c))
+        if key.form == cops.INT8:
+            return cops.int8_member_ops(key, m, self.topo.op_costs(key.device), self.stream(key.device))
+        return _forward_only(self._member_ops(key, m), key.trained)
+
+    def _member_ops(self, key: GroupKey, m: Member) -> list[Op]:
         dev, c = key.device, m.cols[1] - m.cols[0]
         costs = self.topo.op_costs(dev)
         st = self.stream(dev)
@@ -291,12 +324,12 @@ class ProgramBuilder:
                 ops.append(Op("combine", FWD, st, costs.fixed("elementwise") + costs.stream_s(3 * out), table=p.table,
                               sizes={"bytes": out, "parts": 2}))
             if self.W > 1 and p.sharding in ("table_wise", "row_wise", "column_wise"):
-                ops += self._gpu_shard_exchange(p.table, s)
+                ops += _forward_only(self._gpu_shard_exchange(p.table, s), p.table not in self.frozen)
         return ops
 
     def replica_allreduce_ops(self, p: Placement) -> list[Op]:
         """A replicated table's gradients, all-reduced over its replicas (links only)."""
-        if p.sharding != "data_parallel" or len(p.shards) < 2:
+        if p.sharding != "data_parallel" or len(p.shards) < 2 or p.table in self.frozen:
             return []
         devices = tuple(s.device for s in p.shards)
         grad = self.tables[p.table].rows * self.tables[p.table].dim * POOLED_BYTES
@@ -327,10 +360,11 @@ class ProgramBuilder:
     def owner_share(self, p: Placement) -> float:
         """How many full-width copies of the table's pooled gradients every sample owner packs for the
         reverse all-to-all (W > 1) beyond the one the base prices for every table: a row-wise table's S
-        shards each take one back (S - 1 more), a replica none (-1: it is not exchanged)."""
+        shards each take one back (S - 1 more), a replica none (-1: it is not exchanged), a frozen table none (-1:
+        no gradient goes back)."""
         if self.W == 1:
             return 0.0
-        if p.sharding == "data_parallel":
+        if p.sharding == "data_parallel" or p.table in self.frozen:
             return -1.0
         if p.sharding == "host":
             return 0.0
@@ -447,27 +481,29 @@ class ProgramBuilder:
         most one group's backward workspace is live at a time, and the sum counts all of them."""
         out: list[Buffer] = []
         mem = self.topo.memory_of
+        ways = 2 if p.table not in self.frozen else 1  # pooled outputs, and their gradients where trained
         for key, m in self.members(p):
             c = m.cols[1] - m.cols[0]
-            row_bytes = c * element_bytes(key.dtype) + self.state_bytes(m.table, c)
+            row_bytes = cops.row_bytes(key, c) + self.state_bytes(m.table, c)
             rows_in = mem(key.device) if key.location in ("hbm", "replica") else mem(self.topo.host_of(key.device))
             runs_in = mem(key.device)
             out.append(Buffer(rows_in, "rows and optimizer state", m.rows * row_bytes))
-            out.append(Buffer(runs_in, "pooled outputs and gradients", 2 * m.bags * c * POOLED_BYTES))
-            out.append(Buffer(runs_in, "backward workspace", m.lookups * (c * POOLED_BYTES + 2 * INDEX_BYTES)))
+            out.append(Buffer(runs_in, "pooled outputs and gradients", ways * m.bags * c * POOLED_BYTES))
+            if key.trained:
+                out.append(Buffer(runs_in, "backward workspace", m.lookups * (c * POOLED_BYTES + 2 * INDEX_BYTES)))
             out.append(Buffer(runs_in, "input ids", m.lookups * 2 * INDEX_BYTES))
-            if key.location == "replica":
+            if key.location == "replica" and key.trained:
                 out.append(Buffer(runs_in, "dense gradient", m.rows * c * POOLED_BYTES))
             if m.part == "hot":
                 slots = m.local_ids[1] - m.local_ids[0]
                 out.append(Buffer(mem(self.topo.host_of(key.device)), "slot map", slots * 4))
             if key.location == "cpu" and not self.topo.is_unified(key.device):
                 out.append(Buffer(EVERY_GPU, "pooled outputs and gradients (copies)",
-                                  2 * self.exchange_bytes_per_gpu(m.table, c)))
+                                  ways * self.exchange_bytes_per_gpu(m.table, c)))
         if self.W > 1 and p.sharding in ("table_wise", "row_wise", "column_wise"):
             F = self.features[p.table]
             for s in p.shards:
-                out.append(Buffer(mem(s.device), "all-to-all buffers", 2 * F * self.B * s.num_cols * POOLED_BYTES))
+                out.append(Buffer(mem(s.device), "all-to-all buffers", ways * F * self.B * s.num_cols * POOLED_BYTES))
         return out
 
     def table_buffers(self, p: Placement) -> list[Buffer]:
@@ -487,6 +523,11 @@ class ProgramBuilder:
             per_owner = sum(self.exchange_bytes_per_gpu(t, self.tables[t].dim) for t in self.tables)
             out.append(Buffer(EVERY_GPU, "all-to-all buffers (owners)", 2 * per_owner))
         return out
+
+
+def _forward_only(ops: list[Op], trained: bool) -> list[Op]:
+    """``ops`` as they are for a trained table; a frozen table's forward ones only (no gradient, no update)."""
+    return ops if trained else [op for op in ops if op.phase in (FWD, FX)]
 
 
 def plan_ops(builder: ProgramBuilder, placements: list[Placement]) -> list[Op]:

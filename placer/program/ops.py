@@ -40,6 +40,9 @@ EVERY_GPU = "*"  # an op's stream (or a buffer's memory) meaning: the same on ev
 POOLED_BYTES = 4  # pooled embeddings and their gradients are fp32
 STATE_BYTES = 4  # optimizer state is fp32
 INDEX_BYTES = 8  # row ids and bag ids are int64
+INT8_ROW_EXTRA_BYTES = 8  # an int8 row's fp32 scale and bias
+#: a group's form (GroupKey.form): what its rows are beyond location, dtype and width
+FROZEN, INT8, QR_PREFIX = "frozen", "int8", "qr:"
 
 
 @dataclass(frozen=True, order=True)
@@ -48,12 +51,23 @@ class GroupKey:
 
     device: str  # a GPU, or a host for location "cpu"
     location: str  # one of LOCATIONS
-    dtype: str  # storage precision of the rows: fp32 | fp16
+    dtype: str  # storage precision of the rows: fp32 | fp16 | int8 (frozen int8 rows: dim bytes + scale and bias)
     width: int  # columns of every member
+    form: str = ""  # FORMS: "" trained rows; "frozen" (no backward); "int8" (frozen, int8); "qr:<table>" (one table)
 
     @property
     def label(self) -> str:
-        return f"{self.device}[{self.location} {self.dtype} x{self.width}]"
+        form = f" {self.form}" if self.form else ""
+        return f"{self.device}[{self.location} {self.dtype} x{self.width}{form}]"
+
+    @property
+    def trained(self) -> bool:
+        """Whether the group's rows are updated (a backward, a sparse update): not for frozen tables."""
+        return self.form not in (FROZEN, INT8)
+
+    @property
+    def qr(self) -> bool:
+        return self.form.startswith(QR_PREFIX)
 
 
 @dataclass(frozen=True)

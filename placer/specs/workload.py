@@ -200,19 +200,14 @@ class Workload(StrictModel):
         return data
 
     def options_not_planned(self) -> list[str]:
-        """What the workload allows that the planner does not offer yet (compressed forms, node-local tables):
-        one line each, for check and solve to say (plans keep such tables uncompressed and shared)."""
+        """What the workload allows that the planner does not offer yet (tensor-train compression, node-local
+        tables; QR, int8 rows of frozen tables and frozen tables are on its menu): one line each, for check and
+        solve to say (plans keep such tables uncompressed and shared)."""
         out = []
-        allowed = [t.compression.allowed() for t in self.tables if t.compression is not None]
-        allowed = [forms for forms in allowed if forms]
-        if allowed:
-            forms = sorted({f for per_table in allowed for f in per_table})
-            out.append(f"{len(allowed)} table(s) allow compression ({', '.join(forms)}): not on the planner's menu "
-                       "yet, so plans store them uncompressed")
-        frozen = sum(t.frozen for t in self.tables)
-        if frozen:
-            out.append(f"{frozen} table(s) are frozen: the planner and the runner still price and run their "
-                       "backward and updates")
+        tt = sum(t.compression is not None and t.compression.tt is not None for t in self.tables)
+        if tt:
+            out.append(f"{tt} table(s) allow compression (tt): not on the planner's menu yet, so plans store them "
+                       "without tensor-train compression")
         local = sum(t.node_local for t in self.tables)
         if local:
             out.append(f"{local} table(s) allow node_local training: not on the planner's menu yet, so plans "
