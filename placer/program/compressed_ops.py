@@ -90,7 +90,8 @@ def fixed_ops(key: GroupKey, costs, stream: str, optimizer: str) -> list[Op]:
     if key.form == INT8:
         return [mk("lookup", FWD, "lookup"), mk("elementwise", FWD, "elementwise")]
     ops = [mk("lookup", FWD, "lookup"), mk("combine", FWD, "elementwise"), mk("pack_grad", BX, "copy"),
-           mk("sort", BWD, "sort"), mk("segment_reduce", BWD, "segment_reduce"), mk("update", BWD, f"update_{optimizer}")]
+           mk("sort", BWD, "sort"), mk("segment_reduce", BWD, "segment_reduce"),
+           mk("update", BWD, f"update_{optimizer}")]
     if qr_combine(key) == "mult":
         ops.append(mk("combine", BWD, "elementwise"))
     return ops
