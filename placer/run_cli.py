@@ -85,6 +85,10 @@ def run(args, what_if: WhatIf | None = None) -> int:
 
         config.samples = load_samples(args.ids, args.ids_format, wl, (args.pool or POOL_MAX_BATCHES) * wl.batch_size)
     warn_if_oversubscribed(args)
+    if getattr(args, "nproc", None) is not None and (any(p.compression for p in plan.placements)
+                                                     or any(t.frozen for t in wl.tables)):
+        raise SpecError("--nproc: plans with compressed (qr, int8) or frozen tables run in one process only for "
+                        "now; drop --nproc", file=args.plan, field="--nproc")
     if getattr(args, "nproc", None) is not None:
         from placer.runner.distributed import emit, launch
 

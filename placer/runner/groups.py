@@ -146,8 +146,8 @@ class FusedGroup:
             self.weight_cpu = self._host.cpu
             mapped = self._host.dev is not None
             self.weight = self._host.dev if mapped else self._host.cpu
-            self._host_states = [ctx.host.zeros(s, torch.float32, gpu_readable=key.location == "uvm")
-                                 for s in state_shapes(ctx.optimizer.name, self.rows, self.width)]
+            self._host_states = self._states(lambda shape: ctx.host.zeros(shape, torch.float32,
+                                                                          gpu_readable=key.location == "uvm"))
             self.states = [s.dev if mapped else s.cpu for s in self._host_states]
         # where the lookups run: on the CPU for CPU-looked-up rows (and where the GPU cannot map host memory)
         self.op_device = self.weight.device
@@ -165,6 +165,9 @@ class FusedGroup:
         self._fill()
 
     def _states(self, alloc) -> list[torch.Tensor]:
+        """The optimizer's state tensors of the group's rows (none for frozen rows, never updated)."""
+        if not self.key.trained:
+            return []
         return [alloc(s) for s in state_shapes(self.ctx.optimizer.name, self.rows, self.width)]
 
     # ---- build ------------------------------------------------------------------------------------------------
@@ -286,8 +289,9 @@ class FusedGroup:
 
 
 def build_groups(plan: Plan, ctx: BuildContext, builder: ProgramBuilder, devices: set[str] | None = None,
-                 replica_samples: tuple[int, int] | None = None) -> dict[GroupKey, FusedGroup]:
+                 replica_samples: tuple[int, int] | None = None, make=FusedGroup) -> dict[GroupKey, FusedGroup]:
     """The plan's groups (those on ``devices``, or all), built on the local device; slots in plan order.
+    ``make(key, slots, ctx)`` builds each (runner/compressed_groups.make_group: compressed groups too).
 
     Replica r of a data-parallel table with n replicas pools samples [B*r/n, B*(r+1)/n) of the global batch,
     or ``replica_samples`` [start, stop) when given (a rank of a distributed run: its own sample slice)."""
@@ -313,7 +317,7 @@ def build_groups(plan: Plan, ctx: BuildContext, builder: ProgramBuilder, devices
             row_base, bag_base = bases.get(key, (0, 0))
             bases[key] = (row_base + m.rows, bag_base + m.bags)
             have.append(Slot(p, m, row_base, bag_base, samples, F, builder.tables[p.table].dim))
-    return {key: FusedGroup(key, s, ctx) for key, s in sorted(slots.items())}
+    return {key: make(key, s, ctx) for key, s in sorted(slots.items())}
 
 
 __all__ = ["BuildContext", "FusedGroup", "GroupInput", "Slot", "build_groups", "init_rows", "hot_local_ids",

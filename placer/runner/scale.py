@@ -2,7 +2,7 @@
 
 Every row boundary of a table maps to round(boundary * N' / N), kept strictly increasing so that no shard
 becomes empty; each shard keeps its hot fraction (hbm_rows / rows, rounded); columns, devices, sharding and
-precision are unchanged. The result refers to the scaled workload by name, without hashes.
+precision are unchanged, and so is a compressed form (QR keeps its collisions k). The result refers to the scaled workload by name, without hashes.
 """
 from __future__ import annotations
 
@@ -46,7 +46,8 @@ def scale_plan(plan: Plan, scaled_workload: Workload) -> Plan:
             if p.sharding == "host":
                 k = 0
             shards.append(Shard(device=s.device, rows=(a, b), cols=s.cols, hbm_rows=k, host_rows=n - k))
-        placements.append(Placement(table=p.table, sharding=p.sharding, precision=p.precision, shards=shards))
+        placements.append(Placement(table=p.table, sharding=p.sharding, precision=p.precision, shards=shards,
+                                    compression=p.compression))
     return plan.model_copy(update={
         "workload": SpecRef(name=scaled_workload.name),
         "hardware": SpecRef(name=plan.hardware.name),

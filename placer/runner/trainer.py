@@ -31,6 +31,7 @@ from placer.plan import Plan
 from placer.program.build import ProgramBuilder
 from placer.program.dense_model import DenseDLRM, make_dense_optimizer
 from placer.runner.batches import Batch, BatchGenerator
+from placer.runner.compressed_groups import make_group
 from placer.runner.groups import BuildContext, FusedGroup, Slot, build_groups
 from placer.runner.hostmem import HostMemory
 from placer.runner.optim import SparseRowOptimizer
@@ -190,7 +191,7 @@ class Trainer(GroupOwner):
         self.gen = BatchGenerator(workload, plan, seed, samples)  # samples: real ids (run --ids) or None
         ctx = BuildContext(workload=workload, device=device, host=self.host, optimizer=self.optimizer, seed=seed,
                            perms=self.gen.perms, batch=self.B)
-        self.groups = build_groups(plan, ctx, self.builder)
+        self.groups = build_groups(plan, ctx, self.builder, make=make_group)
         self.streams = {key: self.builder.stream(key.device) for key in self.groups}
         parts: dict[str, dict[int, list]] = {p.table: {} for p in plan.placements}
         for g in self.groups.values():
@@ -286,14 +287,15 @@ class Trainer(GroupOwner):
         mark("dense")
         grads = self._feature_grads(leaves)
         for k, g in self.groups.items():
-            timer.run("pack_grad", self.streams[k] if not g.on_cpu else self.dense_stream,
-                      lambda g=g: g.pack_grad(self._member_grads(g, grads)))
+            if g.key.trained:  # a frozen table's rows get no gradient
+                timer.run("pack_grad", self.streams[k] if not g.on_cpu else self.dense_stream,
+                          lambda g=g: g.pack_grad(self._member_grads(g, grads)))
         if self.device.type == "cuda" and self._cpu_groups:
             synchronize(self.device)  # the CPU groups' gradients have arrived (no sync when there are none)
         mark("backward_exchange")
         self._each_group(lambda k, g: self._backward(k, g, batch, timer), ops)
         mark("embedding_backward")
-        replicas = [g for g in self.groups.values() if g.key.location == "replica"]
+        replicas = [g for g in self.groups.values() if g.key.location == "replica" and g.key.trained]
         if replicas:
             timer.run("all_reduce", self.dense_stream, lambda: allreduce_local(replicas))
             mark("gradient_allreduce")
@@ -322,7 +324,8 @@ class Trainer(GroupOwner):
         return pieces
 
     def _backward(self, k, g: FusedGroup, batch: Batch, timer: OpTimer) -> None:
-        backward_group(g, batch.groups[k], timer, self.streams[k])
+        if g.key.trained:
+            backward_group(g, batch.groups[k], timer, self.streams[k])
 
     # ---- loop and inspection ----------------------------------------------------------------------------------
 

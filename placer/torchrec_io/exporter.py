@@ -44,11 +44,20 @@ _IMPORT_LINE = "    from plan_builder import "
 
 def mapped_plan(plan: Plan, topo: Topology, wl: Workload) -> tuple[Plan, dict[str, list[str]]]:
     """The plan TorchRec will run (every placement at its nearest TorchRec equivalent) and the notes per
-    table that changed. SpecError for a table TorchRec cannot run. Host tables go table-wise UVM on a GPU of
+    table that changed. SpecError for a table TorchRec cannot run (compressed or frozen tables too). Host tables go table-wise UVM on a GPU of
     their node: the one with the most HBM left after the plan's own tables and the host tables placed before
     (placer's memory model: a UVM table keeps its rows in host DRAM but its lookup buffers in HBM), so the
     mapping fits wherever some order of them does."""
     tables = {t.name: t for t in wl.tables}
+    for i, p in enumerate(plan.placements):
+        if p.compression is not None:
+            raise SpecError(f"table {p.table!r} is stored {p.compression.form}-compressed, and TorchRec has no "
+                            f"{'QR' if p.compression.qr else 'trainable int8'} embedding table to run it as planned",
+                            field=f"placements[{i}].compression")
+        if p.table in tables and tables[p.table].frozen:
+            raise SpecError(f"table {p.table!r} is frozen, and TorchRec's sharded tables have no frozen form (every "
+                            "table gets the fused optimizer); drop frozen: true from the workload to export it "
+                            "trained", field=f"placements[{i}].table")
     free, model = None, None
     if any(p.sharding == "host" for p in plan.placements):
         from placer.cost import CostModel
