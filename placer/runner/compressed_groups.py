@@ -96,7 +96,8 @@ class QRGroup(_Compressed):
                                  seed=qr_seed(ctx.seed, self.ctx.workload.table_index[t.name]))
             with torch.no_grad():
                 self.weight[s.row_base:s.row_base + s.member.rows] = ref.quotient.to(self.weight.dtype)
-                self.weight[self.rbase[t.name]:self.rbase[t.name] + self.k[t.name]] = ref.remainder.to(self.weight.dtype)
+                rb = self.rbase[t.name]
+                self.weight[rb:rb + self.k[t.name]] = ref.remainder.to(self.weight.dtype)
         self._saved = None
 
     def make_input(self, tables: dict[str, tuple[np.ndarray, np.ndarray]]) -> QRInput:

@@ -2,7 +2,8 @@
 
 Every row boundary of a table maps to round(boundary * N' / N), kept strictly increasing so that no shard
 becomes empty; each shard keeps its hot fraction (hbm_rows / rows, rounded); columns, devices, sharding and
-precision are unchanged, and so is a compressed form (QR keeps its collisions k). The result refers to the scaled workload by name, without hashes.
+precision are unchanged, and so is a compressed form (QR keeps its collisions k). The result refers to the scaled
+workload by name, without hashes.
 """
 from __future__ import annotations
 
