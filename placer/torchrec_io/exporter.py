@@ -45,7 +45,8 @@ _IMPORT_LINE = "    from plan_builder import "
 def mapped_plan(plan: Plan, topo: Topology, wl: Workload) -> tuple[Plan, dict[str, list[str]]]:
     """The plan TorchRec will run (every placement at its nearest TorchRec equivalent) and the notes per
     table that changed. SpecError for a table TorchRec cannot run (compressed or frozen tables too). Host tables
-    go table-wise UVM on a GPU of their node: the one with the most HBM left after the plan's own tables and the host tables placed before
+    go table-wise UVM on a GPU of their node: the one with the most HBM left after the plan's own tables and the
+    host tables placed before
     (placer's memory model: a UVM table keeps its rows in host DRAM but its lookup buffers in HBM), so the
     mapping fits wherever some order of them does."""
     tables = {t.name: t for t in wl.tables}
