@@ -187,6 +187,9 @@ def price(s: Sample, costs) -> float:
     if s.kind == "dense_step":  # build.py's _dense_ops, summed
         issue, work = dense_parts(z, costs)
         return dense_step_s(issue + z["ops"] * costs.fixed("dense_op"), work, z.get("asynchronous", False))
+    if s.kind == "group_chain":  # synthetic groups' ops (calibrate/chain.py): each op, + embedding_op per ATen op
+        return sum(price(Sample(p["kind"], p["sizes"], 0.0, ""), costs) for p in z["parts"]) + \
+            z["aten_ops"] * costs.fixed("embedding_op")
     raise ValueError(f"unknown sample kind {s.kind!r}")
 
 

@@ -244,7 +244,9 @@ def to_yaml(cal: Calibration, name: str | None = None, gpus: int = 1) -> str:
              "# stream_warm_GBps and gemm_warm_TFLOPs time the same ops reusing their operands: a dense step's",
              "# traffic is priced warm by the share the warm copy rate at its memory's size gives (caches).",
              "# fixed_us.dense_op: least squares over synthetic dense models' real steps (not the shipped",
-             "# workloads) of what each traced op costs beyond its bare price."]
+             "# workloads) of what each traced op costs beyond its bare price; fixed_us.embedding_op: least",
+             "# squares over synthetic chains of fused groups of what each ATen op of a group's ops costs the",
+             "# host in a step beyond its tight-loop fixed cost (a GPU's; program/issue.py)."]
     if cal.ranks:
         lines += [f"# {cal.ranks.world} CPU processes of one machine, one torch thread each: the 'GPUs' are the ranks "
                   f"of `placer run",

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from placer.plan import Placement, Shard
 from placer.program import compressed_ops as cops
+from placer.program import issue
 from placer.program.dense import DenseTrace, dense_step_s, trace
 from placer.program.ops import (AR, BWD, BX, DENSE, EVERY_GPU, FWD, FX, INDEX_BYTES, POOLED_BYTES, STATE_BYTES,
                                 GroupKey, Member, Op)
@@ -204,8 +205,9 @@ class ProgramBuilder:
         dev = key.device
         costs = self.topo.op_costs(dev)
         st = self.stream(dev)
-        mk = lambda kind, phase, cost_kind, stream=st: Op(kind, phase, stream, costs.fixed(cost_kind), group=key,
-                                                         once=True)
+        # + what its ATen ops cost the host in a step beyond calibrate's tight loop (program/issue.py; 0 on a CPU)
+        mk = lambda kind, phase, cost_kind, stream=st: Op(kind, phase, stream, costs.fixed(cost_kind) + issue.issue_s(
+            costs, kind, self.optimizer), group=key, once=True)
         ops = [mk("lookup", FWD, "lookup"), mk("sort", BWD, "sort"), mk("segment_reduce", BWD, "segment_reduce")]
         copies = key.location == "cpu" and not self.topo.is_unified(dev)
         if not copies:
