@@ -191,3 +191,16 @@ def test_run_cli_runs_a_compressed_plan_on_cpu_and_refuses_nproc(files, capsys):
     assert losses is None or all(np.isfinite(losses))
     assert main(["run", HW, files[0], files[1], "--device", "cpu", "--nproc", "2"]) == 2
     assert "--nproc" in capsys.readouterr().err
+
+
+def test_qr_is_the_answer_where_nothing_else_fits(tmp_path, capsys):
+    """mlperf-dlrm-v2 does not fit one H100 and its host (exit 3); with QR allowed on its 40M-row tables
+    (workloads/mlperf-dlrm-v2-qr.yaml) the ILP plans it, compressing some of those tables, each whole in HBM."""
+    assert main(["solve", HW, "workloads/mlperf-dlrm-v2.yaml", "-o", str(tmp_path / "plain.json")]) == 3
+    out = tmp_path / "qr.json"
+    assert main(["solve", HW, "workloads/mlperf-dlrm-v2-qr.yaml", "-o", str(out), "--time-limit", "30"]) == 0
+    capsys.readouterr()
+    allowed = {t.name for t in load_workload("workloads/mlperf-dlrm-v2-qr.yaml").tables if t.compression}
+    compressed = [p for p in load_plan(str(out)).placements if p.compression is not None]
+    assert compressed and {p.table for p in compressed} <= allowed
+    assert all(p.sharding == "table_wise" and p.shards[0].host_rows == 0 for p in compressed)
