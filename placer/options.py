@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from placer.errors import SpecError
+from placer.forms import FORCED_FORMS, force
 from placer.plan import Compression, Placement, QRForm, Shard
 from placer.specs.workload import TableSpec, Workload
 from placer.topology import Topology
@@ -38,6 +39,8 @@ class OptionConfig:
     canonical: bool = False  # one representative per symmetry class: node0/gpu0, node0, node0's first block
     all_gpu_kinds: bool = True  # row-wise over all GPUs (several nodes) and data-parallel
     compressed: bool = True  # the compressed forms the workload allows (QR, int8 of frozen tables)
+    # a form (forms.FORCED_FORMS) every table that allows it is held to: the forced methods (solve --method qr)
+    forced_form: str | None = None
     # extra hot-row fractions for some tables: ((table name, (fraction, ...)), ...), set by the planner where the
     # default levels leave a big table no split that fits (planner/fit.py)
     table_levels: tuple[tuple[str, tuple[float, ...]], ...] = ()
@@ -48,6 +51,9 @@ class OptionConfig:
                                       for f in levels):
             raise SpecError(f"hot-row levels must be fractions in [0, 1], got {self.hot_levels!r}",
                             field="hot_levels")
+        if self.forced_form is not None and self.forced_form not in FORCED_FORMS:
+            raise SpecError(f"unknown form {self.forced_form!r}; choose from {', '.join(FORCED_FORMS)}",
+                            field="forced_form")
 
     def levels_for(self, table: str) -> tuple[float, ...]:
         """Hot-row fractions offered for ``table``: the default levels, then its extra ones."""
@@ -167,7 +173,7 @@ def table_options(t: TableSpec, topo: Topology, wl: Workload, cfg: OptionConfig 
                     _shard(device=host, rows=full_rows, cols=full_cols, hbm_rows=0, host_rows=t.rows)]))
         if cfg.compressed:
             out += compressed_options(t, topo, prec, cfg)
-    return out
+    return force(out, t, cfg.forced_form) if cfg.forced_form else out
 
 
 def qr_collisions(t: TableSpec) -> list[int]:
