@@ -24,6 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from placer.program.tt_shape import dim_factors, tt_factors  # noqa: F401 (shared with the cost model)
+
 #: bytes of one fp32 value
 FP32_BYTES = 4
 
@@ -76,35 +78,6 @@ class QREmbeddingBag(nn.Module):
 
     def weight_bytes(self) -> int:
         return (self.quotient.numel() + self.remainder.numel()) * FP32_BYTES
-
-
-def tt_factors(n: int, parts: int = 3) -> list[int]:
-    """``parts`` integers near n^(1/parts) whose product is at least ``n`` (rows of a TT table's cores)."""
-    out = []
-    left = n
-    for i in range(parts, 0, -1):
-        f = max(1, math.ceil(left ** (1.0 / i)))
-        out.append(f)
-        left = math.ceil(left / f)
-    return out
-
-
-def dim_factors(dim: int) -> list[int]:
-    """dim = d1 d2 d3, the factors as even as the divisors allow (largest last)."""
-    best = None
-    for d1 in range(1, dim + 1):
-        if dim % d1:
-            continue
-        for d2 in range(d1, dim // d1 + 1):
-            if (dim // d1) % d2:
-                continue
-            d3 = dim // d1 // d2
-            if d3 < d2:
-                continue
-            spread = d3 / d1
-            if best is None or spread < best[0]:
-                best = (spread, [d1, d2, d3])
-    return best[1]
 
 
 class TTEmbeddingBag(nn.Module):
