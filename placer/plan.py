@@ -68,22 +68,37 @@ class QRForm(_PlanModel):
     combine: Literal["mult", "add"] = "mult"
 
 
+class TTForm(_PlanModel):
+    """Tensor-train rows (TT-Rec): three fp32 cores of inner ranks ``ranks`` = [r1, r2]; the row and column
+    factors follow from the table's rows and dim (program/tt_shape.py, one function for pricing and runner)."""
+
+    ranks: tuple[int, int]
+
+    @model_validator(mode="after")
+    def _positive(self) -> "TTForm":
+        if min(self.ranks) < 1:
+            raise ValueError(f"TT ranks must be at least 1, got {list(self.ranks)}")
+        return self
+
+
 class Compression(_PlanModel):
-    """The compressed form a placement stores its table in: ``{"qr": {...}}`` or ``{"int8": true}`` (frozen
-    tables only: int8 rows with an fp32 scale and bias each). Exactly one form."""
+    """The compressed form a placement stores its table in: ``{"qr": {...}}``, ``{"tt": {"ranks": [r1, r2]}}``
+    or ``{"int8": true}`` (frozen tables only: int8 rows with an fp32 scale and bias each). Exactly one form."""
 
     qr: QRForm | None = None
+    tt: TTForm | None = None
     int8: bool = False
 
     @model_validator(mode="after")
     def _one_form(self) -> "Compression":
-        if (self.qr is not None) == bool(self.int8):
-            raise ValueError("name exactly one compressed form: {\"qr\": {\"collisions\": k}} or {\"int8\": true}")
+        if (self.qr is not None) + (self.tt is not None) + bool(self.int8) != 1:
+            raise ValueError("name exactly one compressed form: {\"qr\": {\"collisions\": k}}, {\"tt\": {\"ranks\": "
+                             "[r1, r2]}} or {\"int8\": true}")
         return self
 
     @property
     def form(self) -> str:
-        return "qr" if self.qr is not None else "int8"
+        return "qr" if self.qr is not None else "tt" if self.tt is not None else "int8"
 
 
 class Placement(_PlanModel):
@@ -98,7 +113,7 @@ class Placement(_PlanModel):
 
     @property
     def form(self) -> str | None:
-        """'qr', 'int8', or None (uncompressed)."""
+        """'qr', 'tt', 'int8', or None (uncompressed)."""
         return self.compression.form if self.compression is not None else None
 
     @property
@@ -120,7 +135,8 @@ class Placement(_PlanModel):
                 kind += f" hot {f:.0%}"
         prec = "" if self.precision == "fp32" else f" {self.precision}"
         c = self.compression
-        form = "" if c is None else f" qr k={c.qr.collisions}" if c.qr is not None else " int8"
+        form = "" if c is None else f" qr k={c.qr.collisions}" if c.qr is not None else \
+            f" tt r={c.tt.ranks[0]}x{c.tt.ranks[1]}" if c.tt is not None else " int8"
         return f"{kind} {where}{prec}{form}"
 
 
@@ -429,6 +445,8 @@ def _check_form(p: Placement, t, file, where) -> None:
         if c.qr.collisions > t.rows // 2:
             raise SpecError(f"table {p.table!r}: QR collisions {c.qr.collisions} leave fewer than 2 quotient rows "
                             f"of its {t.rows} rows", file=file, field=f"{field}.qr.collisions")
+    elif c.tt is not None:
+        _check_tt(p, t, file, field)
     elif allowed is None or not allowed.int8 or not t.frozen:
         raise SpecError(f"table {p.table!r} is stored int8, but its workload entry does not allow it "
                         "(compression.int8 on a frozen table)", file=file, field=field)
@@ -436,6 +454,21 @@ def _check_form(p: Placement, t, file, where) -> None:
     if p.sharding != "table_wise" or len(p.shards) != 1 or s.hbm_rows != s.num_rows:
         raise SpecError(f"table {p.table!r}: a compressed table must be table_wise on one GPU with every row in "
                         f"HBM (hbm_rows = rows), got {p.label()}", file=file, field=f"{where}.sharding")
+
+
+def _check_tt(p: Placement, t, file, field) -> None:
+    """A TT placement: allowed by the workload (compression.tt) at exactly its ranks, on a trained table, fp32."""
+    allowed = t.compression.tt if t.compression is not None else None
+    if allowed is None:
+        raise SpecError(f"table {p.table!r} is stored TT-compressed, but its workload entry does not allow it "
+                        "(compression.tt)", file=file, field=field)
+    if tuple(p.compression.tt.ranks) != tuple(allowed.ranks):
+        raise SpecError(f"table {p.table!r}: TT ranks {list(p.compression.tt.ranks)} are not the workload's "
+                        f"compression.tt.ranks {list(allowed.ranks)}", file=file, field=f"{field}.tt.ranks")
+    if t.frozen or p.precision != "fp32":
+        raise SpecError(f"table {p.table!r}: TT cores are fp32 and trained (a frozen table takes int8 rows, and "
+                        f"fp16 cores are not run), got precision {p.precision}{' on a frozen table' * t.frozen}",
+                        file=file, field=field)
 
 
 def geometry_label(p: Placement, t) -> str | None:
