@@ -5,7 +5,8 @@ that GPU's HBM, the rest in its host's DRAM read by the GPU; f = 0 is UVM); row-
 and over all GPUs; column-wise into 2/4/8 pieces on aligned GPU blocks of a node; data-parallel (small
 tables); host with CPU lookup on each node's host; at fp16 too where the workload allows it. Compressed forms
 only where the table's workload entry allows them (``compression``): QR at k = the allowed max_collisions and 2 and
-4 below it, and int8 rows of a frozen table, each table-wise on each GPU with every row in HBM (the geometry the
+4 below it, TT (three fp32 cores) at the allowed ranks for a trained table, and int8 rows of a frozen table, each
+table-wise on each GPU with every row in HBM (the geometry the
 cost model prices and the runner runs compressed: row-wise, data-parallel, split and host forms of a compressed
 table are not offered). A frozen table's options are the usual ones, priced without a backward (program/build.py).
 """
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 
 from placer.errors import SpecError
 from placer.forms import FORCED_FORMS, force
-from placer.plan import Compression, Placement, QRForm, Shard
+from placer.plan import Compression, Placement, QRForm, Shard, TTForm
 from placer.specs.workload import TableSpec, Workload
 from placer.topology import Topology
 
@@ -187,11 +188,15 @@ def qr_collisions(t: TableSpec) -> list[int]:
 
 def compressed_options(t: TableSpec, topo: Topology, precision: str, cfg: OptionConfig) -> list[Placement]:
     """The compressed forms the workload allows for ``t`` at ``precision``, table-wise on each GPU in HBM: QR at
-    each of qr_collisions, and (frozen tables, fp32 source only) int8 rows."""
+    each of qr_collisions, TT at the allowed ranks (trained tables, fp32 cores: offered at fp32 only), and (frozen
+    tables, fp32 source only) int8 rows."""
     forms = [Compression.model_construct(qr=QRForm.model_construct(collisions=k, combine=t.compression.qr.combine),
                                          int8=False) for k in qr_collisions(t)]
     if t.compression is not None and t.compression.int8 and t.frozen and precision == t.dtype:
         forms.append(Compression.model_construct(qr=None, int8=True))
+    if t.compression is not None and t.compression.tt is not None and not t.frozen and precision == "fp32":
+        tt = TTForm.model_construct(ranks=tuple(t.compression.tt.ranks))
+        forms.append(Compression.model_construct(qr=None, tt=tt, int8=False))
     return [_placement(table=t.name, sharding="table_wise", precision=precision, compression=form, shards=[
         _shard(device=g, rows=(0, t.rows), cols=(0, t.dim), hbm_rows=t.rows, host_rows=0)])
         for form in forms for g in _first(topo.gpus, cfg.canonical)]

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from placer.plan import Placement, Shard
 from placer.program import compressed_ops as cops
 from placer.program import issue
+from placer.program import tt_ops
 from placer.program.dense import DenseTrace, dense_step_s, trace
 from placer.program.ops import (AR, BWD, BX, DENSE, EVERY_GPU, FWD, FX, INDEX_BYTES, POOLED_BYTES, STATE_BYTES,
                                 GroupKey, Member, Op)
@@ -161,6 +162,8 @@ class ProgramBuilder:
         bags = self.features[p.table] * self.B
         if p.compression.qr is not None:
             return cops.qr_members(p, key, t.rows, bags, lookups, hot + cold)
+        if p.compression.tt is not None:
+            return tt_ops.tt_member(p, key, t.rows, bags, lookups, hot + cold)
         return [(key, Member(p.table, 0, "all", s.num_rows, s.cols, bags, lookups, hot + cold, s.rows))]
 
     def _host_rows_key(self, s: Shard, p: Placement, c: int) -> GroupKey:
@@ -197,6 +200,9 @@ class ProgramBuilder:
             if key.qr or key.form == cops.INT8:
                 cache[key] = cops.fixed_ops(key, self.topo.op_costs(key.device), self.stream(key.device),
                                             self.optimizer)
+            elif key.tt:
+                cache[key] = tt_ops.fixed_ops(key, self.topo.op_costs(key.device), self.stream(key.device),
+                                              self.optimizer)
             else:
                 cache[key] = _forward_only(self._group_fixed_ops(key), key.trained)
         return cache[key]
@@ -230,6 +236,9 @@ class ProgramBuilder:
             c = m.cols[1] - m.cols[0]
             return cops.qr_member_ops(key, m, self.topo.op_costs(key.device), self.stream(key.device), self.optimizer,
                                       self.state_bytes(m.table, c))
+        if key.tt:
+            return tt_ops.member_ops(key, m, tt_ops.table_shape(self.tables[m.table]), self.topo.op_costs(key.device),
+                                     self.stream(key.device), self.optimizer)
         if key.form == cops.INT8:
             return cops.int8_member_ops(key, m, self.topo.op_costs(key.device), self.stream(key.device))
         return _forward_only(self._member_ops(key, m), key.trained)
@@ -485,6 +494,10 @@ class ProgramBuilder:
         mem = self.topo.memory_of
         ways = 2 if p.table not in self.frozen else 1  # pooled outputs, and their gradients where trained
         for key, m in self.members(p):
+            if key.tt:  # the cores and their workspace (program/tt_ops.py)
+                out += tt_ops.buffers(m, tt_ops.table_shape(self.tables[m.table]), self.optimizer, mem(key.device),
+                                      Buffer)
+                continue
             c = m.cols[1] - m.cols[0]
             row_bytes = cops.row_bytes(key, c) + self.state_bytes(m.table, c)
             rows_in = mem(key.device) if key.location in ("hbm", "replica") else mem(self.topo.host_of(key.device))

@@ -24,8 +24,8 @@ from __future__ import annotations
 import math
 
 from placer.plan import Placement
-from placer.program.ops import BWD, BX, FROZEN, FWD, INT8, INT8_ROW_EXTRA_BYTES, POOLED_BYTES, QR_PREFIX, GroupKey, \
-    Member, Op
+from placer.program.ops import BWD, BX, FROZEN, FWD, INT8, INT8_ROW_EXTRA_BYTES, POOLED_BYTES, QR_PREFIX, TT_PREFIX, \
+    GroupKey, Member, Op
 from placer.units import element_bytes
 
 #: the storage dtype whose calibrated gather rates price an int8 row's gather (by its row bytes)
@@ -39,6 +39,8 @@ def qr_rows(rows: int, collisions: int) -> tuple[int, int]:
 
 def form_of(p: Placement, frozen: bool) -> str:
     """The group form (GroupKey.form) of a placement's members."""
+    if p.compression is not None and p.compression.tt is not None:
+        return f"{TT_PREFIX}{p.table}"  # one group per TT table (its cores are its own shape)
     if p.compression is not None:
         return INT8 if p.compression.int8 else f"{QR_PREFIX}{p.compression.qr.combine}"
     return FROZEN if frozen else ""

@@ -42,7 +42,7 @@ STATE_BYTES = 4  # optimizer state is fp32
 INDEX_BYTES = 8  # row ids and bag ids are int64
 INT8_ROW_EXTRA_BYTES = 8  # an int8 row's fp32 scale and bias
 #: a group's form (GroupKey.form): what its rows are beyond location, dtype and width
-FROZEN, INT8, QR_PREFIX = "frozen", "int8", "qr:"
+FROZEN, INT8, QR_PREFIX, TT_PREFIX = "frozen", "int8", "qr:", "tt:"
 
 
 @dataclass(frozen=True, order=True)
@@ -53,7 +53,8 @@ class GroupKey:
     location: str  # one of LOCATIONS
     dtype: str  # storage precision of the rows: fp32 | fp16 | int8 (frozen int8 rows: dim bytes + scale and bias)
     width: int  # columns of every member
-    form: str = ""  # FORMS: "" trained rows; "frozen" (no backward); "int8" (frozen, int8); "qr:<table>" (one table)
+    form: str = ""  # "" trained rows; "frozen" (no backward); "int8" (frozen, int8); "qr:mult" / "qr:add" (QR
+    #                 tables of that combine); "tt:<table>" (one TT table's three cores, program/tt_ops.py)
 
     @property
     def label(self) -> str:
@@ -68,6 +69,10 @@ class GroupKey:
     @property
     def qr(self) -> bool:
         return self.form.startswith(QR_PREFIX)
+
+    @property
+    def tt(self) -> bool:
+        return self.form.startswith(TT_PREFIX)
 
 
 @dataclass(frozen=True)
