@@ -28,7 +28,8 @@ MIN_ILP_LIMIT_S = 1.0
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_hw_wl(p)
     p.add_argument("--json", action="store_true", help="print a JSON list of rows")
-    p.add_argument("--methods", default=None, help="comma-separated subset of methods (default: all)")
+    p.add_argument("--methods", default=None, help="comma-separated subset of methods (default: all; the forced "
+                                                   "forms qr, tt, node_local where the workload allows them)")
     add_solver_options(p, method=False)
     for action in p._actions:  # the shared option, with compare's meaning
         if action.dest == "time_limit":
@@ -53,6 +54,14 @@ def parse_methods(text: str) -> list[str]:
     if not out:
         raise SpecError(f"no method given; a comma-separated list of {', '.join(METHODS)}", field="--methods")
     return out
+
+
+def default_methods(wl) -> list[str]:
+    """Every method, less the forced forms (forms.FORCED_FORMS) no table of ``wl`` allows."""
+    from placer.forms import FORCED_FORMS, allowing
+    from placer.planner.solve import METHODS
+
+    return [m for m in METHODS if m not in FORCED_FORMS or allowing(wl, m)]
 
 
 def ilp_time_limit(available_s: float) -> float:
@@ -104,12 +113,13 @@ def compare_rows(topo, wl, args, started: float | None = None, heartbeat=None) -
     from placer.cost import CostModel
     from placer.errors import InfeasibleError, SolverError
     from placer.planner import infeasible
-    from placer.planner.solve import METHODS, solve
+    from placer.forms import FORCED_FORMS
+    from placer.planner.solve import solve
 
     started = time.perf_counter() if started is None else started
     budget = float(args.time_limit)
     deadline = started + budget
-    methods = parse_methods(args.methods) if args.methods is not None else list(METHODS)
+    methods = parse_methods(args.methods) if args.methods is not None else default_methods(wl)
     rows: dict[str, dict] = {}
 
     trec = None
@@ -132,18 +142,21 @@ def compare_rows(topo, wl, args, started: float | None = None, heartbeat=None) -
         except SolverError as exc:
             rows["torchrec"] = _empty_row("torchrec", "failed", time.perf_counter() - t0, str(exc))
     try:
-        order = [m for m in methods if m not in ("ilp", "torchrec")] + (["ilp"] if "ilp" in methods else [])
+        searched = ("ilp", "torchrec") + FORCED_FORMS  # the forced forms after the baselines, the ILP last
+        order = ([m for m in methods if m not in searched] + [m for m in methods if m in FORCED_FORMS]
+                 + (["ilp"] if "ilp" in methods else []))
         for i, m in enumerate(order, 1):
             config = solve_config(args, method=m)
             extra = {}
-            if m == "ilp":  # last of the methods run here: it gets what the others left of the budget
+            if m == "ilp" or m in FORCED_FORMS:  # the ILP and the forced forms (ILPs too) share what is left
                 from dataclasses import replace
 
-                limit = ilp_time_limit(deadline - time.perf_counter())
+                searches = sum(x == "ilp" or x in FORCED_FORMS for x in order[i - 1:])  # this one and those after
+                limit = ilp_time_limit((deadline - time.perf_counter()) / searches)
                 config = replace(config, time_limit_s=limit)
                 extra = {"time_limit_s": limit}
-                say(f"  [{i}/{len(order)}] ilp: " + limit_line(round(limit, 1), what="solver limit",
-                                                              source="what the budget leaves"))
+                say(f"  [{i}/{len(order)}] {m}: " + limit_line(round(limit, 1), what="solver limit",
+                                                               source="what the budget leaves"))
             else:
                 say(f"  [{i}/{len(order)}] {m} ...")
             t0 = time.perf_counter()
@@ -155,7 +168,7 @@ def compare_rows(topo, wl, args, started: float | None = None, heartbeat=None) -
                 say(_said(rows[m]))
                 continue
             s = plan.solver
-            if m == "ilp":
+            if m == "ilp" or m in FORCED_FORMS:
                 extra.update(gap=s.gap, lower_bound_step_time_s=s.lower_bound_step_time_s)
             rows[m] = _priced_row(m, plan.predicted, s.status, time.perf_counter() - t0, **extra)
             say(_said(rows[m]))
@@ -210,10 +223,10 @@ def budget_lines(rows: list[dict], budget: float, total: float) -> list[str]:
 
 
 def _display(rows: list[dict]) -> list[dict]:
-    """Rows for the table: the ILP's status with its gap."""
+    """Rows for the table: the ILP's status with its gap (a forced form's too)."""
     out = []
     for r in rows:
-        if r["method"] == "ilp" and r.get("gap") is not None and r["step_time_s"] is not None:
+        if r.get("gap") is not None and r["step_time_s"] is not None:
             r = {**r, "status": f"{r['status']}, gap {r['gap']:.1%}"}
         out.append(r)
     return out

@@ -6,11 +6,13 @@ import numbers
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from placer.cost import PHASES, CostModel
 from placer.errors import InfeasibleError, PlacerError, SolverError, SpecError
+from placer import forms
 from placer.executor import BackgroundParts
+from placer.forms import FORCED_FORMS
 from placer.limits import MAX_TIME_LIMIT_S, MAX_WORK_LIMIT
 from placer.options import OptionConfig, all_options
 from placer.plan import Placement, Plan, SolverInfo, SpecRef, check_plan
@@ -30,7 +32,7 @@ from placer.skew import robustness
 from placer.specs.workload import Workload
 from placer.topology import Topology
 
-METHODS = ("ilp",) + BASELINES + EXTERNAL  # EXTERNAL: torchrec, when installed (torchrec_io/planner.py)
+METHODS = ("ilp",) + BASELINES + FORCED_FORMS + EXTERNAL  # EXTERNAL: torchrec, when installed (torchrec_io/planner.py)
 
 
 @dataclass(frozen=True)
@@ -123,7 +125,9 @@ def solve(topology: Topology, workload: Workload, config: SolveConfig = SolveCon
 
 def _solve(topology: Topology, workload: Workload, config: SolveConfig) -> Plan:
     model = CostModel(topology, workload)
-    if config.method != "ilp":
+    if config.method in FORCED_FORMS:
+        plan = solve_forced(model, config)
+    elif config.method != "ilp":
         if config.method not in BASELINES + EXTERNAL:
             raise PlacerError(f"unknown method {config.method!r}; choose one of {', '.join(METHODS)}")
         t0 = time.perf_counter()
@@ -143,7 +147,7 @@ def _solve(topology: Topology, workload: Workload, config: SolveConfig) -> Plan:
             update={"objective_step_time_s": plan.predicted["step_time_s"]})})
     else:
         plan = solve_ilp(model, config)
-    if config.method != "ilp" or config.work_limit is not None:
+    if config.method not in ("ilp",) + FORCED_FORMS or config.work_limit is not None:
         return with_robustness(model, plan)
     # the what-ifs are within the limit (SolveConfig.time_limit_s); they price the plan twice afresh (23 s for
     # 10,000 tables on 8 GPUs): where what the limit leaves cannot hold them, the plan goes without them
@@ -154,6 +158,31 @@ def _solve(topology: Topology, workload: Workload, config: SolveConfig) -> Plan:
             "skipped": f"the --time-limit of {config.time_limit_s:g} s left {max(left, 0.0):.1f} s, less than the "
                        f"skew what-ifs take here (about {need:.1f} s): run placer whatif on the plan for them"}})
     return with_robustness(model, plan)
+
+
+def solve_forced(model: CostModel, config: SolveConfig) -> Plan:
+    """The ILP with every table that allows the form ``config.method`` (forms.FORCED_FORMS) held to options of
+    that form, without the baselines (none uses a form); the plan's method is the form. SpecError naming --method
+    where no table allows it."""
+    form = config.method
+    allowed = forms.allowing(model.wl, form)
+    if not allowed:
+        field = "node_local" if form == "node_local" else f"compression.{form}"
+        raise SpecError(f"no table of workload {model.wl.name!r} allows {form} (tables[].{field}): the forced "
+                        f"method {form} is the ILP with those tables held to it", field="--method")
+    forced = replace(config, method="ilp", options=replace(config.options, forced_form=form))
+    plan = solve_ilp(model, forced)
+    held = sum(forms.uses(p, form) for p in plan.placements if p.table in set(allowed))
+    said = (f"forced {form}: {held} of the {len(allowed)} tables that allow it hold it" if held else
+            f"forced {form}: the menu has no {form} option for the {len(allowed)} tables that allow it on this "
+            "machine (node_local needs several nodes), so the plan is the ILP's")
+    solver = plan.solver.model_copy(update={"note": f"{said}; {plan.solver.note}" if plan.solver.note else said})
+    return plan.model_copy(update={"method": form, "solver": solver})
+
+
+def _baselines_apply(config: SolveConfig) -> bool:
+    """Whether the baselines may be the plan or its warm start: not where a form is forced (they use none)."""
+    return config.options.forced_form is None
 
 
 def _pairs(model: CostModel) -> int:
@@ -196,7 +225,7 @@ def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
     tried_baseline = False  # the cheapest baseline tried first (the time limit too short), and none fit
     if not budget.deterministic:
         least, left = least_work_s(model), budget.left()
-        if least > left:  # said before the work starts; the plan is the cheapest baseline's, the limit named as cut
+        if least > left and _baselines_apply(config):  # said before the work starts; the plan is the cheapest baseline's, the limit named as cut
             print(f"placer: the --time-limit of {config.time_limit_s:g} s leaves {max(left, 0.0):.1f} s, less than the "
                   f"least work here takes (about {least:.0f} s: the cost model, the greedy_size baseline and its "
                   f"pricing for {len(model.wl.tables):,} tables on {len(model.topo.gpus):,} GPUs); the command "
@@ -215,7 +244,8 @@ def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
         # for production-856 @ cpu-server, whose 5 s limit then ended after 16 s): where they cannot fit in what
         # the limit leaves, the cheapest baseline instead
         pairs = len(model.wl.tables) * gpus
-        if LEAST_WORK_S + (OPTIONS_S_PER_PAIR + 2 * WHAT_IF_S_PER_PAIR) * pairs > budget.left():
+        if (LEAST_WORK_S + (OPTIONS_S_PER_PAIR + 2 * WHAT_IF_S_PER_PAIR) * pairs > budget.left()
+                and _baselines_apply(config)):
             plan = _cheapest_plan(model, config, budget, tracker, "the time limit left no time for the options")
             if plan is not None:
                 return plan
@@ -225,7 +255,7 @@ def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
         infeasible.check_dense(model)
         cfg = with_fit_levels(model, config.options)
         options = all_options(model.topo, model.wl, cfg)
-        baselines = _feasible_baselines(model, config.seed)
+        baselines = _feasible_baselines(model, config.seed) if _baselines_apply(config) else {}
         for _, placements in baselines.items():  # every baseline's choice is on the menu: ILP <= each baseline
             for p in placements:
                 if p not in options[p.table]:
@@ -431,7 +461,7 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, budge
     with budget.stage("model"):
         infeasible.check_dense(model)
         infeasible.check_tables(model, config.options)
-    if (not budget.deterministic and not tried_baseline
+    if (not budget.deterministic and not tried_baseline and _baselines_apply(config)
             and budget.left() - SCHEDULE.pricing_reserve_s - after_solve_s(model) < SCHEDULE.min_stages_s):
         # the stages would stop at once (their kinds' deadline passed): the cheapest baseline here, at full
         # priority, instead of waiting for the baselines' child (synthetic-1000 @ dgx-h100-32node at 10 s)
@@ -443,7 +473,8 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, budge
     # stages' own work (the option kinds fold in two processes); the plan is the best of them and the two
     # stages' either way (under a time limit, of those priced by the end of stage 2: synthetic-1000 @
     # dgx-h100-32node at 60 s waited 3.3-4.9 s past it for all of them)
-    baselines = BackgroundParts(lambda: _priced_baselines(model, config.seed), nice=BASELINES_NICE)
+    baselines = (BackgroundParts(lambda: _priced_baselines(model, config.seed), nice=BASELINES_NICE)
+                 if _baselines_apply(config) else None)
     try:
         with budget.stage("option kinds"):
             cfg = with_fit_levels(model, config.options)
@@ -454,17 +485,20 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, budge
         stages = solve_two_stage(model, sym, cfg, budget=budget.child(seconds), gap=config.gap,
                                  backend=config.solver, threads=config.threads, tracker=tracker)
         placements, bound, stage1 = stages.placements, stages.bound_s, stages.stage1
-        tracker.update("baselines (computed beside the stages)")
-        with budget.stage("baselines (waited for)"):
-            wait = SCHEDULE.baselines_wait_s(budget, after_solve_s(model))
-            # with no plan of its own, the solve waits for the first baseline (greedy_size) past the limit, as it
-            # would compute it itself (it never ends without a plan where a baseline fits)
-            candidates, complete = baselines.collect(wait, at_least=0 if placements else 1)
+        candidates, complete = [], True
+        if baselines is not None:
+            tracker.update("baselines (computed beside the stages)")
+            with budget.stage("baselines (waited for)"):
+                wait = SCHEDULE.baselines_wait_s(budget, after_solve_s(model))
+                # with no plan of its own, the solve waits for the first baseline (greedy_size) past the limit, as
+                # it would compute it itself (it never ends without a plan where a baseline fits)
+                candidates, complete = baselines.collect(wait, at_least=0 if placements else 1)
         if not complete:
             budget.note_ran_out("baselines")
     finally:
-        baselines.close()
-    if not candidates and not complete and not placements and stage1.status != "infeasible":  # no child, or it died
+        if baselines is not None:
+            baselines.close()
+    if baselines is not None and not candidates and not complete and not placements and stage1.status != "infeasible":  # no child, or it died
         with budget.stage("baseline"):
             found = _cheapest_baseline(model, config.seed)
         if found is not None:

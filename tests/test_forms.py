@@ -1,0 +1,76 @@
+"""The forced methods (placer/forms.py): solve --method qr / tt / node_local is the ILP with every table that
+allows the form held to it; compare shows them beside the ILP where the workload allows them."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from placer.cli import main
+from placer.forms import allowing, force, table_allows, uses
+from placer.options import OptionConfig, table_options
+from placer.plan import load_plan
+from placer.specs import load_hardware, load_workload
+from placer.topology import Topology
+
+HW = "hardware_specs/h100-pcie-host.yaml"
+TABLES = [{"name": "big", "rows": 40_000, "dim": 32, "compression": {"qr": {"max_collisions": 4}}},
+          {"name": "frozen", "rows": 5_000, "dim": 32, "frozen": True, "compression": {"int8": True}},
+          {"name": "plain", "rows": 3_000, "dim": 32},
+          {"name": "local", "rows": 2_000, "dim": 32, "node_local": True}]
+WL = {"schema_version": 1, "name": "forms", "batch_size": 512, "optimizer": {"name": "sgd", "lr": 0.1},
+      "tables": TABLES, "dense": {"bottom_mlp": [32], "top_mlp": [16, 1]}}
+
+
+@pytest.fixture
+def wl_path(tmp_path):
+    path = tmp_path / "forms.yaml"
+    path.write_text(json.dumps(WL))
+    return str(path)
+
+
+def test_which_tables_allow_which_form(wl_path):
+    wl = load_workload(wl_path)
+    t = {x.name: x for x in wl.tables}
+    assert allowing(wl, "qr") == ["big"] and allowing(wl, "node_local") == ["local"] and allowing(wl, "tt") == []
+    assert table_allows(t["frozen"], "int8") and not table_allows(t["big"], "int8")
+    assert not any(table_allows(t["plain"], f) for f in ("qr", "tt", "int8", "node_local"))
+
+
+def test_force_holds_a_table_to_its_form_and_leaves_the_others(wl_path):
+    wl, topo = load_workload(wl_path), Topology(load_hardware(HW))
+    t = {x.name: x for x in wl.tables}
+    menu = table_options(t["big"], topo, wl)
+    held = force(menu, t["big"], "qr")
+    assert held and all(uses(p, "qr") for p in held) and len(held) < len(menu)
+    assert table_options(t["big"], topo, wl, OptionConfig(forced_form="qr")) == held
+    plain = table_options(t["plain"], topo, wl)
+    assert force(plain, t["plain"], "qr") == plain  # it does not allow qr: every option stays
+    assert force(table_options(t["local"], topo, wl), t["local"], "node_local")  # one node: no such option, all stay
+
+
+def test_solve_method_qr_holds_every_allowing_table_and_the_ilp_is_no_slower(wl_path, tmp_path, capsys):
+    forced, free = tmp_path / "qr.json", tmp_path / "ilp.json"
+    assert main(["solve", HW, wl_path, "--method", "qr", "-o", str(forced), "--time-limit", "20"]) == 0
+    assert main(["solve", HW, wl_path, "-o", str(free), "--time-limit", "20"]) == 0
+    capsys.readouterr()
+    plan, ilp = load_plan(str(forced)), load_plan(str(free))
+    assert plan.method == "qr"
+    assert [p.table for p in plan.placements if uses(p, "qr")] == ["big"]
+    assert "forced qr: 1 of the 1 tables that allow it hold it" in plan.solver.note
+    assert ilp.predicted["step_time_s"] <= plan.predicted["step_time_s"] * (1 + 1e-9)
+
+
+def test_forced_methods_a_workload_does_not_allow_exit_2(capsys):
+    assert main(["solve", HW, "workloads/tiny.yaml", "--method", "qr"]) == 2
+    err = capsys.readouterr().err
+    assert "--method" in err and "compression.qr" in err and "tiny" in err
+
+
+def test_compare_shows_the_allowed_forms_beside_the_ilp(wl_path, capsys):
+    assert main(["compare", HW, wl_path, "--json", "--methods", "ilp,greedy_size,qr,node_local",
+                 "--time-limit", "20"]) == 0
+    rows = {r["method"]: r for r in json.loads(capsys.readouterr().out)}
+    assert set(rows) == {"ilp", "greedy_size", "qr", "node_local"}
+    assert rows["qr"]["status"] in ("optimal", "feasible") and rows["qr"]["time_limit_s"] > 0
+    assert all(rows["ilp"]["step_time_s"] <= r["step_time_s"] * (1 + 1e-9) for r in rows.values())
