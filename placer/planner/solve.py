@@ -225,7 +225,8 @@ def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
     tried_baseline = False  # the cheapest baseline tried first (the time limit too short), and none fit
     if not budget.deterministic:
         least, left = least_work_s(model), budget.left()
-        if least > left and _baselines_apply(config):  # said before the work starts; the plan is the cheapest baseline's, the limit named as cut
+        # said before the work starts; the plan is the cheapest baseline's, the limit named as cut
+        if least > left and _baselines_apply(config):
             print(f"placer: the --time-limit of {config.time_limit_s:g} s leaves {max(left, 0.0):.1f} s, less than the "
                   f"least work here takes (about {least:.0f} s: the cost model, the greedy_size baseline and its "
                   f"pricing for {len(model.wl.tables):,} tables on {len(model.topo.gpus):,} GPUs); the command "
@@ -498,7 +499,8 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, budge
     finally:
         if baselines is not None:
             baselines.close()
-    if baselines is not None and not candidates and not complete and not placements and stage1.status != "infeasible":  # no child, or it died
+    # no child, or it died
+    if baselines is not None and not candidates and not complete and not placements and stage1.status != "infeasible":
         with budget.stage("baseline"):
             found = _cheapest_baseline(model, config.seed)
         if found is not None:
