@@ -9,6 +9,9 @@ only where the table's workload entry allows them (``compression``): QR at k = t
 table-wise on each GPU with every row in HBM (the geometry the
 cost model prices and the runner runs compressed: row-wise, data-parallel, split and host forms of a compressed
 table are not offered). A frozen table's options are the usual ones, priced without a backward (program/build.py).
+A table that allows ``node_local`` on a machine of several nodes gets the node-local variants of the first node's
+table-wise, row-wise and column-wise options (a replica on every node, placer/node_local.py; with the options over
+all GPUs: the two-stage planner folds its own, planner/kinds.py).
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from dataclasses import dataclass
 
 from placer.errors import SpecError
 from placer.forms import FORCED_FORMS, force
+from placer.node_local import node_local_options
 from placer.plan import Compression, Placement, QRForm, Shard, TTForm
 from placer.specs.workload import TableSpec, Workload
 from placer.topology import Topology
@@ -174,6 +178,8 @@ def table_options(t: TableSpec, topo: Topology, wl: Workload, cfg: OptionConfig 
                     _shard(device=host, rows=full_rows, cols=full_cols, hbm_rows=0, host_rows=t.rows)]))
         if cfg.compressed:
             out += compressed_options(t, topo, prec, cfg)
+    if t.node_local and cfg.all_gpu_kinds:  # node-local replicas of the first node's options (placer/node_local.py)
+        out += node_local_options(out, topo.nodes)
     return force(out, t, cfg.forced_form) if cfg.forced_form else out
 
 

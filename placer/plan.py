@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator, with_config
 from typing_extensions import TypedDict
 
 from placer.errors import SpecError
+from placer.node_local_check import check_per_node
 from placer.specs.detect import detect_kind
 from placer.specs.documents import parse_json
 from placer.specs.loading import load_model, read_document
@@ -110,6 +111,14 @@ class Placement(_PlanModel):
     precision: Literal["fp32", "fp16"] = "fp32"
     shards: list[Shard] = Field(min_length=1)
     compression: Compression | None = None
+    #: "per_node": a node-local table (the workload's ``node_local``): one replica on every node, laid out alike on
+    #: each (``shards`` lists every node's, node by node), trained on that node's samples alone; None: one copy
+    replicated: Literal["per_node"] | None = None
+
+    @property
+    def node_local(self) -> bool:
+        """Whether the table is replicated per node and trained node-locally (``replicated``)."""
+        return self.replicated == "per_node"
 
     @property
     def form(self) -> str | None:
@@ -126,6 +135,9 @@ class Placement(_PlanModel):
         """Short human description: 'table_wise node0/gpu1 hot 10%'."""
         devices = sorted({s.device for s in self.shards})
         where = devices[0] if len(devices) == 1 else f"{len(devices)} devices"
+        if self.node_local:  # 'node*/gpu1', '8 GPUs per node'
+            local = sorted({d.split("/", 1)[-1] for d in devices})
+            where = f"node*/{local[0]}" if len(local) == 1 else f"{len(local)} GPUs per node"
         kind = self.sharding
         if self.sharding != "host":
             f = self.hot_fraction
@@ -137,7 +149,7 @@ class Placement(_PlanModel):
         c = self.compression
         form = "" if c is None else f" qr k={c.qr.collisions}" if c.qr is not None else \
             f" tt r={c.tt.ranks[0]}x{c.tt.ranks[1]}" if c.tt is not None else " int8"
-        return f"{kind} {where}{prec}{form}"
+        return f"{kind} {where}{prec}{form}{' node_local' if self.node_local else ''}"
 
 
 #: a finite, non-negative number (seconds, bytes); ints are accepted, strings are not
@@ -414,7 +426,11 @@ def check_plan(plan: Plan, topology, workload, *, file: str | None = None, check
                                 f"{t.rows} rows x {t.dim} dims", file=file, field=f)
             if p.sharding == "host" and s.hbm_rows:
                 raise SpecError("a host shard has no HBM rows", file=file, field=f"{f}.hbm_rows")
-        if geometry_label(p, t) is not None:  # several whole copies labelled table_wise: data_parallel, not an overlap
+        if p.replicated is not None:  # every node's replica alike (node_local_check.py), node0's a placement
+            one = check_per_node(p, t, topology, file, where)
+            _check_coverage(one, t, file, where)
+            _check_label(one, t, file, where)
+        elif geometry_label(p, t) is not None:  # several whole copies labelled table_wise: data_parallel, not overlap
             _check_label(p, t, file, where)
             _check_coverage(p, t, file, where)
         else:  # coverage faults first; a grid that covers the table exactly: no label describes it

@@ -23,9 +23,9 @@ def test_row_keys_sort_and_print_as_their_old_names():
 
 def test_families_are_their_old_names():
     """A Family is its old string name: it compares, hashes, prints and serializes as that string."""
-    assert [f.value for f in Family] == ["gpu", "node", "block", "all"]
+    assert [f.value for f in Family] == ["gpu", "node", "block", "all", "node_local"]
     assert Family.ALL == "all" and {"gpu": 1}[Family.GPU] == 1 and str(Family.BLOCK) == f"{Family.BLOCK}" == "block"
-    assert set(FAMILY.values()) == set(Family) and FAMILY["data_parallel"] is Family.ALL
+    assert set(FAMILY.values()) | {Family.LOCAL} == set(Family) and FAMILY["data_parallel"] is Family.ALL
 
 
 def test_stage2_result_better_than():

@@ -116,6 +116,12 @@ class Assigner:
             pieces = len(kind.placement.shards)
             blocks = sym.gpus_per_node // pieces
             return [sym.block_key(n, b, pieces) for n in topo.nodes for b in range(blocks)]
+        if kind.family == Family.LOCAL:  # every node's replica moved alike: node0's local relabelings
+            pieces = len(kind.placement.shards) // len(topo.nodes)
+            if pieces == 1:
+                return [sym.gpu_key(g) for g in topo.gpus_of_node(topo.nodes[0])]
+            if pieces < sym.gpus_per_node:
+                return [sym.block_key(topo.nodes[0], b, pieces) for b in range(sym.gpus_per_node // pieces)]
         return [(0, ())]
 
     def relabeled(self, kind: Kind, key: tuple) -> Placement:

@@ -4,7 +4,9 @@ symmetry classes (two_stage.py's stage 1 chooses among them; assign.py's stage 2
 A kind's loads are summed per (phase, resource class) and its peak on one member kept; the loads on the
 resources that move with its devices under the symmetry (its GPU, host and rail NIC; a host's node) are kept
 by name, for stage 2 to compare devices exactly. The embedding exchange is added from cached per-device
-vectors (CostModel.exchange_bytes_per_gpu); options over all GPUs are folded from one shard or replica.
+vectors (CostModel.exchange_bytes_per_gpu); options over all GPUs are folded from one shard or replica. A table
+that allows ``node_local`` (several nodes) also gets the node-local variants of its canonical intra-node options
+(a replica on every node, family LOCAL: moved alike on every node; their exchange stays inside each node).
 """
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ import numpy as np
 
 from placer.cost import AR, BX, FX, PHASES
 from placer.executor import Background, no_cyclic_gc
+from placer.forms import force
+from placer.node_local import node_local_options
 from placer.options import (OptionConfig, data_parallel_allowed, data_parallel_placement, precisions,
                              row_wise_placement, table_options)
 from placer.plan import Placement
@@ -24,6 +28,7 @@ from placer.planner.budget import OutOfTime
 from placer.planner.context import Context
 from placer.planner.symmetry import resource_class
 from placer.planner.types import Family, Kind, Kinds
+from placer.program.node_local_ops import node_exchange
 from placer.program.ops import EVERY_GPU
 
 #: Below this many tables the kinds are folded in one process (a fork costs more than it saves).
@@ -98,7 +103,11 @@ class KindFolder:
             if deadline is not None and time.perf_counter() > deadline:
                 raise OutOfTime(f"option kinds: {len(out)} of {len(tables)} tables folded by the deadline")
             t = wl.tables[ti]
-            ks = [self.fold(ti, p) for p in table_options(t, topo, wl, cfg)]
+            canonical = table_options(t, topo, wl, cfg)
+            if t.node_local:  # one replica per node of each intra-node option ([] on one node)
+                canonical += node_local_options(canonical, topo.nodes)
+                canonical = force(canonical, t, own_cfg.forced_form) if own_cfg.forced_form else canonical
+            ks = [self.fold(ti, p) for p in canonical]
             for prec in precisions(t, own_cfg):
                 if own_cfg.row_wise and len(topo.nodes) > 1:
                     seen = set()
@@ -116,17 +125,20 @@ class KindFolder:
             out.append(prune_dominated([k for k in ks if k is not None]))
         return out
 
-    def _exchange(self, device: str, outgoing: bool):
+    def _exchange(self, device: str, outgoing: bool, node_local: bool = False):
         """The all-to-all of one byte per GPU from (or to) ``device``, folded: ({(phase, class): total},
-        {(phase, class): busiest member}, [(phase, resource, s) on the device's own resources])."""
-        key = (device, outgoing)
+        {(phase, class): busiest member}, [(phase, resource, s) on the device's own resources]). ``node_local``:
+        to (from) the GPUs of the device's node only."""
+        key = (device, outgoing, node_local)
         if key not in self._exchange_cache:
             phase = FX if outgoing else BX
             tokens = self._own_tokens(device)
             totals: dict[tuple[int, str], float] = defaultdict(float)
             peak: dict[tuple[int, str], float] = {}
             own = []
-            for link, spb in self.ctx.model.traffic.unit_exchange(device, outgoing):
+            unit = (node_exchange(self.ctx.model.traffic, self.ctx.topo, device, 1.0, outgoing) if node_local
+                    else self.ctx.model.traffic.unit_exchange(device, outgoing))
+            for link, spb in unit:
                 c = (phase, resource_class(link))
                 totals[c] += spb
                 peak[c] = max(peak.get(c, 0.0), spb)
@@ -165,7 +177,7 @@ class KindFolder:
         model, sym, topo = ctx.local, ctx.sym, ctx.topo
         n_gpus = len(topo.gpus)
         stream_class, hbm_class = ctx.gpu_classes
-        family = Family.ALL if repeat > 1 else FAMILY[p.sharding]
+        family = Family.ALL if repeat > 1 else Family.LOCAL if p.node_local else FAMILY[p.sharding]
         shards = p.shards
         if family == Family.ALL:  # the probe's shard ops, repeated; the owners' ops for all ``repeat`` shards, exact
             cost = model.shard_cost(p, every_gpu_folded=True)
@@ -218,7 +230,7 @@ class KindFolder:
             per_gpu = ctx.model.exchange_bytes_per_gpu(p.table, shards[0].num_cols)
             for sh in shards:
                 for outgoing in (True, False):
-                    ex_totals, ex_peak, ex_own = self._exchange(sh.device, outgoing)
+                    ex_totals, ex_peak, ex_own = self._exchange(sh.device, outgoing, p.node_local)
                     for key, v in ex_totals.items():
                         totals[key] += v * per_gpu * repeat
                     for key, v in ex_peak.items():

@@ -43,6 +43,7 @@ class Family(str, enum.Enum):
     NODE = "node"
     BLOCK = "block"
     ALL = "all"  # over all GPUs: no choice of devices
+    LOCAL = "node_local"  # a replica on every node (node_local.py), moved alike on each: local GPU or block
 
     def __str__(self) -> str:
         return self.value

@@ -26,7 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from placer.plan import Placement, Shard
+from placer.node_local import one_replica
 from placer.program import compressed_ops as cops
+from placer.program import node_local_ops as nlo
 from placer.program import issue
 from placer.program import tt_ops
 from placer.program.dense import DenseTrace, dense_step_s, trace
@@ -116,6 +118,8 @@ class ProgramBuilder:
         F = self.features[p.table]
         if p.compression is not None:
             return self._compressed_members(p)
+        B = nlo.batch_of(self.topo, self.B, p)  # a node-local replica serves its node's samples only
+        step_lookups = self.lookups_per_sample[p.table] * B
         for i, s in enumerate(p.shards):
             n, c = s.num_rows, s.num_cols
             cols = (s.cols[0], s.cols[1])
@@ -128,8 +132,8 @@ class ProgramBuilder:
                             Member(p.table, i, "all", n, cols, bags, lookups, hot + cold, ids)))
                 continue
             share = n / t.rows
-            lookups = self.lookups_per_step(p.table) * share
-            bags = F * self.B
+            lookups = step_lookups * share
+            bags = F * B
             if p.sharding == "host":
                 hot, cold = self.unique_split(p.table, self.lookups_per_step(p.table), 1.0)
                 out.append((self._key(s.device, "cpu", p, c),
@@ -137,7 +141,7 @@ class ProgramBuilder:
                 continue
             k = s.hbm_rows
             frac = k / n
-            u_hot, u_cold = self.unique_split(p.table, self.lookups_per_step(p.table), frac)
+            u_hot, u_cold = self.unique_split(p.table, step_lookups, frac)
             if k == n or k == 0:
                 out.append((self._key(s.device, "hbm", p, c) if k == n else self._host_rows_key(s, p, c),
                             Member(p.table, i, "all", n, cols, bags, lookups, (u_hot + u_cold) * share, ids)))
@@ -327,15 +331,16 @@ class ProgramBuilder:
         for key, m in self.members(p):
             ops += self.group_fixed_ops(key)
             ops += self.member_ops(key, m)
-        F = self.features[p.table]
+        F, B = self.features[p.table], nlo.batch_of(self.topo, self.B, p)
         for s in p.shards:
             if p.sharding in ("table_wise", "row_wise", "column_wise") and 0 < s.hbm_rows < s.num_rows:
                 costs, st = self.topo.op_costs(s.device), self.stream(s.device)
-                out = F * self.B * s.num_cols * POOLED_BYTES
+                out = F * B * s.num_cols * POOLED_BYTES
                 ops.append(Op("combine", FWD, st, costs.fixed("elementwise") + costs.stream_s(3 * out), table=p.table,
                               sizes={"bytes": out, "parts": 2}))
             if self.W > 1 and p.sharding in ("table_wise", "row_wise", "column_wise"):
-                ops += _forward_only(self._gpu_shard_exchange(p.table, s), p.table not in self.frozen)
+                ex = nlo.exchange_ops(self, p.table, s, B) if p.node_local else self._gpu_shard_exchange(p.table, s)
+                ops += _forward_only(ex, p.table not in self.frozen)
         return ops
 
     def replica_allreduce_ops(self, p: Placement) -> list[Op]:
@@ -350,7 +355,8 @@ class ProgramBuilder:
     def table_ops(self, p: Placement) -> list[Op]:
         """What the sample owners do for the table as a whole, on every GPU: assemble it from its shards'
         outputs, and pack the extra copies of its gradients a sharding sends back (owner_share). They depend
-        on the number of shards and their tiling only."""
+        on the number of shards and their tiling only (a node-local table's: one node's replica)."""
+        p = one_replica(p, len(self.topo.nodes))
         return (self._combine_on_owners(p, self.features[p.table], self.tables[p.table].dim)
                 + self._owner_ops(p))
 
@@ -517,13 +523,14 @@ class ProgramBuilder:
                                   ways * self.exchange_bytes_per_gpu(m.table, c)))
         if self.W > 1 and p.sharding in ("table_wise", "row_wise", "column_wise"):
             F = self.features[p.table]
+            B = nlo.batch_of(self.topo, self.B, p)
             for s in p.shards:
-                out.append(Buffer(mem(s.device), "all-to-all buffers", ways * F * self.B * s.num_cols * POOLED_BYTES))
+                out.append(Buffer(mem(s.device), "all-to-all buffers", ways * F * B * s.num_cols * POOLED_BYTES))
         return out
 
     def table_buffers(self, p: Placement) -> list[Buffer]:
         """The sample owners' all-to-all buffers for the extra copies a sharding sends back (owner_share)."""
-        extra = self.owner_share(p)
+        extra = self.owner_share(one_replica(p, len(self.topo.nodes)))
         if not extra:
             return []
         per_gpu = self.exchange_bytes_per_gpu(p.table, self.tables[p.table].dim)

@@ -1,0 +1,52 @@
+"""A node-local table's part of the step program (placer/node_local.py; build.py hands it here).
+
+With N nodes and global batch B, every node's replica serves that node's samples only: B / N samples (its shards'
+lookups, distinct rows and bags accordingly, from the table's access model at B / N samples' lookups). Its
+all-to-all (the pooled embeddings to the node's sample owners, their gradients back) stays inside the node: each
+of the replica's shards sends every GPU of its node that GPU's samples' share (B / W samples x the table's
+features x the shard's columns x 4 bytes, as for any shard) over the node's links, and the network carries none
+of it. Its updates are its node's lookups' only, and no gradient of it is reduced across nodes (nor within one:
+a row-wise or column-wise replica's shards hold disjoint pieces). Memory: every replica's rows, state and buffers
+on its own node's GPUs and host, so the ILP's capacity rows see each node's copy.
+
+Sizes are per step: samples and lookups counts, bytes bytes, seconds seconds.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from placer.plan import Placement, Shard
+from placer.program.ops import BX, FX, POOLED_BYTES, Op
+
+
+def batch_of(topo, batch: int, p: Placement) -> int:
+    """Samples a replica of ``p`` serves per step: the global ``batch``, or its node's share (batch / nodes) for a
+    node-local placement."""
+    return round(batch / len(topo.nodes)) if p.node_local else batch
+
+
+def node_exchange(traffic, topo, device: str, per_gpu_bytes: float, outgoing: bool) -> list[tuple[str, float]]:
+    """(link, seconds) of ``per_gpu_bytes`` from ``device`` to every GPU of its own node (outgoing), or from every
+    one of them to it: the all-to-all of a node-local shard."""
+    acc: dict[str, float] = defaultdict(float)
+    for h in topo.gpus_of_node(topo.node_of[device]):
+        for link, s in (traffic.send(device, h, per_gpu_bytes) if outgoing else traffic.send(h, device, per_gpu_bytes)):
+            acc[link] += s
+    return list(acc.items())
+
+
+def exchange_ops(builder, table: str, s: Shard, batch: int) -> list[Op]:
+    """The all-to-all of one shard of a node-local replica serving ``batch`` samples: it packs its output (and
+    unpacks its gradient) on its stream, the node's links carry each owner's share (none without the builder's
+    exchange, ``include_exchange``: planner/kinds.py adds it)."""
+    c = s.num_cols
+    full = builder.features[table] * batch * c * POOLED_BYTES
+    per_gpu = builder.exchange_bytes_per_gpu(table, c)
+    costs, st = builder.topo.op_costs(s.device), builder.stream(s.device)
+    out: list[Op] = []
+    for phase, outgoing in ((FX, True), (BX, False)):
+        traffic = node_exchange(builder.traffic, builder.topo, s.device, per_gpu, outgoing) \
+            if builder.include_exchange else []
+        out.append(Op("all_to_all", phase, st, costs.stream_s(2 * full), table=table, traffic=tuple(traffic),
+                      sizes={"bytes": full, "node_local": True}))
+    return out
