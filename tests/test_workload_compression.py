@@ -57,13 +57,13 @@ def test_table_defaults_allow_for_every_table(tmp_path):
 
 
 def test_check_and_solve_say_what_the_planner_does_not_offer_yet(tmp_path, capsys):
-    """tt of a frozen table and node_local are not on the planner's menu (said); qr, tt of a trained table, int8
-    and frozen are (not said)."""
+    """tt of a frozen table is not on the planner's menu (said); qr, tt of a trained table, int8, frozen and
+    node_local are (not said)."""
     path = write(tmp_path, compression={"qr": {"max_collisions": 4}, "tt": {"ranks": [4, 4]}, "int8": True},
                  frozen=True, node_local=True)
     assert main(["check", path]) == 0
     out = capsys.readouterr().out
-    assert "allow compression (tt) but are not trained" in out and "node_local" in out
+    assert "allow compression (tt) but are not trained" in out and "node_local" not in out
     assert "qr" not in out and "int8" not in out and "frozen" not in out
     assert main(["solve", "hardware_specs/h100-pcie-host.yaml", path, "--json", "--method", "greedy_size"]) == 0
     captured = capsys.readouterr()

@@ -200,18 +200,14 @@ class Workload(StrictModel):
         return data
 
     def options_not_planned(self) -> list[str]:
-        """What the workload allows that the planner does not offer yet (node-local tables; tensor-train
-        compression of a frozen table; QR, TT of trained tables, int8 rows of frozen tables and frozen tables are on
-        its menu): one line each, for check and solve to say (plans keep such tables uncompressed and shared)."""
+        """What the workload allows that the planner does not offer yet (tensor-train compression of a frozen table;
+        QR, TT of trained tables, int8 rows of frozen tables, frozen tables and node-local tables are on its menu): one
+        line each, for check and solve to say (plans keep such tables uncompressed)."""
         out = []
         tt = sum(t.frozen and t.compression is not None and t.compression.tt is not None for t in self.tables)
         if tt:
             out.append(f"{tt} table(s) allow compression (tt) but are not trained: TT is on the planner's menu for "
                        "trained tables only, so plans store them without tensor-train compression")
-        local = sum(t.node_local for t in self.tables)
-        if local:
-            out.append(f"{local} table(s) allow node_local training: not on the planner's menu yet, so plans "
-                       "exchange their rows across nodes as for any table")
         return out
 
     @field_validator("tables")
