@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 
 from placer.cost import PHASES, Cost, CostModel
 from placer.errors import SpecError
+from placer.forms import form_label
 from placer.options import OptionConfig, table_options
 from placer.plan import Placement, Plan
 from placer.simulate import MEMORY_SLACK
@@ -69,6 +70,12 @@ class TableExplanation:
     options_infeasible: int
     infeasible_memories: list[str]
     next_best: Alternative | None
+    # the answer to "it does not fit" it uses (forms.form_label: 'qr k=4', 'int8', 'node_local'), or None; the
+    # bytes its compressed form saves against its rows as they are on the same devices; the best option without
+    # any such form (None: none fits memory, or the table uses none)
+    form: str | None = None
+    form_saved_bytes: float = 0.0
+    plain_best: Alternative | None = None
     sentence: str = ""
 
     def to_dict(self) -> dict:
@@ -207,6 +214,7 @@ class Explainer:
         p, cost, spec = self.plan.placements[i], self.costs[i], self.specs[table]
         current = _key(p)
         best: Alternative | None = None
+        plain: Alternative | None = None  # the best option with no form (forms.form_label None)
         priced = infeasible = 0
         infeasible_mems: set[str] = set()
         for q in table_options(spec, self.topo, self.model.wl, self.options):
@@ -218,9 +226,12 @@ class Explainer:
                 infeasible += 1
                 infeasible_mems.update(m for m, _, _ in over)
                 continue
+            alt = Alternative(q.label(), step, step - self.step, (step - self.step) / self.step * 100, bottleneck,
+                              q.model_dump(mode="json"))
             if best is None or step < best.step_time_s:
-                best = Alternative(q.label(), step, step - self.step, (step - self.step) / self.step * 100,
-                                   bottleneck, q.model_dump(mode="json"))
+                best = alt
+            if form_label(q) is None and (plain is None or step < plain.step_time_s):
+                plain = alt
         mems = []
         for m, b in sorted(cost.memory.items()):
             kind = "HBM" if m in self.topo.gpus else "host DRAM"
@@ -247,6 +258,12 @@ class Explainer:
             hbm_devices=gpus,
             main_load=main, bottleneck_share=bshare, options_priced=priced, options_infeasible=infeasible,
             infeasible_memories=sorted(infeasible_mems), next_best=best)
+        e.form = form_label(p)
+        if e.form is not None:
+            e.plain_best = plain
+            if p.compression is not None:
+                rows_as_they_are = self.model.placement_cost(p.model_copy(update={"compression": None})).memory
+                e.form_saved_bytes = sum(rows_as_they_are.values()) - sum(cost.memory.values())
         e.sentence = self.sentence(e)
         return e
 
@@ -304,7 +321,21 @@ class Explainer:
                     + (f", bottleneck would be {nb.bottleneck}" if moved else "") + ".")
             if e.options_infeasible:
                 out += f" {e.options_infeasible} of {e.options_priced} other options do not fit memory."
+        if e.form is not None:
+            out += " " + self._form_sentence(e)
         return out
+
+    @staticmethod
+    def _form_sentence(e: TableExplanation) -> str:
+        """What its form (qr, int8, tt, node_local) buys: the memory it saves, the best option without it."""
+        out = f"It is held as {e.form}"
+        if e.form_saved_bytes > 0:
+            out += f", {fmt_bytes(e.form_saved_bytes)} less memory than its rows as they are on the same devices"
+        pb = e.plain_best
+        if pb is None:
+            return out + "; no option without such a form fits memory."
+        return out + (f"; without such a form the best option is {pb.label}, step {fmt_seconds(pb.step_time_s)} "
+                      f"({pb.delta_s * 1e3:+.3f} ms, {pb.delta_pct:+.2f}%).")
 
     def top(self, n: int) -> list[TableExplanation]:
         """The ``n`` tables whose placement matters most: by |step change| of their next-best option (every

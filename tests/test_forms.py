@@ -74,3 +74,17 @@ def test_compare_shows_the_allowed_forms_beside_the_ilp(wl_path, capsys):
     assert set(rows) == {"ilp", "greedy_size", "qr", "node_local"}
     assert rows["qr"]["status"] in ("optimal", "feasible") and rows["qr"]["time_limit_s"] > 0
     assert all(rows["ilp"]["step_time_s"] <= r["step_time_s"] * (1 + 1e-9) for r in rows.values())
+
+
+def test_explain_says_what_a_compressed_form_saved(wl_path, tmp_path, capsys):
+    plan = tmp_path / "qr.json"
+    assert main(["solve", HW, wl_path, "--method", "qr", "-o", str(plan), "--time-limit", "20"]) == 0
+    capsys.readouterr()
+    assert main(["explain", HW, wl_path, str(plan), "big", "plain", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {r["table"]: r for r in (out["tables"] if isinstance(out, dict) else out)}
+    big, plain = rows["big"], rows["plain"]
+    assert big["form"].startswith("qr k=") and big["form_saved_bytes"] > 0
+    assert big["plain_best"] is not None and big["plain_best"]["label"].startswith("table_wise")
+    assert "It is held as qr k=" in big["sentence"] and "less memory than its rows as they are" in big["sentence"]
+    assert plain["form"] is None and "held as" not in plain["sentence"]
