@@ -10,6 +10,7 @@ that drift apart (each sees 1 / nodes of the samples: an accuracy question the w
 """
 from __future__ import annotations
 
+from placer.errors import SpecError
 from placer.plan import Placement, Shard
 
 #: the shardings a node-local replica may have (one node's intra-node layouts)
@@ -50,3 +51,12 @@ def one_replica(p: Placement, num_nodes: int) -> Placement:
         return p
     per = max(1, len(p.shards) // num_nodes)
     return p.model_copy(update={"shards": p.shards[:per], "replicated": None})
+
+
+def refuse_node_local(plan, what: str, why: str, file: str | None = None) -> None:
+    """SpecError (exit 2) naming the first node-local placement of ``plan``, for a command (``what``) that cannot
+    run or write it as planned (``why``); nothing for a plan without one."""
+    for i, p in enumerate(plan.placements):
+        if p.node_local:
+            raise SpecError(f"{what}: table {p.table!r} is node-local (a replica per node, trained on that node's "
+                            f"samples alone), and {why}", file=file, field=f"placements[{i}].replicated")

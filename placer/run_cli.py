@@ -62,6 +62,7 @@ def run(args, what_if: WhatIf | None = None) -> int:
     the result. ``what_if(args, hardware spec, workload, plan) -> (hardware spec, workload)`` changes the specs
     once loaded (placer run's --batch / --gpus). Returns the exit code."""
     from placer.errors import SpecError
+    from placer.node_local import refuse_node_local
     from placer.plan import load_plan
     from placer.runner.run import RunConfig, run_plan
     from placer.specs import load_hardware, load_workload
@@ -73,6 +74,8 @@ def run(args, what_if: WhatIf | None = None) -> int:
     plan = load_plan(args.plan)
     if what_if is not None:
         hw, wl = what_if(args, hw, wl, plan)
+    refuse_node_local(plan, "placer run", "the runner keeps one copy of every table (no replica per node yet): "
+                      "solve again without node_local: true in the workload to run it", file=args.plan)
     config = RunConfig(device=args.device, steps=args.steps, warmup=args.warmup, scale=args.scale, seed=args.seed,
                        host_read=args.host_read, phase_steps=args.phase_steps, pool_batches=args.pool,
                        threads=args.threads)

@@ -28,6 +28,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from placer.errors import SpecError
+from placer.node_local import refuse_node_local
 from placer.plan import Plan
 from placer.plan_price import priced_plan
 from placer.specs.workload import Workload
@@ -50,6 +51,8 @@ def mapped_plan(plan: Plan, topo: Topology, wl: Workload) -> tuple[Plan, dict[st
     (placer's memory model: a UVM table keeps its rows in host DRAM but its lookup buffers in HBM), so the
     mapping fits wherever some order of them does."""
     tables = {t.name: t for t in wl.tables}
+    refuse_node_local(plan, "export --torchrec", "TorchRec has no sharding that keeps a replica per node trained on "
+                      "that node's samples alone (its data_parallel all-reduces every replica's gradient)")
     for i, p in enumerate(plan.placements):
         if p.compression is not None:
             raise SpecError(f"table {p.table!r} is stored {p.compression.form}-compressed, and TorchRec has no "
