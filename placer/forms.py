@@ -1,7 +1,7 @@
 """The answers to "it does not fit" that trade accuracy for memory or traffic, by name: which a table allows
 (its workload entry: compression, frozen, node_local; placer/specs/compression.py) and which a placement uses
 (placer/plan.py). The forced methods of ``placer solve`` and ``placer compare`` (``--method qr``, ``tt``,
-``node_local``) are the ILP with every table that allows the form held to options of that form
+``int8``, ``node_local``) are the ILP with every table that allows the form held to options of that form
 (OptionConfig.forced_form, options.table_options): each answer beside the ILP's free choice, which is never slower,
 since the forced menu is a part of the ILP's.
 """
@@ -11,7 +11,7 @@ from placer.plan import Placement
 from placer.specs.workload import TableSpec, Workload
 
 #: the forms a method can force, in the order compare shows them
-FORCED_FORMS = ("qr", "tt", "node_local")
+FORCED_FORMS = ("qr", "tt", "int8", "node_local")
 
 
 def table_allows(t: TableSpec, form: str) -> bool:

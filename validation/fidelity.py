@@ -41,7 +41,14 @@ CAMPAIGN = [
     ("criteo-kaggle@2048", "criteo-kaggle-dlrm", 2048, 1, True, 3.0),
     ("mlperf-dlrm-v2/64@256", "mlperf-dlrm-v2", 256, 64, True, 4.0),
     ("production-856/1000@64", "production-856", 64, 1000, False, 4.0),
+    ("kaggle-forms@2048", "criteo-kaggle-dlrm", 2048, 1, False, 3.0),
 ]
+#: the cases whose tables allow the answers to "it does not fit" (allow_forms): their plans use QR, TT, int8
+FORMS_CASES = {"kaggle-forms@2048"}
+#: allow_forms: QR (k <= 4) and TT (ranks 16, 16) on tables of at least FORMS_BIG_ROWS rows; frozen, with int8
+#: rows allowed, those of FORMS_FROZEN_ROWS rows (a range)
+FORMS_BIG_ROWS = 1_000_000
+FORMS_FROZEN_ROWS = (10_000, 1_000_000)
 SMOKE = [("tiny", "tiny", 64, 1, True, 0.2)]
 METHODS = ["ilp", "host_cpu", "uvm", "greedy_size", "round_robin", "random", "fae"]
 HOT_LEVELS = [0.5, 0.1, 0.01]  # forced: every table's hottest fraction in "HBM", the rest "in host memory"
@@ -70,6 +77,18 @@ def calibrate(device: str, threads: int, workloads: list[Path], out: Path, quick
     return out
 
 
+def allow_forms(t):
+    """Table ``t`` with the forms of FORMS_CASES allowed by its size (FORMS_BIG_ROWS, FORMS_FROZEN_ROWS)."""
+    from placer.specs.compression import CompressionSpec
+
+    if t.rows >= FORMS_BIG_ROWS:
+        return t.model_copy(update={"compression": CompressionSpec.model_validate(
+            {"qr": {"max_collisions": 4}, "tt": {"ranks": [16, 16]}})})
+    if FORMS_FROZEN_ROWS[0] <= t.rows < FORMS_FROZEN_ROWS[1]:
+        return t.model_copy(update={"frozen": True, "compression": CompressionSpec.model_validate({"int8": True})})
+    return t
+
+
 def make_workloads(cases, folder: Path, dense_dtype: str | None = None) -> list[tuple[str, Path, float]]:
     """The campaign's workload variants written as YAML (batch, rows divided, fp16 allowed; the dense part's
     dtype replaced by ``dense_dtype`` when given): (name, path, timed seconds per run)."""
@@ -84,6 +103,7 @@ def make_workloads(cases, folder: Path, dense_dtype: str | None = None) -> list[
         if divide > 1:
             wl = wl.with_scaled_rows(divide)
         tables = [t.model_copy(update={"allow_fp16": True}) if fp16 else t for t in wl.tables]
+        tables = [allow_forms(t) for t in tables] if name in FORMS_CASES else tables
         dense = wl.dense.model_copy(update={"dtype": dense_dtype}) if dense_dtype else wl.dense
         wl = wl.model_copy(update={"batch_size": batch, "tables": tables, "name": name, "dense": dense,
                                    "description": f"{shipped}: batch {batch}, rows / {divide}, fp16 allowed: {fp16}, "
@@ -134,7 +154,10 @@ def make_plans(spec: Path, wl_path: Path, folder: Path, time_limit: float, smoke
     topo = Topology(hw, wl.dense.dtype)
     model = CostModel(topo, wl)
     plans: list[tuple[str, Plan]] = []
-    for method in (SMOKE_METHODS if smoke else METHODS):
+    from placer.forms import FORCED_FORMS, allowing
+
+    forced_forms = [f for f in FORCED_FORMS if allowing(wl, f)]  # each answer the workload allows, forced
+    for method in (SMOKE_METHODS if smoke else METHODS + forced_forms):
         try:
             plans.append((method, solve(topo, wl, SolveConfig(method=method, time_limit_s=time_limit))))
         except PlacerError as exc:

@@ -46,8 +46,8 @@ def limit_line(limit_s: float, remaining_s: float | None = None, what: str = "ti
 def add_solver_options(p: argparse.ArgumentParser, method: bool = True) -> None:
     if method:
         p.add_argument("--method", default="ilp", choices=METHODS,
-                       help="planner (default ilp; qr, tt, node_local: the ILP with every table that allows that form "
-                            "held to it)")
+                       help="planner (default ilp; qr, tt, int8, node_local: the ILP with every table that allows "
+                            "that form held to it)")
     p.add_argument("--solver", default="cbc", choices=SOLVERS, help="MILP backend (default cbc)")
     p.add_argument("--time-limit", type=_args.time_limit, default=DEFAULT_TIME_LIMIT_S, metavar="S",
                    help=f"time limit, s: > 0 and at most {_args.MAX_TIME_LIMIT_S:g} (default 60); for solve, "

@@ -29,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_hw_wl(p)
     p.add_argument("--json", action="store_true", help="print a JSON list of rows")
     p.add_argument("--methods", default=None, help="comma-separated subset of methods (default: all; the forced "
-                                                   "forms qr, tt, node_local where the workload allows them)")
+                                                   "forms qr, tt, int8, node_local where the workload allows them)")
     add_solver_options(p, method=False)
     for action in p._actions:  # the shared option, with compare's meaning
         if action.dest == "time_limit":
