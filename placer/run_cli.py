@@ -90,7 +90,7 @@ def run(args, what_if: WhatIf | None = None) -> int:
     warn_if_oversubscribed(args)
     if getattr(args, "nproc", None) is not None and (any(p.compression for p in plan.placements)
                                                      or any(t.frozen for t in wl.tables)):
-        raise SpecError("--nproc: plans with compressed (qr, int8) or frozen tables run in one process only for "
+        raise SpecError("--nproc: plans with compressed (qr, tt, int8) or frozen tables run in one process only for "
                         "now; drop --nproc", file=args.plan, field="--nproc")
     if getattr(args, "nproc", None) is not None:
         from placer.runner.distributed import emit, launch

@@ -1,6 +1,6 @@
-"""The runner's groups of compressed tables (program/compressed_ops.py prices them): QR and int8 rows.
+"""The runner's groups of compressed tables (program/compressed_ops.py and tt_ops.py price them): QR, TT, int8.
 
-Both offer the FusedGroup interface the single-process trainer uses (make_input, lookup, member_output,
+All offer the FusedGroup interface the single-process trainer uses (make_input, lookup, member_output,
 pack_grad, sort, segment_reduce, update, member_rows, slot_map, memory_bytes) and keep the program's fusion:
 
 - ``QRGroup`` (form ``qr:mult`` / ``qr:add``): every QR table of a device, dtype and width in one tensor, each
@@ -9,6 +9,7 @@ pack_grad, sort, segment_reduce, update, member_rows, slot_map, memory_bytes) an
   module starts from the same weights. Forward: the quotient and remainder rows of every lookup gathered,
   combined, pooled into bags (as QREmbeddingBag). Backward: each lookup's pooled gradient (mult: times the other
   sub-table's row) for both sub-tables, one sort of the 2L ids, one segment reduce, one sparse update.
+- ``TTGroup`` (form ``tt:<table>``): one tensor-train table's three cores (class docstring).
 - ``Int8Group`` (form ``int8``, frozen tables): every int8 table of a device and width in one
   ``Int8EmbeddingBag`` over the rows the uncompressed table would start from (groups.init_rows), quantized. No
   backward: frozen groups are skipped by the trainer's backward.
@@ -25,13 +26,18 @@ import torch
 from placer.program.compressed_ops import qr_combine
 from placer.program.ops import INT8, GroupKey
 from placer.runner import kernels
-from placer.runner.compressed import Int8EmbeddingBag, QREmbeddingBag
+from placer.program.tt_shape import TTShape
+from placer.runner.compressed import Int8EmbeddingBag, QREmbeddingBag, TTEmbeddingBag
 from placer.runner.groups import TORCH_DTYPE, BuildContext, FusedGroup, GroupInput, Slot, init_rows, offsets_from_bags
 from placer.runner.optim import state_shapes
 
 
+#: table rows built at a time by TTGroup.member_rows (inspection: a scaled 40M-row table, 1M rows, in 16 blocks)
+ROWS_BLOCK = 65536
+
+
 def qr_seed(seed: int, table_index: int) -> int:
-    """The seed of a QR table's initial rows (QREmbeddingBag's ``seed``)."""
+    """The seed of a QR or TT table's initial rows (QREmbeddingBag's and TTEmbeddingBag's ``seed``)."""
     return int(seed) * 1_000_003 + table_index
 
 
@@ -180,10 +186,110 @@ class Int8Group(_Compressed):
         return {"device": self.module.weight_bytes(), "host": 0}
 
 
+@dataclass
+class TTInput(GroupInput):
+    """A TT group's lookups: ``ids`` the G1 slice of every lookup, ``i2`` and ``i3`` its G2 and G3 slices."""
+
+    i2: torch.Tensor = None
+    i3: torch.Tensor = None
+
+    def nbytes(self) -> int:
+        return super().nbytes() + (self.i2.numel() + self.i3.numel()) * self.i2.element_size()
+
+
+class TTGroup(_Compressed):
+    """One TT table (form ``tt:<table>``): its three cores, initial values those of ``TTEmbeddingBag(rows, dim,
+    ranks, seed=qr_seed(seed, table index))`` (same shape: program/tt_shape.py). Forward as TTEmbeddingBag.row:
+    the three slices of every lookup gathered, two batched products, pooled into bags. Backward: the pooled
+    gradient expanded to the lookups, the four products' gradients, then per core one sort of its slice ids, one
+    segment reduce and one sparse update of the touched slices with the run's SparseRowOptimizer (state per
+    core, runner/optim.py: the cores trained as embedding rows are)."""
+
+    def __init__(self, key: GroupKey, slots: list[Slot], ctx: BuildContext):
+        if len(slots) != 1:
+            raise ValueError(f"{key.label}: a TT group holds one table")
+        self._common(key, slots, ctx)
+        t = self._table(slots[0])
+        ranks = slots[0].placement.compression.tt.ranks
+        ref = TTEmbeddingBag(t.rows, t.dim, ranks, seed=qr_seed(ctx.seed, ctx.workload.table_index[t.name]))
+        self.shape = TTShape.of(t.rows, t.dim, ranks)
+        self.cores = [c.detach().clone().to(ctx.device) for c in (ref.core1, ref.core2, ref.core3)]
+        self.core_states = [[torch.zeros(s, dtype=torch.float32, device=ctx.device)
+                             for s in state_shapes(ctx.optimizer.name, c.shape[0], c.shape[1])] for c in self.cores]
+        self.states = [s for ss in self.core_states for s in ss]
+        self._saved = None
+
+    def make_input(self, tables: dict[str, tuple[np.ndarray, np.ndarray]]) -> TTInput:
+        s = self.slots[0]
+        ids, bags = tables[s.member.table]
+        _, n2, n3 = self.shape.n
+        to = _to(self.op_device)
+        bags = bags + s.bag_base
+        return TTInput(ids=to(ids // (n2 * n3)), offsets=to(offsets_from_bags(bags, self.bags)), bags=to(bags),
+                       i2=to((ids // n3) % n2), i3=to(ids % n3))
+
+    def lookup(self, inp: TTInput) -> torch.Tensor:
+        """(bags, dim) fp32: every lookup's row G1[i1] . G2[i2] . G3[i3], summed into its bag."""
+        (d1, d2, d3), (r1, r2) = self.shape.d, self.shape.ranks
+        L = inp.ids.numel()
+        a = self.cores[0].index_select(0, inp.ids).view(L, d1, r1)
+        b = self.cores[1].index_select(0, inp.i2).view(L, r1, d2 * r2)
+        c = self.cores[2].index_select(0, inp.i3).view(L, r2, d3)
+        ab = torch.bmm(a, b).view(L, d1 * d2, r2)
+        rows = torch.bmm(ab, c).reshape(L, self.width)
+        self._saved = (a, b, c, ab)
+        return torch.zeros((self.bags, self.width), dtype=torch.float32, device=rows.device).index_add_(0, inp.bags,
+                                                                                                       rows)
+
+    def sort(self, inp: TTInput):
+        """Each core's slice ids sorted: three (distinct slices, lookups per slice, lookup positions) and the bags."""
+        pos = torch.arange(inp.ids.numel(), device=inp.ids.device)
+        return [kernels.sort(ix, pos) for ix in (inp.ids, inp.i2, inp.i3)], inp.bags
+
+    def segment_reduce(self, runs) -> list[torch.Tensor]:
+        """Each touched slice's summed gradient, per core: the products' gradients per lookup, then reduced."""
+        (d1, d2, d3), (r1, r2) = self.shape.d, self.shape.ranks
+        per_core, bags = runs
+        a, b, c, ab = self._saved
+        L = bags.numel()
+        g = self.grad.index_select(0, bags).view(L, d1 * d2, d3)
+        d_ab = torch.bmm(g, c.transpose(1, 2)).view(L, d1, d2 * r2)
+        d_c = torch.bmm(ab.transpose(1, 2), g)
+        d_a = torch.bmm(d_ab, b.transpose(1, 2))
+        d_b = torch.bmm(a.transpose(1, 2), d_ab)
+        return [kernels.segment_reduce(d.reshape(L, -1), positions, counts)
+                for d, (_u, counts, positions) in zip((d_a, d_b, d_c), per_core)]
+
+    def update(self, runs, summed: list[torch.Tensor]) -> None:
+        for core, states, (uniq, _c, _p), grad in zip(self.cores, self.core_states, runs[0], summed):
+            self.ctx.optimizer.update(core, states, uniq, grad)
+
+    def member_rows(self, s: Slot) -> torch.Tensor:
+        """The table's logical rows (rows, dim) fp32 on the CPU, built from the cores a block at a time."""
+        t = self._table(s)
+        (d1, d2, d3), (r1, r2) = self.shape.d, self.shape.ranks
+        _, n2, n3 = self.shape.n
+        out = []
+        for start in range(0, t.rows, ROWS_BLOCK):
+            ids = torch.arange(start, min(t.rows, start + ROWS_BLOCK), device=self.cores[0].device)
+            L = ids.numel()
+            a = self.cores[0][ids // (n2 * n3)].view(L, d1, r1)
+            b = self.cores[1][(ids // n3) % n2].view(L, r1, d2 * r2)
+            c = self.cores[2][ids % n3].view(L, r2, d3)
+            out.append(torch.bmm(torch.bmm(a, b).view(L, d1 * d2, r2), c).reshape(L, t.dim).cpu())
+        return torch.cat(out)
+
+    def memory_bytes(self) -> dict[str, int]:
+        nb = lambda t: t.numel() * t.element_size()
+        return {"device": sum(nb(t) for t in self.cores + self.states), "host": 0}
+
+
 def make_group(key: GroupKey, slots: list[Slot], ctx: BuildContext) -> FusedGroup:
-    """The group of ``key``: a QRGroup, an Int8Group, or a FusedGroup (plain and frozen rows)."""
+    """The group of ``key``: a QRGroup, a TTGroup, an Int8Group, or a FusedGroup (plain and frozen rows)."""
     if key.qr:
         return QRGroup(key, slots, ctx)
+    if key.tt:
+        return TTGroup(key, slots, ctx)
     if key.form == INT8:
         return Int8Group(key, slots, ctx)
     return FusedGroup(key, slots, ctx)

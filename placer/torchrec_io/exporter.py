@@ -43,6 +43,10 @@ _JSON_LINE = 'PLAN_JSON = Path(__file__).with_name("plan.torchrec.json")'
 _IMPORT_LINE = "    from plan_builder import "
 
 
+#: what TorchRec lacks for each compressed form
+_NO_TORCHREC = {"qr": "QR", "tt": "TT (tensor-train)", "int8": "trainable int8"}
+
+
 def mapped_plan(plan: Plan, topo: Topology, wl: Workload) -> tuple[Plan, dict[str, list[str]]]:
     """The plan TorchRec will run (every placement at its nearest TorchRec equivalent) and the notes per
     table that changed. SpecError for a table TorchRec cannot run (compressed or frozen tables too). Host tables
@@ -56,7 +60,7 @@ def mapped_plan(plan: Plan, topo: Topology, wl: Workload) -> tuple[Plan, dict[st
     for i, p in enumerate(plan.placements):
         if p.compression is not None:
             raise SpecError(f"table {p.table!r} is stored {p.compression.form}-compressed, and TorchRec has no "
-                            f"{'QR' if p.compression.qr else 'trainable int8'} embedding table to run it as planned",
+                            f"{_NO_TORCHREC[p.compression.form]} embedding table to run it as planned",
                             field=f"placements[{i}].compression")
         if p.table in tables and tables[p.table].frozen:
             raise SpecError(f"table {p.table!r} is frozen, and TorchRec's sharded tables have no frozen form (every "
