@@ -54,7 +54,7 @@ def slow_lookups(model: CostModel, p: Placement) -> float:
             continue
         cov = float(access.coverage(s.hbm_rows / s.num_rows)) if s.hbm_rows else 0.0
         slow += (s.num_rows / t.rows) * (s.num_cols / t.dim) * (1.0 - cov)
-    return lookups * slow
+    return lookups * slow / (len(model.topo.nodes) if p.node_local else 1)  # a replica per node: its node's share
 
 
 def tie_break(model: CostModel, problem: Problem, option_lists: list[list[Placement]], chosen: list[int],

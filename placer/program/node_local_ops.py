@@ -9,7 +9,8 @@ of it. Its updates are its node's lookups' only, and no gradient of it is reduce
 a row-wise or column-wise replica's shards hold disjoint pieces). Memory: every replica's rows, state and buffers
 on its own node's GPUs and host, so the ILP's capacity rows see each node's copy.
 
-Sizes are per step: samples and lookups counts, bytes bytes, seconds seconds.
+Sizes are per step: samples and lookups counts, bytes bytes, seconds seconds. ``network_bytes`` counts what a step
+program sends between nodes (the measure of what node-local tables save).
 """
 from __future__ import annotations
 
@@ -50,3 +51,15 @@ def exchange_ops(builder, table: str, s: Shard, batch: int) -> list[Op]:
         out.append(Op("all_to_all", phase, st, costs.stream_s(2 * full), table=table, traffic=tuple(traffic),
                       sizes={"bytes": full, "node_local": True}))
     return out
+
+
+def network_bytes(ops, topo) -> dict[str, float]:
+    """Bytes per step the ops of a step program send into the network between nodes (every link from a NIC to the
+    fabric; an op's traffic is (link, seconds), bytes = seconds x the link's rate), by table name ("" for what no
+    table owns: the dense model's gradient all-reduce)."""
+    out: dict[str, float] = defaultdict(float)
+    for op in ops:
+        for link, seconds in op.traffic:
+            if link.endswith("->fabric"):
+                out[op.table or ""] += seconds * topo.resources[link].rate
+    return dict(out)
