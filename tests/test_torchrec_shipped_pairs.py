@@ -37,9 +37,10 @@ from tests.test_torchrec_io import PAIRS as IO_PAIRS
 HARDWARE = sorted(p.stem for p in (ROOT / "hardware_specs").glob("*.yaml"))
 #: the shipped workloads whose tables TorchRec can hold: a workload that allows compressed forms (QR, int8:
 #: mlperf-dlrm-v1-qr, -v2-qr) is placer's answer where nothing else fits, and its compressed plans do not export
-#: (tests/test_compressed_options.py checks the refusal)
+#: (tests/test_compressed_options.py checks the refusal); nor do node-local plans (a replica per node trained on
+#: that node's samples: criteo-terabyte-node-local; tests/test_node_local.py checks the refusal)
 WORKLOADS = sorted(p.stem for p in (ROOT / "workloads").glob("*.yaml")
-                   if not any(t.compression is not None for t in load_workload(p).tables))
+                   if not any(t.compression is not None or t.node_local for t in load_workload(p).tables))
 METHODS = ("ilp",) + tuple(BASELINES)
 #: the ILP's time limit here: the round trip is about the plan's form, not its quality (the two-stage path on
 #: the 16- and 32-node machines takes its own minimum, about 10 s, whatever the limit)
