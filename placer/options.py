@@ -46,6 +46,7 @@ class OptionConfig:
     compressed: bool = True  # the compressed forms the workload allows (QR, int8 of frozen tables)
     # a form (forms.FORCED_FORMS) every table that allows it is held to: the forced methods (solve --method qr)
     forced_form: str | None = None
+    node_local: bool = True  # node-local replicas for the tables that allow them (several nodes)
     # extra hot-row fractions for some tables: ((table name, (fraction, ...)), ...), set by the planner where the
     # default levels leave a big table no split that fits (planner/fit.py)
     table_levels: tuple[tuple[str, tuple[float, ...]], ...] = ()
@@ -178,7 +179,7 @@ def table_options(t: TableSpec, topo: Topology, wl: Workload, cfg: OptionConfig 
                     _shard(device=host, rows=full_rows, cols=full_cols, hbm_rows=0, host_rows=t.rows)]))
         if cfg.compressed:
             out += compressed_options(t, topo, prec, cfg)
-    if t.node_local and cfg.all_gpu_kinds:  # node-local replicas of the first node's options (placer/node_local.py)
+    if t.node_local and cfg.node_local and cfg.all_gpu_kinds:  # replicas of node0's options (placer/node_local.py)
         out += node_local_options(out, topo.nodes)
     return force(out, t, cfg.forced_form) if cfg.forced_form else out
 

@@ -104,7 +104,7 @@ class KindFolder:
                 raise OutOfTime(f"option kinds: {len(out)} of {len(tables)} tables folded by the deadline")
             t = wl.tables[ti]
             canonical = table_options(t, topo, wl, cfg)
-            if t.node_local:  # one replica per node of each intra-node option ([] on one node)
+            if t.node_local and own_cfg.node_local:  # one replica per node of each intra-node option ([] on one node)
                 canonical += node_local_options(canonical, topo.nodes)
                 canonical = force(canonical, t, own_cfg.forced_form) if own_cfg.forced_form else canonical
             ks = [self.fold(ti, p) for p in canonical]
