@@ -11,7 +11,7 @@ import torch
 from placer.cli import main
 from placer.cost import CostModel
 from placer.options import OptionConfig, table_options
-from placer.plan import check_plan, plan_from_json
+from placer.plan import check_plan, load_plan, plan_from_json
 from placer.program.build import ProgramBuilder
 from placer.program.ops import BWD, FWD
 from placer.program.tt_shape import TTShape
@@ -88,7 +88,7 @@ def test_tt_ops_price_the_products_and_their_gradients(tmp_path):
     ops = b.member_ops(key, m)
     gemm = {op.phase: op for op in ops if op.kind == "gemm"}
     shape = TTShape.of(1000, 16, (4, 8))
-    assert gemm[FWD].sizes["flops"] == 64 * sum(shape.forward_flops)
+    assert gemm[FWD].sizes["flops"] == pytest.approx(m.unique_rows * sum(shape.forward_flops))
     assert gemm[BWD].sizes["flops"] == 2 * gemm[FWD].sizes["flops"] and gemm[BWD].seconds > gemm[FWD].seconds
     assert {op.kind for op in ops if op.phase == BWD} >= {"sort", "segment_reduce", "update"}
     fixed = b.group_fixed_ops(key)
@@ -148,7 +148,9 @@ def test_runner_step_matches_a_reference_tt_stepped_by_hand(tmp_path, optimizer)
         batch = tr.pool[0]
         inp = batch.groups[g.key]
         _, n2, n3 = g.shape.n
-        ids = inp.ids * n2 * n3 + inp.i2 * n3 + inp.i3  # the table's ids back from the core slices
+        uniq = inp.ids * n2 * n3 + inp.i2 * n3 + inp.i3  # the distinct ids back from the core slices
+        ids = uniq.index_select(0, inp.inverse)  # and every lookup's
+        assert uniq.numel() < ids.numel() and torch.equal(uniq, torch.unique(ids))
         assert torch.equal(ids, torch.from_numpy(batch.table_ids["a"]))
         out_ref = ref(ids, inp.offsets)
         assert torch.allclose(g.lookup(inp), out_ref, atol=1e-6)
@@ -179,3 +181,19 @@ def test_run_cli_runs_a_tt_plan_on_cpu_and_refuses_nproc(tmp_path, capsys):
     assert main(["run", HW, wl_path, plan_path, "--device", "cpu", "--nproc", "2"]) == 2
     err = capsys.readouterr().err
     assert "--nproc" in err and "tt" in err
+
+
+def test_mlperf_dlrm_v2_tt_solves_with_tt_on_the_menu(tmp_path, capsys):
+    """With QR and TT allowed on its 40M-row tables, the ILP plans mlperf-dlrm-v2 on one H100 + host (it does not
+    fit uncompressed) with compressed tables only where allowed, each whole in HBM; the TT options were priced."""
+    out = tmp_path / "tt.json"
+    assert main(["solve", HW, "workloads/mlperf-dlrm-v2-tt.yaml", "-o", str(out), "--time-limit", "30"]) == 0
+    capsys.readouterr()
+    wl = load_workload("workloads/mlperf-dlrm-v2-tt.yaml")
+    allowed = {t.name for t in wl.tables if t.compression and t.compression.tt}
+    compressed = [p for p in load_plan(str(out)).placements if p.compression is not None]
+    assert compressed and {p.table for p in compressed} <= allowed
+    assert all(p.sharding == "table_wise" and p.shards[0].host_rows == 0 for p in compressed)
+    topo = Topology(load_hardware(HW))
+    tt = [p for p in table_options(wl.tables[wl.table_index["C20"]], topo, wl) if p.form == "tt"]
+    assert len(tt) == 1 and CostModel(topo, wl).placement_cost(tt[0]).memory

@@ -6,23 +6,26 @@ factors, slice widths w1 = d1 r1, w2 = r1 d2 r2, w3 = r2 d3). It is one member (
 (form ``tt:<table>``): the runner (runner/compressed_groups.py TTGroup) runs each TT table's ops on its own
 cores, so every fixed cost is the table's. For L lookups a step (U distinct rows of N), B bags, dim c:
 
-- forward: ``lookup``: three gathers of core slices (L slices of w_k fp32 values each, at the calibrated fp32
-  gather rates for that slice size; distinct slices from U, ``touched``); ``gemm``: two batched matrix products
-  per lookup, (d1 x r1)(r1 x d2 r2) and (d1 d2 x r2)(r2 x d3), each priced as a roofline of the calibrated GEMM
-  rate (by its shape, flattened as batch x m rows) and the calibrated stream rate over the bytes it reads and
-  writes (tiny matrices are memory-bound); ``combine``: the L rows pooled into B bags (read L rows, write B);
-- backward: ``pack_grad`` of the pooled gradient; ``elementwise``: the pooled gradient expanded to the L
-  lookups; ``gemm``: the four products' gradients (dAB, dG3, dG1, dG2: twice the forward's FLOPs); then per core
-  a ``sort`` of its L slice ids, a ``segment_reduce`` of the L slice gradients (w_k values each) and a sparse
+- forward (as TT-Rec computes it: on the batch's U distinct rows, deduplicated in the input step): ``lookup``:
+  three gathers of U core slices (w_k fp32 values each, at the calibrated fp32 gather rates for that slice size;
+  distinct slices from U, ``touched``); ``gemm``: two batched matrix products per distinct row, (d1 x r1)(r1 x d2
+  r2) and (d1 d2 x r2)(r2 x d3), each priced as a roofline of the calibrated GEMM rate (by its shape, flattened as
+  batch x m rows) and the calibrated stream rate over the bytes it reads and writes (tiny matrices are
+  memory-bound); ``combine``: every lookup's row taken from the U rows and pooled into B bags;
+- backward: ``pack_grad`` of the pooled gradient; ``elementwise``: the pooled gradient expanded to the L lookups
+  and summed per distinct row (at the calibrated segment-reduce rate: the same gather-and-sum); ``gemm``: the
+  four products' gradients on the U rows (dAB, dG3, dG1, dG2: twice the forward's FLOPs); then per core a
+  ``sort`` of its U slice ids, a ``segment_reduce`` of the U slice gradients (w_k values each) and a sparse
   ``update`` of the touched slices with the workload's optimizer: the cores are dense parameters touched
   sparsely, trained as embedding rows are (runner/optim.py SparseRowOptimizer: sgd, adagrad per value,
   rowwise_adagrad one state per core slice, lazy adam on touched slices); optimizer state lives beside each core.
 
 No op kind is new: every op is priced from calibrated kinds (gather, gemm, stream, sort, segment_reduce,
 update) and their fixed costs (``FIXED``: how many of each kind's ops the runner issues). Memory on the GPU:
-the cores and their state; pooled outputs and gradients; the backward workspace (the gathered slices and the
-first product saved by the forward, the expanded gradient rows, the slice gradients, the sort keys); the ids
-(three core ids and a bag id per lookup). Sizes are per step: counts, bytes, seconds.
+the cores and their state; pooled outputs and gradients; the workspace (per distinct row: the gathered slices and
+the first product the forward saves, its gradient and the slice gradients, the sort keys; per lookup: its row and
+its gradient row); the ids (a bag and a distinct row per lookup, three slice ids per distinct row). Sizes are per
+step: counts, bytes, seconds.
 """
 from __future__ import annotations
 
@@ -35,8 +38,8 @@ from placer.program.tt_shape import TTShape
 #: the cores' dtype (fp32: the runner's TTEmbeddingBag), and the GEMM rates that price their products
 TT_DTYPE = "fp32"
 #: runner ops per op of the program (TTGroup): the fixed cost each pays ``count`` times, by fixed-cost kind
-FIXED = {("lookup", FWD): (3, "elementwise"), ("gemm", FWD): (2, "gemm"), ("combine", FWD): (2, "elementwise"),
-         ("pack_grad", BX): (1, "copy"), ("elementwise", BWD): (1, "elementwise"), ("gemm", BWD): (4, "gemm"),
+FIXED = {("lookup", FWD): (3, "elementwise"), ("gemm", FWD): (2, "gemm"), ("combine", FWD): (3, "elementwise"),
+         ("pack_grad", BX): (1, "copy"), ("elementwise", BWD): (3, "elementwise"), ("gemm", BWD): (4, "gemm"),
          ("sort", BWD): (3, "sort"), ("segment_reduce", BWD): (3, "segment_reduce"), ("update", BWD): (3, None)}
 #: optimizer state values per core slice of w values: (per value, per slice), as runner/optim.state_shapes
 STATE_VALUES = {"sgd": (0, 0), "adagrad": (1, 0), "rowwise_adagrad": (0, 1), "adam": (2, 0)}
@@ -78,28 +81,29 @@ def bmm_s(costs, L: float, m: int, k: int, n: int, layout: str = "nn") -> float:
 
 
 def member_ops(key: GroupKey, m: Member, shape: TTShape, costs, stream: str, optimizer: str) -> list[Op]:
-    """A TT table's work (module docstring)."""
+    """A TT table's work (module docstring): L lookups, U = m.unique_rows distinct rows."""
     (d1, d2, d3), (r1, r2), L, c = shape.d, shape.ranks, m.lookups, m.cols[1] - m.cols[0]
+    U = m.unique_rows
     rows, grad_row, pooled = m.local_ids[1] - m.local_ids[0], c * POOLED_BYTES, m.bags * c * POOLED_BYTES
-    slices = [(n, w * POOLED_BYTES, touched(rows, m.unique_rows, n)) for n, w in zip(shape.n, shape.widths)]
+    slices = [(w * POOLED_BYTES, touched(rows, U, n)) for n, w in zip(shape.n, shape.widths)]
     op = lambda kind, phase, s, **sizes: Op(kind, phase, stream, s, key, m.table, sizes=sizes)
-    gather = sum(costs.lookup_s(TT_DTYPE, wb, L, u, L * wb, False) for _, wb, u in slices)
-    fwd = bmm_s(costs, L, d1, r1, d2 * r2) + bmm_s(costs, L, d1 * d2, r2, d3)
-    bwd = (bmm_s(costs, L, d1 * d2, d3, r2, "nt") + bmm_s(costs, L, r2, d1 * d2, d3, "tn")
-           + bmm_s(costs, L, d1, d2 * r2, r1, "nt") + bmm_s(costs, L, r1, d1, d2 * r2, "tn"))
+    gather = sum(costs.lookup_s(TT_DTYPE, wb, U, u, U * wb, False) for wb, u in slices)
+    fwd = bmm_s(costs, U, d1, r1, d2 * r2) + bmm_s(costs, U, d1 * d2, r2, d3)
+    bwd = (bmm_s(costs, U, d1 * d2, d3, r2, "nt") + bmm_s(costs, U, r2, d1 * d2, d3, "tn")
+           + bmm_s(costs, U, d1, d2 * r2, r1, "nt") + bmm_s(costs, U, r1, d1, d2 * r2, "tn"))
     s1, s2 = STATE_VALUES[optimizer]
-    update = sum(costs.update_s(optimizer, TT_DTYPE, wb * (1 + s1) + s2 * STATE_BYTES, u, False)
-                 for _, wb, u in slices)
-    flops = L * sum(shape.forward_flops)
-    return [op("lookup", FWD, gather, lookups=L, slices=[u for *_, u in slices], row_bytes=[wb for _, wb, _ in slices]),
+    update = sum(costs.update_s(optimizer, TT_DTYPE, wb * (1 + s1) + s2 * STATE_BYTES, u, False) for wb, u in slices)
+    flops = U * sum(shape.forward_flops)
+    pool = 3 * L * grad_row + pooled  # every lookup's row selected (read, write), then pooled (read, write bags)
+    return [op("lookup", FWD, gather, lookups=U, slices=[u for _, u in slices], row_bytes=[wb for wb, _ in slices]),
             op("gemm", FWD, fwd, flops=flops, what="TT products"),
-            op("combine", FWD, costs.stream_s(L * grad_row + pooled), bytes=L * grad_row + pooled, what="TT pool"),
+            op("combine", FWD, costs.stream_s(pool), bytes=pool, what="TT rows pooled"),
             op("pack_grad", BX, costs.stream_s(2 * pooled), bytes=pooled),
-            op("elementwise", BWD, costs.stream_s(2 * L * grad_row), bytes=2 * L * grad_row, what="TT expand"),
+            op("elementwise", BWD, costs.segment_reduce_s(grad_row, L), lookups=L, what="TT gradient per distinct row"),
             op("gemm", BWD, bwd, flops=2 * flops, what="TT product gradients"),
-            op("sort", BWD, costs.sort_s(3 * L), ids=3 * L),
-            op("segment_reduce", BWD, sum(costs.segment_reduce_s(wb, L) for _, wb, _ in slices), lookups=L),
-            op("update", BWD, update, rows=sum(u for *_, u in slices))]
+            op("sort", BWD, costs.sort_s(3 * U), ids=3 * U),
+            op("segment_reduce", BWD, sum(costs.segment_reduce_s(wb, U) for wb, _ in slices), lookups=3 * U),
+            op("update", BWD, update, rows=sum(u for _, u in slices))]
 
 
 def core_bytes(shape: TTShape, optimizer: str) -> float:
@@ -112,11 +116,10 @@ def buffers(m: Member, shape: TTShape, optimizer: str, memory: str, buffer) -> l
     """What a TT table keeps in its GPU's memory during a step (module docstring); ``buffer(memory, purpose,
     bytes)`` makes each (build.Buffer)."""
     (d1, d2, _), (_, r2), L, c = shape.d, shape.ranks, m.lookups, m.cols[1] - m.cols[0]
-    slice_values = sum(shape.widths)
-    # forward saves the slices and the first product; backward adds the expanded gradient, the slice gradients
-    # and each core's sort keys (id + position)
-    work = L * (2 * slice_values + d1 * d2 * r2 + c) * POOLED_BYTES + 3 * L * 2 * INDEX_BYTES
+    U = m.unique_rows
+    per_row = (2 * sum(shape.widths) + 2 * d1 * d2 * r2 + c) * POOLED_BYTES + 3 * 2 * INDEX_BYTES
+    work = U * per_row + 2 * L * c * POOLED_BYTES
     return [buffer(memory, "rows and optimizer state", core_bytes(shape, optimizer)),
             buffer(memory, "pooled outputs and gradients", 2 * m.bags * c * POOLED_BYTES),
             buffer(memory, "backward workspace", work),
-            buffer(memory, "input ids", L * 4 * INDEX_BYTES)]
+            buffer(memory, "input ids", L * 2 * INDEX_BYTES + U * 3 * INDEX_BYTES)]

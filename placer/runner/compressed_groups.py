@@ -188,22 +188,25 @@ class Int8Group(_Compressed):
 
 @dataclass
 class TTInput(GroupInput):
-    """A TT group's lookups: ``ids`` the G1 slice of every lookup, ``i2`` and ``i3`` its G2 and G3 slices."""
+    """A TT group's lookups, deduplicated in the input step: ``ids`` the G1 slice, ``i2`` and ``i3`` the G2 and G3
+    slices of every distinct row the batch looks up; ``inverse`` the distinct row of every lookup."""
 
     i2: torch.Tensor = None
     i3: torch.Tensor = None
+    inverse: torch.Tensor = None
 
     def nbytes(self) -> int:
-        return super().nbytes() + (self.i2.numel() + self.i3.numel()) * self.i2.element_size()
+        return super().nbytes() + sum(t.numel() * t.element_size() for t in (self.i2, self.i3, self.inverse))
 
 
 class TTGroup(_Compressed):
     """One TT table (form ``tt:<table>``): its three cores, initial values those of ``TTEmbeddingBag(rows, dim,
-    ranks, seed=qr_seed(seed, table index))`` (same shape: program/tt_shape.py). Forward as TTEmbeddingBag.row:
-    the three slices of every lookup gathered, two batched products, pooled into bags. Backward: the pooled
-    gradient expanded to the lookups, the four products' gradients, then per core one sort of its slice ids, one
-    segment reduce and one sparse update of the touched slices with the run's SparseRowOptimizer (state per
-    core, runner/optim.py: the cores trained as embedding rows are)."""
+    ranks, seed=qr_seed(seed, table index))`` (same shape: program/tt_shape.py). Forward as TT-Rec computes it: the
+    rows of the batch's U distinct ids only (three slice gathers, two batched products, as TTEmbeddingBag.row),
+    each lookup's row taken from them and pooled into its bag. Backward: the pooled gradient expanded to the
+    lookups and summed per distinct row, the four products' gradients on the U rows, then per core one sort of
+    its slice ids, one segment reduce and one sparse update of the touched slices with the run's
+    SparseRowOptimizer (state per core, runner/optim.py: the cores trained as embedding rows are)."""
 
     def __init__(self, key: GroupKey, slots: list[Slot], ctx: BuildContext):
         if len(slots) != 1:
@@ -222,42 +225,51 @@ class TTGroup(_Compressed):
     def make_input(self, tables: dict[str, tuple[np.ndarray, np.ndarray]]) -> TTInput:
         s = self.slots[0]
         ids, bags = tables[s.member.table]
+        uniq, inverse = np.unique(ids, return_inverse=True)
         _, n2, n3 = self.shape.n
         to = _to(self.op_device)
         bags = bags + s.bag_base
-        return TTInput(ids=to(ids // (n2 * n3)), offsets=to(offsets_from_bags(bags, self.bags)), bags=to(bags),
-                       i2=to((ids // n3) % n2), i3=to(ids % n3))
+        return TTInput(ids=to(uniq // (n2 * n3)), offsets=to(offsets_from_bags(bags, self.bags)), bags=to(bags),
+                       i2=to((uniq // n3) % n2), i3=to(uniq % n3), inverse=to(inverse.reshape(-1)))
+
+    def rows_of(self, i1: torch.Tensor, i2: torch.Tensor, i3: torch.Tensor, keep: bool = False) -> torch.Tensor:
+        """(U, dim): the rows G1[i1] . G2[i2] . G3[i3]; ``keep``: the operands saved for the backward."""
+        (d1, d2, d3), (r1, r2) = self.shape.d, self.shape.ranks
+        U = i1.numel()
+        a = self.cores[0].index_select(0, i1).view(U, d1, r1)
+        b = self.cores[1].index_select(0, i2).view(U, r1, d2 * r2)
+        c = self.cores[2].index_select(0, i3).view(U, r2, d3)
+        ab = torch.bmm(a, b).view(U, d1 * d2, r2)
+        if keep:
+            self._saved = (a, b, c, ab)
+        return torch.bmm(ab, c).reshape(U, self.width)
 
     def lookup(self, inp: TTInput) -> torch.Tensor:
-        """(bags, dim) fp32: every lookup's row G1[i1] . G2[i2] . G3[i3], summed into its bag."""
-        (d1, d2, d3), (r1, r2) = self.shape.d, self.shape.ranks
-        L = inp.ids.numel()
-        a = self.cores[0].index_select(0, inp.ids).view(L, d1, r1)
-        b = self.cores[1].index_select(0, inp.i2).view(L, r1, d2 * r2)
-        c = self.cores[2].index_select(0, inp.i3).view(L, r2, d3)
-        ab = torch.bmm(a, b).view(L, d1 * d2, r2)
-        rows = torch.bmm(ab, c).reshape(L, self.width)
-        self._saved = (a, b, c, ab)
+        """(bags, dim) fp32: every lookup's row (of the distinct rows computed once), summed into its bag."""
+        rows = self.rows_of(inp.ids, inp.i2, inp.i3, keep=True).index_select(0, inp.inverse)
         return torch.zeros((self.bags, self.width), dtype=torch.float32, device=rows.device).index_add_(0, inp.bags,
                                                                                                        rows)
 
     def sort(self, inp: TTInput):
-        """Each core's slice ids sorted: three (distinct slices, lookups per slice, lookup positions) and the bags."""
+        """Each core's slice ids of the distinct rows sorted: three (distinct slices, rows per slice, row
+        positions), and the lookups' bags and distinct rows."""
         pos = torch.arange(inp.ids.numel(), device=inp.ids.device)
-        return [kernels.sort(ix, pos) for ix in (inp.ids, inp.i2, inp.i3)], inp.bags
+        return [kernels.sort(ix, pos) for ix in (inp.ids, inp.i2, inp.i3)], inp.bags, inp.inverse
 
     def segment_reduce(self, runs) -> list[torch.Tensor]:
-        """Each touched slice's summed gradient, per core: the products' gradients per lookup, then reduced."""
+        """Each touched slice's summed gradient, per core: the lookups' gradients summed per distinct row, the
+        products' gradients per distinct row, then reduced per slice."""
         (d1, d2, d3), (r1, r2) = self.shape.d, self.shape.ranks
-        per_core, bags = runs
+        per_core, bags, inverse = runs
         a, b, c, ab = self._saved
-        L = bags.numel()
-        g = self.grad.index_select(0, bags).view(L, d1 * d2, d3)
-        d_ab = torch.bmm(g, c.transpose(1, 2)).view(L, d1, d2 * r2)
+        U = a.shape[0]
+        g = torch.zeros((U, self.width), dtype=torch.float32, device=a.device).index_add_(
+            0, inverse, self.grad.index_select(0, bags)).view(U, d1 * d2, d3)
+        d_ab = torch.bmm(g, c.transpose(1, 2)).view(U, d1, d2 * r2)
         d_c = torch.bmm(ab.transpose(1, 2), g)
         d_a = torch.bmm(d_ab, b.transpose(1, 2))
         d_b = torch.bmm(a.transpose(1, 2), d_ab)
-        return [kernels.segment_reduce(d.reshape(L, -1), positions, counts)
+        return [kernels.segment_reduce(d.reshape(U, -1), positions, counts)
                 for d, (_u, counts, positions) in zip((d_a, d_b, d_c), per_core)]
 
     def update(self, runs, summed: list[torch.Tensor]) -> None:
@@ -267,16 +279,11 @@ class TTGroup(_Compressed):
     def member_rows(self, s: Slot) -> torch.Tensor:
         """The table's logical rows (rows, dim) fp32 on the CPU, built from the cores a block at a time."""
         t = self._table(s)
-        (d1, d2, d3), (r1, r2) = self.shape.d, self.shape.ranks
         _, n2, n3 = self.shape.n
         out = []
         for start in range(0, t.rows, ROWS_BLOCK):
             ids = torch.arange(start, min(t.rows, start + ROWS_BLOCK), device=self.cores[0].device)
-            L = ids.numel()
-            a = self.cores[0][ids // (n2 * n3)].view(L, d1, r1)
-            b = self.cores[1][(ids // n3) % n2].view(L, r1, d2 * r2)
-            c = self.cores[2][ids % n3].view(L, r2, d3)
-            out.append(torch.bmm(torch.bmm(a, b).view(L, d1 * d2, r2), c).reshape(L, t.dim).cpu())
+            out.append(self.rows_of(ids // (n2 * n3), (ids // n3) % n2, ids % n3).cpu())
         return torch.cat(out)
 
     def memory_bytes(self) -> dict[str, int]:
