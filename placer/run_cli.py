@@ -74,8 +74,9 @@ def run(args, what_if: WhatIf | None = None) -> int:
     plan = load_plan(args.plan)
     if what_if is not None:
         hw, wl = what_if(args, hw, wl, plan)
-    refuse_node_local(plan, "placer run", "the runner keeps one copy of every table (no replica per node yet): "
-                      "solve again without node_local: true in the workload to run it", file=args.plan)
+    if getattr(args, "nproc", None) is None:  # with --nproc the ranks hold one replica per node (node_ranks.py)
+        refuse_node_local(plan, "placer run", "one process keeps one copy of every table: run it with --nproc N, "
+                          "one process per plan GPU", file=args.plan)
     config = RunConfig(device=args.device, steps=args.steps, warmup=args.warmup, scale=args.scale, seed=args.seed,
                        host_read=args.host_read, phase_steps=args.phase_steps, pool_batches=args.pool,
                        threads=args.threads)

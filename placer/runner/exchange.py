@@ -26,7 +26,10 @@ concatenated once (one (n_me, dim) per pooled feature, in feature order) and gat
 indices hold one int32 (int64 past 2^31 elements) per element of the stage and of the received slices: memory
 beside the buffers themselves, paid once per run, in exchange for no Python loop over shards x ranks per step.
 
-Data-parallel tables do not take part: each rank's replica pools its own samples (no exchange).
+Data-parallel tables do not take part: each rank's replica pools its own samples (no exchange). A node-local
+replica's shard (runner/node_ranks.py) pools its node's samples only (its key's ``samples`` [a, b), a union of
+its node's ranks' slices): it sends to, and hears back from, the ranks whose slices lie in [a, b) and no other;
+every rank lists only its own node's replicas' keys, so the layouts still agree between any two ranks.
 """
 from __future__ import annotations
 
@@ -49,6 +52,7 @@ class ExchangeKey:
     features: int
     cols: int
     col0: int = 0  # the shard's first column in its table
+    samples: tuple[int, int] | None = None  # the samples it pools (a node-local replica's: its node's); None: all
 
 
 @dataclass
@@ -106,16 +110,17 @@ class AllToAllLayout:
         self.local = [k for k in self.keys if k.owner == rank]
         self.n_of = [b - a for a, b in slices]
         n_me = self.n_of[rank]
-        self.send_splits = [sum(k.features * n * k.cols for k in self.local) for n in self.n_of]
-        self.recv_order = [k for q in range(self.world) for k in self.keys if k.owner == q]
-        self.recv_splits = [sum(k.features * n_me * k.cols for k in self.keys if k.owner == q)
+        self.send_splits = [sum(k.features * n * k.cols for k in self.local if self.reaches(k, r))
+                            for r, n in enumerate(self.n_of)]
+        self.recv_order = [k for q in range(self.world) for k in self.keys if k.owner == q and self.reaches(k, rank)]
+        self.recv_splits = [sum(k.features * n_me * k.cols for k in self.recv_order if k.owner == q)
                             for q in range(self.world)]
         self.recv_sizes = [k.features * n_me * k.cols for k in self.recv_order]
         # what this rank sends to / receives from OTHER ranks per step, bytes (fp32)
         self.bytes_out = 4 * sum(s for r, s in enumerate(self.send_splits) if r != rank)
         self.bytes_in = 4 * sum(s for q, s in enumerate(self.recv_splits) if q != rank)
         self.leaves = list(leaves or [])
-        self.stage_sizes = [k.features * batch * k.cols for k in self.local]
+        self.stage_sizes = [k.features * self.span_len(k) * k.cols for k in self.local]
         self._buffers: dict[str, torch.Tensor] = {}
         self._indices: dict[str, torch.Tensor] = {}
 
@@ -128,6 +133,19 @@ class AllToAllLayout:
             buf = torch.empty(numel, dtype=torch.float32, device=self.device)
             self._buffers[name] = buf
         return buf
+
+    def span(self, k: ExchangeKey) -> tuple[int, int]:
+        """[start, stop) of the samples shard ``k`` pools: its ``samples``, or the whole batch."""
+        return k.samples or (0, self.B)
+
+    def span_len(self, k: ExchangeKey) -> int:
+        a, b = self.span(k)
+        return b - a
+
+    def reaches(self, k: ExchangeKey, r: int) -> bool:
+        """Whether shard ``k``'s output goes to rank ``r``: r's samples lie in those it pools."""
+        a, b = self.span(k)
+        return a <= self.slices[r][0] and self.slices[r][1] <= b
 
     @property
     def empty(self) -> bool:
@@ -142,9 +160,10 @@ class AllToAllLayout:
             idx = self._indices[name] = built.to(dtype=dtype, device=self.device)
         return idx
 
-    def _slice_positions(self, a: int, b: int, F: int, c: int, base: int) -> torch.Tensor:
-        """Positions, in a row-major (F, B, c) block at ``base``, of its (F, b - a, c) sample slice [a, b)."""
-        f = torch.arange(F, dtype=torch.int64).view(F, 1, 1) * (self.B * c)
+    def _slice_positions(self, a: int, b: int, F: int, c: int, base: int, n: int) -> torch.Tensor:
+        """Positions, in a row-major (F, n, c) block at ``base``, of its (F, b - a, c) sample slice [a, b) (sample
+        positions in the block)."""
+        f = torch.arange(F, dtype=torch.int64).view(F, 1, 1) * (n * c)
         s = torch.arange(a, b, dtype=torch.int64).view(1, b - a, 1) * c
         return (base + f + s + torch.arange(c, dtype=torch.int64).view(1, 1, c)).reshape(-1)
 
@@ -154,8 +173,10 @@ class AllToAllLayout:
             bases = [0]
             for n in self.stage_sizes:
                 bases.append(bases[-1] + n)
-            parts = [self._slice_positions(a, b, k.features, k.cols, base)
-                     for a, b in self.slices for k, base in zip(self.local, bases)]
+            parts = [self._slice_positions(a - self.span(k)[0], b - self.span(k)[0], k.features, k.cols, base,
+                                           self.span_len(k))
+                     for r, (a, b) in enumerate(self.slices) for k, base in zip(self.local, bases)
+                     if self.reaches(k, r)]
             return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64)
         return self._index("send", build)
 
@@ -218,7 +239,8 @@ class AllToAllLayout:
             return []
         stage = torch.index_select(back, 0, self.stage_index(),
                                    out=self.buffer("backward_stage", sum(self.stage_sizes)))
-        return [c.view(k.features * self.B, k.cols) for k, c in zip(self.local, stage.split(self.stage_sizes))]
+        return [c.view(k.features * self.span_len(k), k.cols)
+                for k, c in zip(self.local, stage.split(self.stage_sizes))]
 
     def all_to_all(self, send: torch.Tensor, out_splits: list[int], in_splits: list[int], name: str
                    ) -> torch.Tensor:

@@ -218,11 +218,13 @@ class FusedGroup:
         ids_parts, bag_parts = [], []
         for s in self.slots:
             ids, bags = tables[s.member.table]
-            if self.key.location == "replica":
-                s0, s1 = s.samples
+            s0, s1 = s.samples
+            if (s0, s1) != (0, B):  # a replica's, or a node-local replica's shard's: those samples' lookups only
                 sample, feature = bags % B, bags // B
                 keep = (sample >= s0) & (sample < s1)
-                local, lbags = ids[keep], feature[keep] * (s1 - s0) + (sample[keep] - s0)
+                ids, bags = ids[keep], feature[keep] * (s1 - s0) + (sample[keep] - s0)
+            if self.key.location == "replica":
+                local, lbags = ids, bags
             else:
                 a, b = s.member.local_ids
                 keep = (ids >= a) & (ids < b)
@@ -289,12 +291,15 @@ class FusedGroup:
 
 
 def build_groups(plan: Plan, ctx: BuildContext, builder: ProgramBuilder, devices: set[str] | None = None,
-                 replica_samples: tuple[int, int] | None = None, make=FusedGroup) -> dict[GroupKey, FusedGroup]:
+                 replica_samples: tuple[int, int] | None = None, make=FusedGroup,
+                 table_samples: dict[str, tuple[int, int]] | None = None) -> dict[GroupKey, FusedGroup]:
     """The plan's groups (those on ``devices``, or all), built on the local device; slots in plan order.
     ``make(key, slots, ctx)`` builds each (runner/compressed_groups.make_group: compressed groups too).
 
     Replica r of a data-parallel table with n replicas pools samples [B*r/n, B*(r+1)/n) of the global batch,
-    or ``replica_samples`` [start, stop) when given (a rank of a distributed run: its own sample slice)."""
+    or ``replica_samples`` [start, stop) when given (a rank of a distributed run: its own sample slice). The
+    shards of a table in ``table_samples`` pool its [start, stop) (a node-local replica: its node's samples:
+    runner/node_ranks.py); every other shard the whole batch."""
     slots: dict[GroupKey, list[Slot]] = {}
     bases: dict[GroupKey, tuple[int, int]] = {}  # next (row_base, bag_base) of every group
     W = len(builder.gpus)
@@ -310,6 +315,10 @@ def build_groups(plan: Plan, ctx: BuildContext, builder: ProgramBuilder, devices
                     (ctx.batch * r // len(p.shards), ctx.batch * (r + 1) // len(p.shards))
                 if replica_samples is not None:
                     samples = tuple(replica_samples)
+                m = Member(m.table, m.shard, m.part, m.rows, m.cols, F * (samples[1] - samples[0]), m.lookups,
+                           m.unique_rows, m.local_ids)
+            elif table_samples and p.table in table_samples:
+                samples = tuple(table_samples[p.table])
                 m = Member(m.table, m.shard, m.part, m.rows, m.cols, F * (samples[1] - samples[0]), m.lookups,
                            m.unique_rows, m.local_ids)
             else:

@@ -4,7 +4,9 @@ the dense model under DDP over its samples, a pool of its batches. The same math
 
 The rank builds the fused groups of its plan devices (runner/ranks.py says which; data-parallel tables: one
 replica, pooling the rank's own samples [s0, s1)). Every rank draws the same global batches from the same seed
-and its input step keeps what its groups need (whole-batch lookups for shards, its samples' for replicas).
+and its input step keeps what its groups need (whole-batch lookups for shards, its samples' for replicas). A
+node-local table (``replicated: per_node``): the rank builds its node's replica only, whose shards pool the node's
+samples, exchange with the node's ranks and update without any reduction across nodes (runner/node_ranks.py).
 
 One step, in the program's phases (seconds; fp32 pooled outputs and gradients):
 1. embedding_forward:  every local group's ``lookup``; split shards' hot + cold parts added on their device
@@ -50,6 +52,7 @@ from placer.runner.exchange import (AllToAllLayout, ExchangeKey, ExchangeRecorde
 from placer.runner.groups import BuildContext, FusedGroup, build_groups
 from placer.runner.hostmem import HostMemory
 from placer.runner.optim import SparseRowOptimizer
+from placer.runner.node_ranks import local_plan
 from placer.runner.ranks import RankMap, one_replica_per_rank
 from placer.runner.timing import OpTimer, PhaseTimer, synchronize
 from placer.runner.trainer import (GroupOwner, TableParts, backward_group, dense_autocast, each_group, feature_slots,
@@ -93,11 +96,13 @@ class RankTrainer(GroupOwner):
         gen = BatchGenerator(workload, plan, seed)
         ctx = BuildContext(workload=workload, device=device, host=self.host, optimizer=self.optimizer, seed=seed,
                            perms=gen.perms, batch=self.B)
-        self.groups: dict = build_groups(one_replica_per_rank(plan, rmap, rank), ctx, self.builder,
-                                         devices=set(rmap.devices_of(rank)), replica_samples=(self.s0, self.s1))
+        # node-local tables: this rank's node's replica only, pooling that node's samples (runner/node_ranks.py)
+        self.local_plan, self.table_samples = local_plan(one_replica_per_rank(plan, rmap, rank), topology, rmap, rank)
+        self.groups: dict = build_groups(self.local_plan, ctx, self.builder, devices=set(rmap.devices_of(rank)),
+                                         replica_samples=(self.s0, self.s1), table_samples=self.table_samples)
         self.streams = {key: self.builder.stream(key.device) for key in self.groups}
         self.stream = self.builder.stream(rmap.first_gpu(rank))
-        self._init_tables(plan, workload)
+        self._init_tables(self.local_plan, workload)
         self.feature_slots = feature_slots(workload)
         # the dense model: the same init as the one-process Trainer (global torch seed, then DenseDLRM)
         torch.manual_seed(seed)
@@ -128,7 +133,7 @@ class RankTrainer(GroupOwner):
         dims = {t.name: t.dim for t in workload.tables}
         self.tables = {p.table: TableParts(p, parts[p.table], dims[p.table]) for p in plan.placements}
         keys = [ExchangeKey(p.table, i, self.rmap.rank_of(s.device), workload.outputs_per_sample(p.table),
-                            s.num_cols, s.cols[0])
+                            s.num_cols, s.cols[0], self.table_samples.get(p.table))
                 for p in plan.placements if p.sharding != "data_parallel" for i, s in enumerate(p.shards)]
         leaves = [(t, dims[t]) for t, _ in feature_slots(workload)]
         self.layout = AllToAllLayout(keys, list(self.rmap.slices), self.rank, self.B, self.device, leaves=leaves)

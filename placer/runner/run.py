@@ -20,6 +20,7 @@ import torch
 
 from placer.cost import PHASES, CostModel
 from placer.errors import SpecError
+from placer.node_local import refuse_node_local
 from placer.plan import Plan
 from placer.plan_price import priced_plan
 from placer.program.build import plan_ops
@@ -128,6 +129,8 @@ def run_plan(hardware, workload: Workload, plan: Plan, config: RunConfig = RunCo
     if config.steps < 1 or config.warmup < 0:
         raise SpecError("--steps must be >= 1 and --warmup >= 0")
     device = resolve_device(config.device)
+    refuse_node_local(plan, "one process", "keeps one copy of every table: run it with --nproc N, one process per "
+                      "plan GPU", file=plan_file)
     topo, wl, plan, predicted = prepare(hardware, workload, plan, scale=config.scale, plan_file=plan_file)
     pool = config.pool_batches or default_pool_batches(wl, plan, config.steps + config.warmup)
     needs = estimate_needs(plan, wl, topo, device.type, pool)

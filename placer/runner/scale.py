@@ -48,7 +48,7 @@ def scale_plan(plan: Plan, scaled_workload: Workload) -> Plan:
                 k = 0
             shards.append(Shard(device=s.device, rows=(a, b), cols=s.cols, hbm_rows=k, host_rows=n - k))
         placements.append(Placement(table=p.table, sharding=p.sharding, precision=p.precision, shards=shards,
-                                    compression=p.compression))
+                                    compression=p.compression, replicated=p.replicated))
     return plan.model_copy(update={
         "workload": SpecRef(name=scaled_workload.name),
         "hardware": SpecRef(name=plan.hardware.name),

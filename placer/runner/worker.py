@@ -37,6 +37,7 @@ from placer.errors import SpecError
 from placer.runner import waiting
 from placer.runner.rank_results import distributed_result
 from placer.runner.rank_timing import RankOpTimer, RankPhaseTimer
+from placer.runner.node_ranks import check_node_local_ranks
 from placer.runner.rank_trainer import RankTrainer
 from placer.runner.ranks import check_distributable, check_node_memory, node_needs, rank_map
 from placer.runner.run import (RunConfig, _peak_rss_bytes, _rss_bytes, default_pool_batches, device_description,
@@ -131,6 +132,7 @@ def prepare_distributed(hw_path: str, wl_path: str, plan_path: str, config: RunC
     topo, wl, plan, predicted = prepare(hw, wl0, plan0, scale=config.scale, plan_file=plan_path)
     rmap = rank_map(topo, world, wl.batch_size)
     check_distributable(plan, rmap)
+    check_node_local_ranks(plan, topo, rmap, file=plan_path)
     pool = config.pool_batches or default_pool_batches(wl, plan, config.steps + config.warmup)
     return topo, wl, plan, predicted, rmap, pool
 
