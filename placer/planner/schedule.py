@@ -38,6 +38,9 @@ class Schedule:
     #: kept of a two-stage solve's limit for pricing its plan and the tie-break (measured: 1.3 s of tie-break and
     #: < 1 s of pricing on production-856 @ dgx-h100-16node); the part after the solve is ``after_solve_s``
     pricing_reserve_s: float = 2.5
+    #: where node-local kinds are on the menu, the two stages with them get this share of theirs, and the stages
+    #: without them what is left after (solve.py: the better plan is kept)
+    node_local_share: float = 0.5
     #: under a work limit, the least the two stages get (a time limit has no floor: production-856 @ dgx-h100 at
     #: --time-limit 5 ended after 13.4 s with one); clipped to the limit all the same
     two_stage_work_floor_s: float = 10.0

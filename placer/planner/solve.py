@@ -489,8 +489,9 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, budge
         budget.charge(effort.SETUP_S_PER_PAIR * len(model.wl.tables) * len(model.topo.gpus))
         # what is left less the reserves (schedule.py; a work limit's floor clipped to the limit too)
         seconds = SCHEDULE.two_stage_s(budget, after_solve_s(model))
-        local = _offers_node_local(model, cfg)  # then half for the stages with them, half for those without
-        stages = solve_two_stage(model, sym, cfg, budget=budget.child(seconds / 2 if local else seconds),
+        local = _offers_node_local(model, cfg)  # then a share for the stages with them, the rest without
+        share = SCHEDULE.node_local_share if local else 1.0
+        stages = solve_two_stage(model, sym, cfg, budget=budget.child(seconds * share),
                                  gap=config.gap, backend=config.solver, threads=config.threads, tracker=tracker)
         placements, bound, stage1 = stages.placements, stages.bound_s, stages.stage1
         without = None
