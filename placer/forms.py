@@ -34,12 +34,8 @@ def uses(p: Placement, form: str) -> bool:
 
 
 def form_label(p: Placement) -> str | None:
-    """The forms ``p`` uses, for people: 'qr k=4', 'int8', 'tt', 'node_local'; None when it uses none."""
-    parts = []
-    if p.compression is not None and p.compression.qr is not None:
-        parts.append(f"qr k={p.compression.qr.collisions}")
-    elif p.form is not None:
-        parts.append(p.form)
+    """The forms ``p`` uses, for people: 'qr k=4', 'tt r=16x16', 'int8', 'node_local'; None when it uses none."""
+    parts = [p.form_text] if p.compression is not None else []
     if uses(p, "node_local"):
         parts.append("node_local")
     return " ".join(parts) or None

@@ -126,6 +126,15 @@ class Placement(_PlanModel):
         return self.compression.form if self.compression is not None else None
 
     @property
+    def form_text(self) -> str | None:
+        """The compressed form for people: 'qr k=4', 'tt r=16x16', 'int8'; None when uncompressed."""
+        c = self.compression
+        if c is None:
+            return None
+        return f"qr k={c.qr.collisions}" if c.qr is not None else \
+            f"tt r={c.tt.ranks[0]}x{c.tt.ranks[1]}" if c.tt is not None else "int8"
+
+    @property
     def hot_fraction(self) -> float:
         """Fraction of the table's rows (over all shards) that sit in HBM."""
         total = sum(s.num_rows * s.num_cols for s in self.shards)
@@ -146,9 +155,7 @@ class Placement(_PlanModel):
             elif f < 1:
                 kind += f" hot {f:.0%}"
         prec = "" if self.precision == "fp32" else f" {self.precision}"
-        c = self.compression
-        form = "" if c is None else f" qr k={c.qr.collisions}" if c.qr is not None else \
-            f" tt r={c.tt.ranks[0]}x{c.tt.ranks[1]}" if c.tt is not None else " int8"
+        form = f" {self.form_text}" if self.compression is not None else ""
         return f"{kind} {where}{prec}{form}{' node_local' if self.node_local else ''}"
 
 
