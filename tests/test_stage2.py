@@ -29,7 +29,7 @@ def case():
     topo = Topology(load_hardware(ROOT / "hardware_specs" / "dgx-h100-2node.yaml"), workload.dense.dtype)
     ctx = Context.of(CostModel(topo, workload), Symmetry.of(topo), OptionConfig())
     kinds = KindFolder(ctx).kinds(processes=1)
-    # a work budget: stage 1 chooses the same on a loaded machine (10 s of wall time did not)
+    # a work budget: stage 1 chooses the same on a loaded machine (under 10 s of wall time its choice could vary)
     first = solve_stage1(ctx, kinds, Budget.of_work(10_000), gap=0.005, backend="cbc", threads=None)
     return ctx, kinds, first.problem, first.result.chosen
 
