@@ -10,8 +10,8 @@ table-wise on each GPU with every row in HBM (the geometry the
 cost model prices and the runner runs compressed: row-wise, data-parallel, split and host forms of a compressed
 table are not offered). A frozen table's options are the usual ones, priced without a backward (program/build.py).
 A table that allows ``node_local`` on a machine of several nodes gets the node-local variants of the first node's
-table-wise, row-wise and column-wise options (a replica on every node, placer/node_local.py; with the options over
-all GPUs: the two-stage planner folds its own, planner/kinds.py).
+table-wise, row-wise and column-wise options (a replica on every node, placer/node_local.py; the two-stage
+planner's canonical options get them too, planner/kinds.py).
 """
 from __future__ import annotations
 
@@ -179,7 +179,7 @@ def table_options(t: TableSpec, topo: Topology, wl: Workload, cfg: OptionConfig 
                     _shard(device=host, rows=full_rows, cols=full_cols, hbm_rows=0, host_rows=t.rows)]))
         if cfg.compressed:
             out += compressed_options(t, topo, prec, cfg)
-    if t.node_local and cfg.node_local and cfg.all_gpu_kinds:  # replicas of node0's options (placer/node_local.py)
+    if t.node_local and cfg.node_local:  # replicas of node0's intra-node options (placer/node_local.py)
         out += node_local_options(out, topo.nodes)
     return force(out, t, cfg.forced_form) if cfg.forced_form else out
 

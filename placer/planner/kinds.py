@@ -19,8 +19,6 @@ import numpy as np
 
 from placer.cost import AR, BX, FX, PHASES
 from placer.executor import Background, no_cyclic_gc
-from placer.forms import force
-from placer.node_local import node_local_options
 from placer.options import (OptionConfig, data_parallel_allowed, data_parallel_placement, precisions,
                              row_wise_placement, table_options)
 from placer.plan import Placement
@@ -103,11 +101,8 @@ class KindFolder:
             if deadline is not None and time.perf_counter() > deadline:
                 raise OutOfTime(f"option kinds: {len(out)} of {len(tables)} tables folded by the deadline")
             t = wl.tables[ti]
-            canonical = table_options(t, topo, wl, cfg)
-            if t.node_local and own_cfg.node_local:  # one replica per node of each intra-node option ([] on one node)
-                canonical += node_local_options(canonical, topo.nodes)
-                canonical = force(canonical, t, own_cfg.forced_form) if own_cfg.forced_form else canonical
-            ks = [self.fold(ti, p) for p in canonical]
+            # node-local tables' replicas of the canonical intra-node options included ([] on one node)
+            ks = [self.fold(ti, p) for p in table_options(t, topo, wl, cfg)]
             for prec in precisions(t, own_cfg):
                 if own_cfg.row_wise and len(topo.nodes) > 1:
                     seen = set()
