@@ -339,7 +339,7 @@ class ProgramBuilder:
                 ops.append(Op("combine", FWD, st, costs.fixed("elementwise") + costs.stream_s(3 * out), table=p.table,
                               sizes={"bytes": out, "parts": 2}))
             if self.W > 1 and p.sharding in ("table_wise", "row_wise", "column_wise"):
-                ex = nlo.exchange_ops(self, p.table, s, B) if p.node_local else self._gpu_shard_exchange(p.table, s)
+                ex = self._gpu_shard_exchange(p.table, s, B, p.node_local)
                 ops += _forward_only(ex, p.table not in self.frozen)
         return ops
 
@@ -360,19 +360,25 @@ class ProgramBuilder:
         return (self._combine_on_owners(p, self.features[p.table], self.tables[p.table].dim)
                 + self._owner_ops(p))
 
-    def _gpu_shard_exchange(self, table: str, s: Shard) -> list[Op]:
-        """The all-to-all of one GPU shard: it packs its whole output (and unpacks its gradient), the links
-        carry the bytes (the owners' share is owner_share: in the base, with corrections per option)."""
+    def _gpu_shard_exchange(self, table: str, s: Shard, batch: int, node_local: bool = False) -> list[Op]:
+        """The all-to-all of one GPU shard serving ``batch`` samples: it packs its whole output (and unpacks its
+        gradient), the links carry the bytes (the owners' share is owner_share: in the base, with corrections per
+        option); a node-local replica's shard with the GPUs of its node only (node_local_ops.node_exchange)."""
         c = s.num_cols
-        full = self.features[table] * self.B * c * POOLED_BYTES
+        full = self.features[table] * batch * c * POOLED_BYTES
         per_gpu = self.exchange_bytes_per_gpu(table, c)
         costs, st = self.topo.op_costs(s.device), self.stream(s.device)
-        out_traffic = self.traffic.exchange(s.device, per_gpu, True) if self.include_exchange else []
-        in_traffic = self.traffic.exchange(s.device, per_gpu, False) if self.include_exchange else []
-        return [Op("all_to_all", FX, st, costs.stream_s(2 * full), table=table, traffic=tuple(out_traffic),
-                   sizes={"bytes": full}),
-                Op("all_to_all", BX, st, costs.stream_s(2 * full), table=table, traffic=tuple(in_traffic),
-                   sizes={"bytes": full})]
+
+        def traffic(outgoing: bool) -> tuple:
+            if not self.include_exchange:
+                return ()
+            if node_local:
+                return tuple(nlo.node_exchange(self.traffic, self.topo, s.device, per_gpu, outgoing))
+            return tuple(self.traffic.exchange(s.device, per_gpu, outgoing))
+
+        return [Op("all_to_all", phase, st, costs.stream_s(2 * full), table=table, traffic=traffic(outgoing),
+                   sizes={"bytes": full, "node_local": True} if node_local else {"bytes": full})
+                for phase, outgoing in ((FX, True), (BX, False))]
 
     def owner_share(self, p: Placement) -> float:
         """How many full-width copies of the table's pooled gradients every sample owner packs for the

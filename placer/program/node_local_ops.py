@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from placer.plan import Placement, Shard
-from placer.program.ops import BX, FX, POOLED_BYTES, Op
+from placer.plan import Placement
 
 
 def batch_of(topo, batch: int, p: Placement) -> int:
@@ -34,23 +33,6 @@ def node_exchange(traffic, topo, device: str, per_gpu_bytes: float, outgoing: bo
         for link, s in (traffic.send(device, h, per_gpu_bytes) if outgoing else traffic.send(h, device, per_gpu_bytes)):
             acc[link] += s
     return list(acc.items())
-
-
-def exchange_ops(builder, table: str, s: Shard, batch: int) -> list[Op]:
-    """The all-to-all of one shard of a node-local replica serving ``batch`` samples: it packs its output (and
-    unpacks its gradient) on its stream, the node's links carry each owner's share (none without the builder's
-    exchange, ``include_exchange``: planner/kinds.py adds it)."""
-    c = s.num_cols
-    full = builder.features[table] * batch * c * POOLED_BYTES
-    per_gpu = builder.exchange_bytes_per_gpu(table, c)
-    costs, st = builder.topo.op_costs(s.device), builder.stream(s.device)
-    out: list[Op] = []
-    for phase, outgoing in ((FX, True), (BX, False)):
-        traffic = node_exchange(builder.traffic, builder.topo, s.device, per_gpu, outgoing) \
-            if builder.include_exchange else []
-        out.append(Op("all_to_all", phase, st, costs.stream_s(2 * full), table=table, traffic=tuple(traffic),
-                      sizes={"bytes": full, "node_local": True}))
-    return out
 
 
 def network_bytes(ops, topo) -> dict[str, float]:
