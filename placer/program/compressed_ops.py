@@ -63,13 +63,18 @@ def row_bytes(key: GroupKey, cols: int) -> int:
     return cols * element_bytes(key.dtype)
 
 
-def distinct_of(rows: int, unique: float, share: int) -> float:
-    """Distinct rows of a sub-table touched when ``unique`` of a table's ``rows`` rows are (spread evenly over
-    its id space, placer/plan.py), each sub-table row standing for ``share`` table rows: rows / share sub-rows,
-    each touched unless all its ``share`` table rows are missed."""
-    sub = math.ceil(rows / share)
+def touched_subrows(rows: int, unique: float, subrows: int, share: float) -> float:
+    """Of ``subrows`` rows of a compressed table (QR sub-table rows, TT core slices), each standing for ``share``
+    of a table's ``rows`` rows, those touched when ``unique`` of the table's rows are (spread evenly over its id
+    space, placer/plan.py): each unless all its ``share`` table rows are missed."""
     p_miss = max(0.0, 1.0 - unique / rows)
-    return sub * (1.0 - math.exp(share * math.log(p_miss))) if p_miss > 0 else float(sub)
+    return subrows * (1.0 - math.exp(share * math.log(p_miss))) if p_miss > 0 else float(subrows)
+
+
+def distinct_of(rows: int, unique: float, share: int) -> float:
+    """Distinct rows of a QR sub-table whose every row stands for ``share`` table rows (rows / share sub-rows)
+    touched when ``unique`` of the table's ``rows`` rows are (touched_subrows)."""
+    return touched_subrows(rows, unique, math.ceil(rows / share), share)
 
 
 def qr_members(p: Placement, key: GroupKey, rows: int, bags: int, lookups: float, unique: float

@@ -29,10 +29,9 @@ step: counts, bytes, seconds.
 """
 from __future__ import annotations
 
-import math
-
 from placer.plan import Placement
 from placer.program.ops import BWD, BX, FWD, INDEX_BYTES, POOLED_BYTES, STATE_BYTES, GroupKey, Member, Op
+from placer.program.compressed_ops import touched_subrows
 from placer.program.tt_shape import TTShape
 
 #: the cores' dtype (fp32: the runner's TTEmbeddingBag), and the GEMM rates that price their products
@@ -51,12 +50,9 @@ def table_shape(t) -> TTShape:
 
 
 def touched(rows: int, unique: float, slices: int) -> float:
-    """Distinct slices of a core of ``slices`` rows touched when ``unique`` of the table's ``rows`` rows are
-    (spread evenly over its id space): each slice stands for rows / slices table rows, touched unless all are
-    missed."""
-    p_miss = max(0.0, 1.0 - unique / rows)
-    share = rows / slices
-    return slices * (1.0 - math.exp(share * math.log(p_miss))) if p_miss > 0 else float(slices)
+    """Distinct slices of a core of ``slices`` rows touched when ``unique`` of the table's ``rows`` rows are: each
+    slice stands for rows / slices table rows (compressed_ops.touched_subrows)."""
+    return touched_subrows(rows, unique, slices, rows / slices)
 
 
 def tt_member(p: Placement, key: GroupKey, rows: int, bags: int, lookups: float, unique: float
