@@ -44,13 +44,14 @@ def node_local_options(options: list[Placement], nodes: list[str]) -> list[Place
             and all(s.device.startswith(first) for s in p.shards)]
 
 
-def one_replica(p: Placement, num_nodes: int) -> Placement:
-    """The first node's replica of a node-local placement (its shards are listed node by node, as many on each):
-    what the sample owners of one node assemble and send back; ``p`` itself when it is not node-local."""
+def one_replica(p: Placement, num_nodes: int, node: int = 0) -> Placement:
+    """Node ``node``'s replica (by index; default the first) of a node-local placement, as a plain placement of that
+    node's GPUs (its shards are listed node by node, as many on each): what the sample owners of one node assemble
+    and send back, what a rank of that node holds; ``p`` itself when it is not node-local."""
     if not p.node_local:
         return p
     per = max(1, len(p.shards) // num_nodes)
-    return p.model_copy(update={"shards": p.shards[:per], "replicated": None})
+    return p.model_copy(update={"shards": p.shards[node * per:(node + 1) * per], "replicated": None})
 
 
 def refuse_node_local(plan, what: str, why: str, file: str | None = None) -> None:

@@ -309,20 +309,20 @@ def build_groups(plan: Plan, ctx: BuildContext, builder: ProgramBuilder, devices
             if devices is not None and key.device not in devices:
                 continue
             have = slots.setdefault(key, [])
+            samples = None  # a slice of the batch: the member pools its bags only
             if p.sharding == "data_parallel":
                 r = m.shard
                 samples = (ctx.batch * r // W, ctx.batch * (r + 1) // W) if len(p.shards) == W else \
                     (ctx.batch * r // len(p.shards), ctx.batch * (r + 1) // len(p.shards))
                 if replica_samples is not None:
                     samples = tuple(replica_samples)
-                m = Member(m.table, m.shard, m.part, m.rows, m.cols, F * (samples[1] - samples[0]), m.lookups,
-                           m.unique_rows, m.local_ids)
             elif table_samples and p.table in table_samples:
                 samples = tuple(table_samples[p.table])
+            if samples is None:
+                samples = (0, ctx.batch)
+            else:
                 m = Member(m.table, m.shard, m.part, m.rows, m.cols, F * (samples[1] - samples[0]), m.lookups,
                            m.unique_rows, m.local_ids)
-            else:
-                samples = (0, ctx.batch)
             row_base, bag_base = bases.get(key, (0, 0))
             bases[key] = (row_base + m.rows, bag_base + m.bags)
             have.append(Slot(p, m, row_base, bag_base, samples, F, builder.tables[p.table].dim))

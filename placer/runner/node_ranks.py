@@ -16,7 +16,8 @@ in practice one process per plan GPU); then:
 from __future__ import annotations
 
 from placer.errors import SpecError
-from placer.plan import Placement, Plan
+from placer.node_local import one_replica
+from placer.plan import Plan
 
 
 def rank_nodes(topo, rmap) -> list[str | None]:
@@ -47,12 +48,13 @@ def node_samples(topo, rmap) -> dict[str, tuple[int, int]]:
     """Node -> [start, stop) of the global batch its ranks own together (every rank inside one node:
     ``check_node_local_ranks``)."""
     out: dict[str, tuple[int, int]] = {}
-    for r, node in enumerate(rank_nodes(topo, rmap)):
+    nodes = rank_nodes(topo, rmap)
+    for r, node in enumerate(nodes):
         a, b = rmap.slices[r]
         lo, hi = out.get(node, (a, b))
         out[node] = (min(lo, a), max(hi, b))
     for node, (a, b) in out.items():  # the node's ranks are consecutive (GPUs in node order)
-        mine = [rmap.slices[r] for r, n in enumerate(rank_nodes(topo, rmap)) if n == node]
+        mine = [rmap.slices[r] for r, n in enumerate(nodes) if n == node]
         if sum(y - x for x, y in mine) != b - a:
             raise SpecError(f"the ranks of {node} do not own one contiguous range of samples")
     return out
@@ -66,9 +68,7 @@ def local_plan(plan: Plan, topo, rmap, rank: int) -> tuple[Plan, dict[str, tuple
     placements, served = [], {}
     for p in plan.placements:
         if p.node_local:
-            k, per = topo.nodes.index(node), len(p.shards) // len(topo.nodes)
-            p = Placement.model_construct(table=p.table, sharding=p.sharding, precision=p.precision,
-                                          shards=p.shards[k * per:(k + 1) * per], compression=None, replicated=None)
+            p = one_replica(p, len(topo.nodes), topo.nodes.index(node))
             served[p.table] = samples[node]
         placements.append(p)
     return plan.model_copy(update={"placements": placements}), served
