@@ -47,6 +47,13 @@ def dim_factors(dim: int) -> list[int]:
     return best[1]
 
 
+def slice_ids(ids, n):
+    """(i1, i2, i3): the core slices of table rows ``ids`` (a numpy array or a torch tensor of ints) in cores of
+    ``n`` = (n1, n2, n3) rows: i = (i1 n2 + i2) n3 + i3."""
+    _, n2, n3 = n
+    return ids // (n2 * n3), (ids // n3) % n2, ids % n3
+
+
 @dataclass(frozen=True)
 class TTShape:
     """A TT table's factors (module docstring): ``n`` = (n1, n2, n3) core rows, ``d`` = (d1, d2, d3) column

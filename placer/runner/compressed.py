@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from placer.program.tt_shape import dim_factors, tt_factors  # noqa: F401 (shared with the cost model)
+from placer.program.tt_shape import dim_factors, slice_ids, tt_factors  # noqa: F401 (shared with the cost model)
 
 #: bytes of one fp32 value
 FP32_BYTES = 4
@@ -103,10 +103,9 @@ class TTEmbeddingBag(nn.Module):
 
     def row(self, ids: torch.Tensor) -> torch.Tensor:
         """The (L, dim) rows of ``ids``: two batched matrix products over the gathered core slices."""
-        _, n2, n3 = self.n
         d1, d2, d3 = self.d
         r1, r2 = self.ranks
-        i1, i2, i3 = ids // (n2 * n3), (ids // n3) % n2, ids % n3
+        i1, i2, i3 = slice_ids(ids, self.n)
         L = ids.numel()
         a = self.core1[i1].view(L, d1, r1)
         b = self.core2[i2].view(L, r1, d2 * r2)

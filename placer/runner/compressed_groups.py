@@ -26,7 +26,7 @@ import torch
 from placer.program.compressed_ops import qr_combine
 from placer.program.ops import INT8, GroupKey
 from placer.runner import kernels
-from placer.program.tt_shape import TTShape
+from placer.program.tt_shape import TTShape, slice_ids
 from placer.runner.compressed import Int8EmbeddingBag, QREmbeddingBag, TTEmbeddingBag
 from placer.runner.groups import TORCH_DTYPE, BuildContext, FusedGroup, GroupInput, Slot, init_rows, offsets_from_bags
 from placer.runner.optim import state_shapes
@@ -226,11 +226,11 @@ class TTGroup(_Compressed):
         s = self.slots[0]
         ids, bags = tables[s.member.table]
         uniq, inverse = np.unique(ids, return_inverse=True)
-        _, n2, n3 = self.shape.n
+        i1, i2, i3 = slice_ids(uniq, self.shape.n)
         to = _to(self.op_device)
         bags = bags + s.bag_base
-        return TTInput(ids=to(uniq // (n2 * n3)), offsets=to(offsets_from_bags(bags, self.bags)), bags=to(bags),
-                       i2=to((uniq // n3) % n2), i3=to(uniq % n3), inverse=to(inverse.reshape(-1)))
+        return TTInput(ids=to(i1), offsets=to(offsets_from_bags(bags, self.bags)), bags=to(bags), i2=to(i2),
+                       i3=to(i3), inverse=to(inverse.reshape(-1)))
 
     def rows_of(self, i1: torch.Tensor, i2: torch.Tensor, i3: torch.Tensor, keep: bool = False) -> torch.Tensor:
         """(U, dim): the rows G1[i1] . G2[i2] . G3[i3]; ``keep``: the operands saved for the backward."""
@@ -259,7 +259,7 @@ class TTGroup(_Compressed):
     def segment_reduce(self, runs) -> list[torch.Tensor]:
         """Each touched slice's summed gradient, per core: the lookups' gradients summed per distinct row, the
         products' gradients per distinct row, then reduced per slice."""
-        (d1, d2, d3), (r1, r2) = self.shape.d, self.shape.ranks
+        (d1, d2, d3), (_, r2) = self.shape.d, self.shape.ranks
         per_core, bags, inverse = runs
         a, b, c, ab = self._saved
         U = a.shape[0]
@@ -279,11 +279,10 @@ class TTGroup(_Compressed):
     def member_rows(self, s: Slot) -> torch.Tensor:
         """The table's logical rows (rows, dim) fp32 on the CPU, built from the cores a block at a time."""
         t = self._table(s)
-        _, n2, n3 = self.shape.n
         out = []
         for start in range(0, t.rows, ROWS_BLOCK):
             ids = torch.arange(start, min(t.rows, start + ROWS_BLOCK), device=self.cores[0].device)
-            out.append(self.rows_of(ids // (n2 * n3), (ids // n3) % n2, ids % n3).cpu())
+            out.append(self.rows_of(*slice_ids(ids, self.shape.n)).cpu())
         return torch.cat(out)
 
     def memory_bytes(self) -> dict[str, int]:
