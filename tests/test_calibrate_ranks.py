@@ -38,7 +38,7 @@ def _cpu_calibration() -> Calibration:
         cal.set(k, v, "test")
     cal.peaks = {"fp32": Measurement(0.1, "t")}
     e = OpCostEntries()
-    e.fixed_us = {k: Entry(3.0, "t") for k in FIXED_COST_KINDS if k != "collective"}
+    e.fixed_us = {k: Entry(3.0, "t") for k in FIXED_COST_KINDS if k not in ("collective", "all_reduce")}
     e.gather_GBps = {"fp32": {64: Entry(4.0, "t")}, "fp16": {32: Entry(2.0, "t")}}
     e.stream_GBps = {1 << 20: Entry(15.0, "t")}
     cal.device_costs = e
@@ -47,7 +47,8 @@ def _cpu_calibration() -> Calibration:
 
 def test_the_collectives_become_the_link_of_an_n_rank_spec(tmp_path):
     cal = _cpu_calibration()
-    assert any(n.startswith("fixed_us.collective is not measured") for n in cal.all_notes)  # until --nproc
+    assert any(n.startswith("fixed_us.collective and fixed_us.all_reduce are not measured")
+               for n in cal.all_notes)  # until --nproc
     col = Collectives(world=2, all_to_all=Fit(400e-6, 1.2e9, [(4, 4e-4)]), all_reduce=Fit(900e-6, 0.8e9, [(4, 9e-4)]),
                       how="test", wake_s=80e-6, wake_burst_s=1e-3)
     apply(cal, col)
@@ -62,10 +63,12 @@ def test_the_collectives_become_the_link_of_an_n_rank_spec(tmp_path):
     assert link.latency_us == pytest.approx(200.0)  # two hops rank -> host -> rank: half the fitted latency each
     assert t.gpus.op_costs.fixed_us["collective"] == pytest.approx(80.0)
     assert "--nproc 2" in text and "all-reduce between the 2 ranks" in text
-    assert "fixed_us.collective is not measured" not in text
+    assert "are not measured (one process)" not in text
     topo = Topology(hw)
     assert topo.path_latency_s("node0/gpu0", "node0/gpu1") == pytest.approx(400e-6)
     assert topo.op_costs("node0/gpu1").fixed("collective") == pytest.approx(80e-6)
+    # the all-reduce's latency beyond its ring's 2 rank -> rank hops (the all-to-all's 400 us each): 900 - 800 us
+    assert topo.op_costs("node0/gpu1").fixed("all_reduce") == pytest.approx(100e-6)
 
 
 def test_two_processes_are_measured():

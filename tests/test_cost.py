@@ -33,15 +33,16 @@ def test_table_wise_in_hbm_hand_computed(two_gpu_model):
     uniq = 1000 * (1 - (1 - 1 / 1000) ** 100)  # uniform: distinct rows among 100 draws
     # lookup: 100 rows of 64 B gathered (distinct and repeats alike at the datasheet rate) + 100 bags x 64 B written
     assert c.loads[(FWD, S0)] == pytest.approx(6400 / GATHER + 6400 / STREAM)
-    # exchange: the shard packs its whole output (read + write), 50 x 64 B go to gpu1 over the switch at 100 GB/s
-    assert c.loads[(FX, S0)] == pytest.approx(2 * 6400 / STREAM)
+    # exchange: the shard packs its whole output (read + write), then 50 x 64 B go to gpu1 over the switch at
+    # 100 GB/s: its stream waits for them (pack and transfer one after the other); the links carry them too
+    assert c.loads[(FX, S0)] == pytest.approx(2 * 6400 / STREAM + 3200 / 100e9)
     assert c.loads[(FX, f"{G0}->node0/sw")] == pytest.approx(3200 / 100e9)
     assert c.loads[(FX, f"node0/sw->{G1}")] == pytest.approx(3200 / 100e9)
     assert c.loads[(BX, f"{G1}->node0/sw")] == pytest.approx(3200 / 100e9)
     # backward exchange: the shard unpacks 6400 B and packs its group's gradient; every owner's packing of its
     # 3200 B slice is in the base (every table's, test_owners_share_of_the_exchange)
     assert (BX, S1) not in c.loads
-    assert c.loads[(BX, S0)] == pytest.approx((2 * 6400 + 2 * 6400) / STREAM)
+    assert c.loads[(BX, S0)] == pytest.approx((2 * 6400 + 2 * 6400) / STREAM + 3200 / 100e9)
     # backward: sort 100 ids, expand + sum 100 gradient rows of 64 B, read-modify-write the distinct rows (sgd)
     assert c.loads[(BWD, S0)] == pytest.approx(100 * SORT + 6400 / REDUCE + uniq * 64 / UPDATE, rel=1e-3)
     # the group's fixed costs, once: lookup 2 launches, sort 6, segment reduce 3, sgd update 4, pack 1

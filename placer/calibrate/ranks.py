@@ -17,7 +17,9 @@ memory bandwidth and caches are shared as in a step), then these collectives, an
 all-to-all's fit as the link between the ranks: every GPU-to-GPU route of the spec goes gpu -> host -> gpu,
 so bw_GBps = the all-to-all's bw and latency_us = L / 2 (two hops; cost.py's exchange latency is the
 farthest path). The all-reduce's fit goes into the header and the results: the cost model prices it as a
-ring over the same links (2 hops of latency per ring step). ``fixed_us.collective`` (charged on a rank's
+ring over the same links (2 hops of latency per ring step), and ``fixed_us.all_reduce`` as what its fitted
+latency exceeds those hops' (gloo's all-reduce runs more steps than the all-to-all, each a wake-up of its
+threads: on the 2-core VM 250 us against 57 us). ``fixed_us.collective`` (charged on a rank's
 stream per collective) becomes the wake-up cost: a rank's work right after a collective (it waited, its core
 idled) runs slower than the same work back to back (on a 2-core VM: 0.05-0.4 ms per collective).
 
@@ -26,6 +28,7 @@ Seconds and bytes throughout; rates in bytes per second.
 from __future__ import annotations
 
 import json
+import math
 import multiprocessing
 import os
 import statistics
@@ -252,6 +255,11 @@ def apply(cal, col: Collectives) -> None:
         f"what a rank's work right after a collective costs beyond the same work back to back (it waited, its "
         f"core idled): {col.wake_burst_s * 1e3:.2f} ms of gathers, GEMMs and small ops after a barrier, minus the "
         f"same back to back, medians, max over the {col.world} ranks"))
+    hops = 2 * min(col.world - 1, math.ceil(math.log2(col.world))) if col.world > 1 else 0
+    extra = max(0.0, ar.latency_s - hops * a2a.latency_s)
+    cal.device_costs.fixed_us["all_reduce"] = Entry(extra * 1e6, (
+        f"the all-reduce's fitted latency ({ar.latency_s * 1e6:.0f} us) beyond the latency of its ring's {hops} "
+        f"rank -> rank hops ({a2a.latency_s * 1e6:.0f} us each: the all-to-all's), clamped at >= 0"))
     cal.ranks = col
     cal.notes.append(f"all-reduce between the {col.world} ranks (priced as a ring over the link above): "
                      f"{ar.describe()}")

@@ -137,12 +137,12 @@ class Calibration:
 
     @property
     def all_notes(self) -> list[str]:
-        """``notes`` and what the calibration left unmeasured (fixed_us.collective: one process has no
-        collective; ``placer calibrate --nproc`` measures it)."""
+        """``notes`` and what the calibration left unmeasured (fixed_us.collective and all_reduce: one process
+        has no collective; ``placer calibrate --nproc`` measures them)."""
         if "collective" in self.device_costs.fixed_us:
             return list(self.notes)
-        return self.notes + ["fixed_us.collective is not measured (one process): its datasheet default, "
-                             "kernel_launch_us x 1, applies"]
+        return self.notes + ["fixed_us.collective and fixed_us.all_reduce are not measured (one process): their "
+                             "datasheet defaults, kernel_launch_us x 1 and 0, apply"]
 
     def v(self, key: str) -> float:
         return self.values[key].value

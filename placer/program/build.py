@@ -362,21 +362,30 @@ class ProgramBuilder:
 
     def _gpu_shard_exchange(self, table: str, s: Shard, batch: int, node_local: bool = False) -> list[Op]:
         """The all-to-all of one GPU shard serving ``batch`` samples: it packs its whole output (and unpacks its
-        gradient), the links carry the bytes (the owners' share is owner_share: in the base, with corrections per
-        option); a node-local replica's shard with the GPUs of its node only (node_local_ops.node_exchange)."""
+        gradient), then its bytes cross its busiest link (the pack and the transfer run one after the other:
+        both on its stream), and the links carry the bytes (shared: contention between GPUs; the owners' share
+        is owner_share: in the base, with corrections per option); a node-local replica's shard with the GPUs of
+        its node only (node_local_ops.node_exchange)."""
         c = s.num_cols
         full = self.features[table] * batch * c * POOLED_BYTES
         per_gpu = self.exchange_bytes_per_gpu(table, c)
         costs, st = self.topo.op_costs(s.device), self.stream(s.device)
 
+        def unit(outgoing: bool) -> list[tuple[str, float]]:
+            if node_local:
+                return nlo.node_exchange(self.traffic, self.topo, s.device, 1.0, outgoing)
+            return self.traffic.unit_exchange(s.device, outgoing)
+
         def traffic(outgoing: bool) -> tuple:
             if not self.include_exchange:
                 return ()
-            if node_local:
-                return tuple(nlo.node_exchange(self.traffic, self.topo, s.device, per_gpu, outgoing))
-            return tuple(self.traffic.exchange(s.device, per_gpu, outgoing))
+            return tuple((link, per_gpu * spb) for link, spb in unit(outgoing))
 
-        return [Op("all_to_all", phase, st, costs.stream_s(2 * full), table=table, traffic=traffic(outgoing),
+        def own_transfer_s(outgoing: bool) -> float:
+            return per_gpu * max((spb for _, spb in unit(outgoing)), default=0.0)
+
+        return [Op("all_to_all", phase, st, costs.stream_s(2 * full) + own_transfer_s(outgoing), table=table,
+                   traffic=traffic(outgoing),
                    sizes={"bytes": full, "node_local": True} if node_local else {"bytes": full})
                 for phase, outgoing in ((FX, True), (BX, False))]
 
@@ -442,7 +451,8 @@ class ProgramBuilder:
                 ops += [Op("all_to_all", FX, st, costs.fixed("collective")),
                         Op("all_to_all", BX, st, costs.fixed("collective") + costs.stream_s(2 * per_owner),
                            sizes={"bytes": per_owner}),
-                        Op("all_reduce", AR, st, costs.fixed("collective"), sizes={"bytes": params * 4})]
+                        Op("all_reduce", AR, st, costs.fixed("collective") + costs.fixed("all_reduce"),
+                           sizes={"bytes": params * 4})]
         if self.W > 1:
             ops.append(Op("all_reduce", AR, self.stream(self.gpus[0]), 0.0,
                           traffic=tuple(self.traffic.allreduce(tuple(self.gpus), params * 4))))

@@ -7,7 +7,8 @@ DATASHEET DEFAULTS below derive them from the spec's other fields (which carry t
 
 GPU (a template's ``gpus``), with L = kernel_launch_us, H = hbm_bw_GBps, e = hbm_gather_efficiency:
 - fixed cost of a kind = L x KERNELS[kind] (kernels the runner's op launches, counted in runner/groups.py);
-  dense_op and embedding_op 0 (an op is priced as the kernels it launches)
+  dense_op and embedding_op 0 (an op is priced as the kernels it launches); all_reduce 0 (the ring's hops
+  price its latency)
 - gather (rows from device memory, random and cache hits alike) = H x e, every row size and storage dtype
 - host gather (rows in pinned host memory read by the GPU) = the link's bw x efficiency x host_read_efficiency
 - stream (copies, elementwise; bytes read + written) = H; strided (elementwise over transposed views) = H
@@ -39,7 +40,7 @@ from placer.units import GB, us_to_s
 
 #: kernels (GPU) or eager ops (CPU) one op of each kind runs, for the datasheet defaults of the fixed costs
 KERNELS = {"lookup": 2, "sort": 6, "segment_reduce": 3, "copy": 1, "elementwise": 1, "view": 0.2, "gemm": 1,
-           "collective": 1, "dense_op": 0, "embedding_op": 0,
+           "collective": 1, "all_reduce": 0, "dense_op": 0, "embedding_op": 0,
            "update_sgd": 4, "update_adagrad": 9, "update_rowwise_adagrad": 10,
            "update_adam": 15}
 DTYPES = ("fp32", "fp16")

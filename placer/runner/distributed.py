@@ -4,7 +4,7 @@ is in one module per job:
 - runner/ranks.py:        which rank runs which plan device and owns which samples; the memory pre-flight
 - runner/exchange.py:     the all-to-all of the shards' pooled outputs to the sample owners, and back
 - runner/node_ranks.py:   node-local tables: the replica a rank holds (its node's) and the samples it serves
-- runner/rank_trainer.py: one rank's step program: its groups, its side of the exchange, the dense model (DDP)
+- runner/rank_trainer.py: one rank's step program: its groups, its side of the exchange, the dense model
 - runner/rank_timing.py:  the instrumented passes' timers (ranks meet at barriers, charged to nothing)
 - runner/worker.py:       one rank from its environment to its record (``worker_main``)
 - runner/rank_results.py: the ranks' records merged into the result, on rank 0

@@ -1,5 +1,5 @@
 """One rank of a distributed run: the step program's groups of its plan devices, its side of the exchange,
-the dense model under DDP over its samples, a pool of its batches. The same math as the one-process Trainer
+the dense model over its samples (its gradients all-reduced once per step), a pool of its batches. The same math as the one-process Trainer
 (runner/trainer.py), so several processes train exactly like one.
 
 The rank builds the fused groups of its plan devices (runner/ranks.py says which; data-parallel tables: one
@@ -15,16 +15,18 @@ One step, in the program's phases (seconds; fp32 pooled outputs and gradients):
                        rank's samples (``combine``: row-wise partial sums added in shard order, column-wise
                        pieces concatenated; a replicated table is the rank's replica's output); one leaf per
                        feature (``elementwise``)
-3. dense:              DDP forward + backward over the rank's n samples; loss = sum over its samples of BCE /
-                       global B, so the ranks' losses add up to the one-process mean loss (and DDP's hook SUMS
-                       the dense gradients over the ranks for the same reason)
+3. dense:              forward + backward over the rank's n samples; loss = sum over its samples of BCE /
+                       global B, so the ranks' losses add up to the one-process mean loss (and the all-reduce
+                       SUMS the dense gradients over the ranks for the same reason)
 4. backward_exchange:  each received slice's gradient (its table's gradient, the shard's columns) back to the
                        shard's rank (the reverse ``all_to_all``), there concatenated over the sample slices;
                        every group's ``pack_grad`` of its members' gradients (a split's two parts: the same one)
 5. embedding_backward: every group's ``sort``, ``segment_reduce`` and ``update`` (replicas: ``scatter``)
-6. gradient_allreduce: replicas' dense gradients summed over the ranks (``all_reduce``, one coalesced call;
-                       on a CPU and in the instrumented passes the dense model's gradients too, DDP's overlap
-                       switched off; a rank waits for it, and for the exchange, as runner/waiting.py says),
+6. gradient_allreduce: replicas' dense gradients and the dense model's summed over the ranks (``all_reduce``,
+                       one coalesced call after the embedding backward, as the program prices it: no overlap
+                       with the dense backward as DDP's, which the program does not price, and which a CPU
+                       rank's one core could only share with gloo's thread; a rank waits for it, and for the
+                       exchange, as runner/waiting.py says),
                        then ``update_dense`` (charged to embedding_backward) and the dense optimizer step (dense)
 
 Op timing (``ops``: RankOpTimer) uses the program's names: group ops on their plan device's stream
@@ -34,8 +36,6 @@ on its first plan GPU's stream; a host's group (location cpu, not on a unified-m
 """
 from __future__ import annotations
 
-import contextlib
-import inspect
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
@@ -61,12 +61,6 @@ from placer.specs.workload import Workload
 from placer.topology import Topology
 
 
-def _sum_hook(state, bucket):
-    """DDP communication hook: all-reduce SUM (DDP's default divides by the world size)."""
-    fut = dist.all_reduce(bucket.buffer(), group=state, async_op=True).get_future()
-    return fut.then(lambda f: f.value()[0])
-
-
 def allreduce_sum(tensors: list[torch.Tensor]) -> None:
     """One coalesced all-reduce (sum over the ranks) of several tensors, in place."""
     from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
@@ -83,8 +77,6 @@ class RankTrainer(GroupOwner):
     def __init__(self, plan: Plan, workload: Workload, device: torch.device, topology: Topology, rmap: RankMap,
                  rank: int, *, seed: int = 0, host_read: str = "auto", pool_batches: int = 4,
                  overlap_host: bool | None = None):
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
         self.plan, self.wl, self.device, self.topo, self.rmap, self.rank = plan, workload, device, topology, rmap, rank
         self.world = rmap.world
         self.B = workload.batch_size
@@ -104,14 +96,10 @@ class RankTrainer(GroupOwner):
         self.stream = self.builder.stream(rmap.first_gpu(rank))
         self._init_tables(self.local_plan, workload)
         self.feature_slots = feature_slots(workload)
-        # the dense model: the same init as the one-process Trainer (global torch seed, then DenseDLRM)
+        # the dense model: the same init as the one-process Trainer (global torch seed, then DenseDLRM), so every
+        # rank starts from the same weights and the summed gradients keep them equal
         torch.manual_seed(seed)
         self.model = DenseDLRM(workload).to(device)
-        # the model's buffers are constants (interaction indices): no broadcast before every forward
-        no_buffer_sync = {"forward_sync_buffers": False} \
-            if "forward_sync_buffers" in inspect.signature(DDP.__init__).parameters else {"broadcast_buffers": False}
-        self.ddp = DDP(self.model, device_ids=[device.index] if device.type == "cuda" else None, **no_buffer_sync)
-        self.ddp.register_comm_hook(None, _sum_hook)
         self.dense_opt = make_dense_optimizer(self.model, workload.optimizer.name, workload.optimizer.lr,
                                               foreach=device.type == "cuda")
         self.autocast, self.dense_dtype = dense_autocast(device, workload.dense.dtype)
@@ -162,10 +150,6 @@ class RankTrainer(GroupOwner):
         mark = phases.mark if phases else (lambda _phase: None)
         timer = ops or OpTimer.off()
         instrumented = phases is not None or ops is not None
-        # the dense gradients' all-reduce after the embedding backward (as the program prices it) in the
-        # instrumented passes, and on a CPU always: a rank's one core cannot overlap gloo's all-reduce thread
-        # with its own backward, it would only share the core between them
-        explicit = instrumented or self.device.type == "cpu"
         worker = self._worker if ops is None else None
         if phases:
             phases.begin()
@@ -184,15 +168,12 @@ class RankTrainer(GroupOwner):
         leaves = self._forward_exchange(outs, sums, timer)
         mark("forward_exchange")
 
-        sync_ctx = self.ddp.no_sync() if explicit else contextlib.nullcontext()
-
         def dense():
-            with sync_ctx:
-                with self.autocast:
-                    logits = self.ddp(batch.dense, leaves)
-                loss = F.binary_cross_entropy_with_logits(logits.float(), batch.labels, reduction="sum") / self.B
-                self.dense_opt.zero_grad(set_to_none=True)
-                loss.backward()
+            with self.autocast:
+                logits = self.model(batch.dense, leaves)
+            loss = F.binary_cross_entropy_with_logits(logits.float(), batch.labels, reduction="sum") / self.B
+            self.dense_opt.zero_grad(set_to_none=True)
+            loss.backward()
             return loss
         loss = timer.run("dense", self.stream, dense)
         mark("dense")
@@ -204,9 +185,7 @@ class RankTrainer(GroupOwner):
 
         each_group(self.groups, lambda k, g: backward_group(g, batch.groups[k], timer, self.streams[k]), worker)
         mark("embedding_backward")
-        bufs = list(self.replica_grads)
-        if explicit:
-            bufs += [p.grad for p in self.model.parameters() if p.grad is not None]
+        bufs = list(self.replica_grads) + [p.grad for p in self.model.parameters() if p.grad is not None]
         if bufs and self.world > 1:
             timer.run("all_reduce", self.stream, lambda: allreduce_sum(bufs))
         if bufs or instrumented:

@@ -5,14 +5,12 @@ runner/launcher.py) calls ``worker_main``: the rank checks everything (the same 
 node's memory (runner/ranks.py), joins the process group (NCCL on cuda, rank on cuda:LOCAL_RANK; gloo on
 cpu), builds its RankTrainer (runner/rank_trainer.py) and runs:
 
-- warm-up, then the timed steps back to back (on a GPU DDP all-reduces the dense gradients during the
-  backward, overlapped; on a CPU one all-reduce after the embedding backward, as the program prices it, and a
-  rank with a core of its own spins while it waits: runner/waiting.py); a step's time is the rank's own wall
-  time (CUDA events on a GPU), seconds;
+- warm-up, then the timed steps back to back (the dense gradients all-reduced in one call after the embedding
+  backward, as the program prices it; a CPU rank with a core of its own spins while it waits:
+  runner/waiting.py); a step's time is the rank's own wall time (CUDA events on a GPU), seconds;
 - the phase pass (``--phase-steps`` steps): the device synchronized and all ranks at a barrier at every phase
-  boundary (the barrier charged to no phase), the dense all-reduce done explicitly (``no_sync`` + one
-  coalesced all_reduce) so that it is charged to gradient_allreduce as the cost model prices it, and the
-  all-to-all's collective timed alone after a barrier of its own (``measured.exchange``);
+  boundary (the barrier charged to no phase), and the all-to-all's collective timed alone after a barrier of
+  its own (``measured.exchange``);
 - the op pass (as many steps): every op synchronized and timed under the program's (kind, stream), a barrier
   before each collective (``measured.ops``).
 

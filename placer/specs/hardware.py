@@ -37,7 +37,7 @@ OpBytes = L.count(2**50)
 #: op kinds with a fixed cost per op (placer/program/ops.py lists which ops each kind covers)
 OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad", "adam")
 FIXED_COST_KINDS = ("lookup", "sort", "segment_reduce", "copy", "elementwise", "view", "gemm", "collective",
-                    "dense_op", "embedding_op") + tuple(f"update_{o}" for o in OPTIMIZERS)
+                    "all_reduce", "dense_op", "embedding_op") + tuple(f"update_{o}" for o in OPTIMIZERS)
 StorageDtype = Literal["fp32", "fp16"]
 RowRates = dict[StorageDtype, dict[L.RowBytes, Rate]]  # storage dtype -> row bytes -> GB/s
 
@@ -52,7 +52,9 @@ class OpCostSpec(StrictModel):
         default_factory=dict, description="fixed cost of one op of each kind (dispatch + launch + its smallest run), "
                                           "us; dense_op: what an op of the dense step costs beyond that under "
                                           "autograd and module calls; embedding_op: what one ATen op of a fused "
-                                          "group's ops costs its host in a step beyond that (program/issue.py)")
+                                          "group's ops costs its host in a step beyond that (program/issue.py); "
+                                          "all_reduce: what the step's gradient all-reduce costs beyond its "
+                                          "ring's hop latencies and bytes (gloo's steps between CPU ranks)")
     gather_GBps: RowRates | None = Field(
         default=None, description="storage dtype -> row bytes -> GB/s of rows gathered and pooled from this "
                                   "device's memory, random rows of a table far larger than the caches")
