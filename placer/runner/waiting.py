@@ -5,7 +5,10 @@ machine the idle core is halted and must be woken when the data arrives, so the 
 rank's next work runs on a cold core. A GPU rank does not pay this (its device stays busy or idles at full
 clock). Spinning (polling the request until it completes) keeps the core awake, as calibrate's back-to-back
 timings have it, when every rank has a core of its own; with more ranks (times threads) than cores it would
-take the core from a peer that has work to do, so it is off there.
+take the core from a peer that has work to do, so it is off there. The spin yields the core at every poll
+(``sched_yield``): the collective's own work runs on gloo's threads in the same process, and a spin that never
+yields holds the core from them until the scheduler preempts it (on the 2-core VM, ranks-skewed8's ILP plan:
+median steps 6.3-7.4 ms, p90 12-15 ms, without yielding; 5.1-6.8 ms, p90 6.8-10.5 ms, yielding).
 
 ``PLACER_SPIN_WAIT=1`` / ``=0`` forces it on or off; ``configure`` sets the process's choice once (the worker,
 calibrate's collective timings), ``wait`` waits for one request (a ``torch.distributed`` Work).
@@ -43,7 +46,7 @@ def wait(work) -> None:
     """Wait for ``work`` (an async collective's request): spinning on ``is_completed`` when configured."""
     if _spin:
         while not work.is_completed():
-            pass
+            os.sched_yield()  # the core to any thread that can run (the rank's own gloo threads), else spin on
     work.wait()
 
 
