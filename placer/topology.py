@@ -186,6 +186,14 @@ class Topology:
             return f"{self._gpus_of_node[self.node_of[device]][0]}:stream"
         return f"{device}:cpu"
 
+    def exchange_sender(self, device: str) -> str:
+        """The device whose stream and links send a shard on ``device`` to the sample owners in the all-to-all:
+        the device itself; a host of a unified-memory node: the node's first GPU (the same cores; the runner
+        runs a host's tables on that rank and sends their outputs in its all-to-all: runner/ranks.py)."""
+        if device not in self._gpu_set and self.template_of[device].unified_memory:
+            return self._gpus_of_node[self.node_of[device]][0]
+        return device
+
     def memory_of(self, device: str) -> str:
         """The memory that holds ``device``'s rows: its own HBM, or its host's DRAM (hosts, unified nodes)."""
         return device if device in self.memories else self.host_of(device)

@@ -217,6 +217,24 @@ def test_unified_memory_is_one_stream_and_one_ram(tmp_path, three_tables_path):
     assert topo.op_costs(HOST) is topo.op_costs(G0) or topo.op_costs(HOST).fixed_s == topo.op_costs(G0).fixed_s
 
 
+def test_a_unified_nodes_host_table_is_exchanged_by_its_first_rank(three_tables_path):
+    """On CPU ranks (a unified node of 2 'GPUs') the runner looks up a host table on the node's first rank and
+    sends its output in that rank's all-to-all: priced as that rank's table-wise shard's exchange (it was priced
+    free, and the ILP chose host tables for it)."""
+    wl = load_workload(three_tables_path)
+    topo = Topology(load_hardware(ROOT / "hardware_specs/local-cpu-procs.yaml"), wl.dense.dtype)
+    model = CostModel(topo, wl)
+    assert topo.exchange_sender(HOST) == G0 and topo.exchange_sender(G1) == G1
+    host = Placement(table="a", sharding="host", shards=[
+        Shard(device=HOST, rows=(0, 1000), cols=(0, 16), hbm_rows=0, host_rows=1000)])
+
+    def exchange(p):
+        return sorted((op.phase, op.stream, op.seconds, op.traffic) for op in model.placement_ops(p)
+                      if op.kind == "all_to_all")
+    assert exchange(host) and exchange(host) == exchange(tw("a", 1000, 16))
+    assert {stream for _, stream, _, _ in exchange(host)} == {S0}
+
+
 def test_rate_tables_interpolate_in_log_size():
     t = RateTable({16: 1.0, 64: 3.0})
     assert t(16) == 1.0 and t(64) == 3.0 and t(32) == pytest.approx(2.0)

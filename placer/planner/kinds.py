@@ -225,7 +225,8 @@ class KindFolder:
             per_gpu = ctx.model.exchange_bytes_per_gpu(p.table, shards[0].num_cols)
             for sh in shards:
                 for outgoing in (True, False):
-                    ex_totals, ex_peak, ex_own = self._exchange(sh.device, outgoing, p.node_local)
+                    ex_totals, ex_peak, ex_own = self._exchange(topo.exchange_sender(sh.device), outgoing,
+                                                                p.node_local)
                     for key, v in ex_totals.items():
                         totals[key] += v * per_gpu * repeat
                     for key, v in ex_peak.items():

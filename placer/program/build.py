@@ -18,8 +18,9 @@ A group's ops: forward ``lookup``; backward ``pack_grad`` (its members' pooled g
 distinct row) and ``update`` of the distinct rows (replicas: ``scatter`` and ``update_dense``, and an
 ``all_reduce`` between them). Each op's fixed cost is charged once per group (``Op.once``); members add work.
 
-With W > 1 GPUs each shard's output travels to the sample owners (all_to_all: the shard's stream packs it,
-the links carry it, owners combine a table's shards over their b samples), and back in the backward.
+With W > 1 GPUs each shard's output travels to the sample owners (all_to_all: the shard's stream packs it and
+then waits for its bytes to cross its busiest link, the links carry every shard's bytes (shared), owners combine
+a table's shards over their b samples), and back in the backward.
 """
 from __future__ import annotations
 
@@ -338,8 +339,10 @@ class ProgramBuilder:
                 out = F * B * s.num_cols * POOLED_BYTES
                 ops.append(Op("combine", FWD, st, costs.fixed("elementwise") + costs.stream_s(3 * out), table=p.table,
                               sizes={"bytes": out, "parts": 2}))
-            if self.W > 1 and p.sharding in ("table_wise", "row_wise", "column_wise"):
-                ex = self._gpu_shard_exchange(p.table, s, B, p.node_local)
+            sender = self.topo.exchange_sender(s.device)
+            if self.W > 1 and (p.sharding in ("table_wise", "row_wise", "column_wise") or sender != s.device):
+                # a GPU shard's all-to-all, or a unified node's host table's: sent by the node's first GPU's rank
+                ex = self._gpu_shard_exchange(p.table, s.model_copy(update={"device": sender}), B, p.node_local)
                 ops += _forward_only(ex, p.table not in self.frozen)
         return ops
 
