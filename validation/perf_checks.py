@@ -106,7 +106,7 @@ def _calibrate_quick() -> tuple[float, float, float]:
         path = Path(tmp) / "cal.yaml"
         path.write_text(to_yaml(cal, name="quick-cpu"))
         costs = Topology(load_hardware(path)).op_costs("node0/gpu0")
-    sorts = [s for s in cal.samples if s.kind == "sort" and s.defines == ("sort_ns_per_id",)]
+    sorts = [s for s in cal.samples if s.kind == "sort" and s.defines]
     worst = max(max(s.seconds / price(s, costs), price(s, costs) / s.seconds) for s in sorts)
     return took, worst, cal.device_costs.fixed_us["dense_op"].value
 

@@ -379,9 +379,10 @@ class OpBench:
     # ---- backward ops --------------------------------------------------------------------------------------
 
     def sort(self) -> None:
-        """``sort_ns_per_id`` fitted over kernels.sort of each of ``sort_ids`` random id counts (a sort's cost
-        per id grows with the count: the fit minimizes the relative misses, sum ((T - f - n x) / T)^2, so no
-        count's price is off by far more than another's); ``sort_check_ids`` counts are checks."""
+        """``sort_ns_per_id`` per id count: kernels.sort of each of ``sort_ids`` random id counts, inverted as
+        (T - fixed sort) / ids (a sort's cost per id changes with the count, and not smoothly: torch.sort on a
+        CPU runs a comparison sort below 32,768 ids and a radix sort above; the cost model interpolates in log2
+        of the ids); ``sort_check_ids`` counts are checks."""
         span = 2**26
 
         def timed(n: int) -> float:
@@ -390,18 +391,17 @@ class OpBench:
             return bench(lambda i: kernels.sort(sets[i % len(sets)], bags), self.device, self.s.reps)
 
         f = self.fixed_s("sort")
-        times = {n: timed(n) for n in self.s.sort_ids}
-        num = sum((n / t) * ((t - f) / t) for n, t in times.items())
-        den = sum((n / t) ** 2 for n, t in times.items())
-        exact = num > 0
-        x = num / den if exact else 0.5 * min(t / n for n, t in times.items())
-        parts = ", ".join(f"{n} ids {_ms(t)}" for n, t in times.items())
-        what = f"kernels.sort of random ids of a {span}-row id space, bags of {BAG}: {parts}"
-        self.entries.sort_ns_per_id = Entry(x * 1e9, f"{what}; relative least squares of (T - fixed sort) = ids x "
-                                                     "sort_ns_per_id")
-        for n, t in times.items():
-            self.add("sort", {"ids": n}, t, f"kernels.sort of {n} random ids", defines=("sort_ns_per_id",),
-                     exact=False)
+        per_id: dict[int, Entry] = {}
+        for n in self.s.sort_ids:
+            t = timed(n)
+            exact = t > 2 * f  # a sort within twice its fixed cost is priced at half its time per id
+            x = (t - f) / n if exact else 0.5 * t / n
+            per_id[n] = Entry(x * 1e9, f"kernels.sort of {n} random ids of a {span}-row id space, bags of {BAG}: "
+                                       f"{_ms(t)}, inverted: (T - fixed sort) / ids" + ("" if exact else
+                                       " (T within 2x the fixed cost: T / 2 / ids)"))
+            self.add("sort", {"ids": n}, t, f"kernels.sort of {n} random ids", defines=(f"sort_ns_per_id.{n}",),
+                     exact=exact)
+        self.entries.sort_ns_per_id = per_id
         for m in self.s.sort_check_ids:
             self.add("sort", {"ids": m}, timed(m), f"{m} ids", about="sort_ns_per_id")
         n = max(self.s.sort_ids)

@@ -65,7 +65,7 @@ class OpCostEntries:
     stream_warm_GBps: dict[int, Entry] = field(default_factory=dict)
     strided_GBps: dict[int, Entry] = field(default_factory=dict)
     indexed_GBps: dict[int, Entry] = field(default_factory=dict)
-    sort_ns_per_id: Entry | None = None
+    sort_ns_per_id: dict[int, Entry] = field(default_factory=dict)
     segment_reduce_GBps: dict[int, Entry] = field(default_factory=dict)
     update_GBps: dict[str, dict[str, dict[int, Entry]]] = field(default_factory=dict)
     gemm_TFLOPs: dict[str, dict[str, Entry]] = field(default_factory=dict)
@@ -80,7 +80,7 @@ class OpCostEntries:
             host_gather_GBps=by_dtype(self.host_gather_GBps),
             stream_GBps=vals(self.stream_GBps), stream_warm_GBps=vals(self.stream_warm_GBps),
             strided_GBps=vals(self.strided_GBps), indexed_GBps=vals(self.indexed_GBps),
-            sort_ns_per_id=self.sort_ns_per_id.value if self.sort_ns_per_id else None,
+            sort_ns_per_id=vals(self.sort_ns_per_id),
             segment_reduce_GBps=vals(self.segment_reduce_GBps),
             update_GBps={o: by_dtype(t) for o, t in self.update_GBps.items() if t} or None,
             gemm_TFLOPs={d: vals(t) for d, t in self.gemm_TFLOPs.items()} or None,

@@ -124,8 +124,9 @@ def _op_cost_items(e: OpCostEntries, src: str, checks: dict[str, list[str]]) -> 
         if t := getattr(e, name):
             items.append(Item(name, comment=f"{src}: bytes an op moves (read + written) -> GB/s, {what}",
                               children=[Item(int(b), t[b].value, c(f"{name}.{b}", t[b].how)) for b in sorted(t)]))
-    if e.sort_ns_per_id:
-        items.append(Item("sort_ns_per_id", e.sort_ns_per_id.value, c("sort_ns_per_id", e.sort_ns_per_id.how)))
+    if t := e.sort_ns_per_id:
+        items.append(Item("sort_ns_per_id", comment=f"{src}: ids one sort sorts -> ns per id", children=[
+            Item(int(n), t[n].value, c(f"sort_ns_per_id.{n}", t[n].how)) for n in sorted(t)]))
     if e.segment_reduce_GBps:
         t = e.segment_reduce_GBps
         items.append(Item("segment_reduce_GBps", children=[

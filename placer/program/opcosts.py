@@ -131,7 +131,7 @@ class OpCosts:
     stream_warm: RateTable  # the same with operands in the caches
     strided: RateTable  # bytes an op moves -> bytes/s of elementwise ops over transposed views
     indexed: RateTable  # bytes an op moves -> bytes/s of elements read or written at indexed positions
-    sort_s_per_id: float
+    sort: RateTable  # ids sorted -> seconds per id
     segment_reduce: RateTable  # gradient row bytes -> bytes/s of per-lookup gradient rows
     update: dict[str, dict[str, RateTable]]  # optimizer -> storage dtype -> (weights + state) row bytes -> bytes/s
     gemm: dict[str, GemmTable]  # dense dtype -> rates by shape, operands cold
@@ -156,7 +156,7 @@ class OpCosts:
         return read + self.stream_s(out_bytes)
 
     def sort_s(self, ids: float) -> float:
-        return ids * self.sort_s_per_id
+        return ids * self.sort(ids)
 
     def segment_reduce_s(self, grad_row_bytes: float, lookups: float) -> float:
         return lookups * grad_row_bytes / self.segment_reduce(grad_row_bytes)
@@ -265,7 +265,8 @@ def _build(spec: OpCostSpec | None, *, fixed_default, gather: float, host_gather
         stream_warm=_table(s.stream_warm_GBps, 0.0) if s.stream_warm_GBps else cold,
         strided=_table(s.strided_GBps, 0.0) if s.strided_GBps else cold,
         indexed=_table(s.indexed_GBps, gather),
-        sort_s_per_id=s.sort_ns_per_id * 1e-9 if s.sort_ns_per_id is not None else sort_s,
+        sort=(RateTable({n: v * 1e-9 for n, v in s.sort_ns_per_id.items()}) if isinstance(s.sort_ns_per_id, dict)
+              else RateTable.flat(s.sort_ns_per_id * 1e-9 if s.sort_ns_per_id is not None else sort_s)),
         segment_reduce=_table(s.segment_reduce_GBps, reduce),
         update=upd, gemm=gemm[0], gemm_warm=gemm[1], calibrated=calibrated)
 

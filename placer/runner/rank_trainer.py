@@ -1,6 +1,6 @@
 """One rank of a distributed run: the step program's groups of its plan devices, its side of the exchange,
-the dense model over its samples (its gradients all-reduced once per step), a pool of its batches. The same math as the one-process Trainer
-(runner/trainer.py), so several processes train exactly like one.
+the dense model over its samples (its gradients all-reduced once per step), a pool of its batches. The same
+math as the one-process Trainer (runner/trainer.py), so several processes train exactly like one.
 
 The rank builds the fused groups of its plan devices (runner/ranks.py says which; data-parallel tables: one
 replica, pooling the rank's own samples [s0, s1)). Every rank draws the same global batches from the same seed

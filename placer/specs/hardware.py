@@ -34,6 +34,8 @@ from placer.specs.plausible import check_plausible
 Rate = L.OpRate
 #: bytes an op touches, as an op-cost table key (1 PiB at most)
 OpBytes = L.count(2**50)
+#: ids one sort sorts, as an op-cost table key
+SortIds = L.count(2**40)
 #: op kinds with a fixed cost per op (placer/program/ops.py lists which ops each kind covers)
 OPTIMIZERS = ("sgd", "adagrad", "rowwise_adagrad", "adam")
 FIXED_COST_KINDS = ("lookup", "sort", "segment_reduce", "copy", "elementwise", "view", "gemm", "collective",
@@ -77,8 +79,10 @@ class OpCostSpec(StrictModel):
     indexed_GBps: dict[OpBytes, Rate] | None = Field(
         default=None, description="bytes an op moves (read + written, index tensors included) -> GB/s of "
                                   "indexing ops (the dot interaction's triangle: index, index_put)")
-    sort_ns_per_id: L.SortNs | None = Field(
-        default=None, description="sorting a step's row ids with their positions and finding the runs, ns per id")
+    sort_ns_per_id: L.SortNs | dict[SortIds, L.SortNs] | None = Field(
+        default=None, description="sorting a step's row ids with their positions and finding the runs, ns per id: "
+                                  "one number, or ids sorted -> ns per id (a sort's algorithm changes with the "
+                                  "count: torch.sort on a CPU switches to a radix sort at 32,768 ids)")
     segment_reduce_GBps: dict[OpBytes, Rate] | None = Field(
         default=None, description="gradient row bytes -> GB/s of per-lookup gradient rows expanded from the "
                                   "pooled gradients and summed per distinct row")
