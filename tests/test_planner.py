@@ -384,17 +384,19 @@ def test_stage2_moves_lower_the_step_and_keep_the_books_exact(move, hardware, or
     assert all(used <= model.usable_memory[m] * (1 + 1e-9) for m, used in fresh.memory.items())
 
 
-#: what criteo-terabyte-full @ dgx-h100-2node's dense phase lost when a GPU's dense step became max(host issue,
-#: device work) instead of their sum (2026-11-27): the steps below were measured before
-DENSE_ISSUE_OVERLAP_S = 0.546385e-3
+#: TorchRec's plan of criteo-terabyte-full @ dgx-h100-2node (one table per GPU), priced: 1.711 ms when first
+#: measured (2026-11-23), 0.546 ms less once a GPU's dense step became max(host issue, device work), and 0.095 ms
+#: more once a shard's pack and transfer were priced one after the other (2026-11-27): `placer compare
+#: hardware_specs/dgx-h100-2node.yaml workloads/criteo-terabyte-full.yaml --methods torchrec`
+TORCHREC_PLAN_S = 1.25983e-3
 
 
 def test_kind_changes_realise_a_choice_stage1_could_not():
     """Kind changes (rekind.rekind): stage 1's choice on criteo-terabyte-full @ dgx-h100-2node (C1, C10, C20, C22
     column-wise over a node's 8 GPUs, twelve tables whole on one GPU, ten replicated) cannot be balanced on the
-    devices (1.84 ms once assigned and improved, measured 2026-11-23); changing kinds reaches 1.712 ms (one
-    table per GPU: TorchRec's plan, 1.711 ms). Since 2026-11-27 a GPU's dense step is priced as the longer of
-    the host's issuing and the device's work (not their sum): every step here 0.546 ms lower. Every change
+    devices (1.415 ms once assigned and improved, at today's prices); changing kinds reaches TorchRec's plan (one
+    table per GPU, TORCHREC_PLAN_S; at first 1.84 and 1.712 ms, before the dense step's issue and work overlapped
+    and the exchange's pack and transfer were priced in turn). Every change
     lowers (step, potential), the incremental books stay those of the placements priced afresh, and
     ``where``/``spread`` describe the placements."""
     from placer.planner.assign import Assigner
@@ -408,7 +410,7 @@ def test_kind_changes_realise_a_choice_stage1_could_not():
     planner.improve(placements, acc, Budget.unlimited())
     before = acc.step
     fixed = sum(model.fixed_latency_s.values())
-    assert before + fixed > 1.8e-3 - DENSE_ISSUE_OVERLAP_S
+    assert before + fixed > 1.1 * TORCHREC_PLAN_S
     for _ in range(6):
         start = (acc.step, potential(planner, acc))
         if not rekind(planner, placements, acc, Budget.unlimited(), kinds):
@@ -416,16 +418,16 @@ def test_kind_changes_realise_a_choice_stage1_could_not():
         assert acc.step < start[0] * (1 - 1e-12) or (
             acc.step <= start[0] * (1 + 1e-12) and potential(planner, acc) < start[1])
         planner.improve(placements, acc, Budget.unlimited())
-    assert acc.step + fixed <= 1.712e-3 - DENSE_ISSUE_OVERLAP_S
+    assert acc.step + fixed <= TORCHREC_PLAN_S * (1 + 1e-5)
     _assert_books_exact(model, planner, placements, acc)
 
 
 def test_pair_kind_changes_take_two_tables_off_one_block():
     """Pair changes (rekind.rekind_pairs): four tables of criteo-terabyte-full @ dgx-h100-2node in column halves,
     two by two on the same pair of GPUs, the others whole or replicated (the two-stage plan before pairs:
-    1.71158 ms, measured 2026-11-24). Swaps, repacking, re-insertions and single kind changes move nothing; pairs
-    make all four whole tables, one per GPU, which is TorchRec's plan (1.71106 ms), and the books stay exact
-    (both steps 0.546 ms lower since the dense step's issuing and work overlap on a GPU)."""
+    1.28160 ms at today's prices; 1.71158 ms when first measured, 2026-11-24). Swaps, repacking, re-insertions and
+    single kind changes move nothing; pairs make all four whole tables, one per GPU, which is TorchRec's plan
+    (TORCHREC_PLAN_S), and the books stay exact."""
     from placer.planner.assign import Assigner
     from placer.planner.budget import Budget
     from placer.planner.rekind import rekind, rekind_pairs
@@ -442,10 +444,10 @@ def test_pair_kind_changes_take_two_tables_off_one_block():
     shared = [key for _, (k, key) in planner.where.items() if k.family == Family.BLOCK]
     assert len(shared) == 4 and len(set(shared)) == 2
     before = acc.step
-    assert before + fixed == pytest.approx(1.71158e-3 - DENSE_ISSUE_OVERLAP_S, rel=1e-5)
+    assert before + fixed == pytest.approx(1.28160e-3, rel=1e-5)
     assert rekind_pairs(planner, placements, acc, unlimited, kinds) == 2
     assert acc.step < before * (1 - 1e-4)
-    assert acc.step + fixed == pytest.approx(1.71106e-3 - DENSE_ISSUE_OVERLAP_S, rel=1e-5)
+    assert acc.step + fixed == pytest.approx(TORCHREC_PLAN_S, rel=1e-5)
     assert not any(k.family == Family.BLOCK for k, _ in planner.where.values())
     assert rekind_pairs(planner, placements, acc, unlimited, kinds) == 0
     _assert_books_exact(model, planner, placements, acc)
