@@ -172,6 +172,10 @@ def test_sort_ns_per_id_is_a_table_by_id_count(quick):
     assert costs.sort_s(mid) / mid == pytest.approx((table[lo] + table[hi]) / 2 * 1e-9, rel=0.01)
     assert costs.sort_s(1) == pytest.approx(table[lo] * 1e-9) and costs.sort_s(2**40) / 2**40 == pytest.approx(
         table[max(table)] * 1e-9)
+    # the zipf checks are written beside the count they were timed at (the largest)
+    line = next(x for x in path.read_text().splitlines()
+                if x.strip().startswith(f"{max(table)}:") and "kernels.sort" in x)
+    assert "checks, measured / priced" in line and "zipf" in line
 
 
 def test_dense_op_is_a_least_squares_fit(quick):

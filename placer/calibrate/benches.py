@@ -402,14 +402,16 @@ class OpBench:
             self.add("sort", {"ids": n}, t, f"kernels.sort of {n} random ids", defines=(f"sort_ns_per_id.{n}",),
                      exact=exact)
         self.entries.sort_ns_per_id = per_id
+        # each check written beside the timed count nearest in log2 of the ids
+        near = lambda m: min(per_id, key=lambda n: abs(math.log2(n / m)))
         for m in self.s.sort_check_ids:
-            self.add("sort", {"ids": m}, timed(m), f"{m} ids", about="sort_ns_per_id")
+            self.add("sort", {"ids": m}, timed(m), f"{m} ids", about=f"sort_ns_per_id.{near(m)}")
         n = max(self.s.sort_ids)
         bags = torch.arange(n, device=self.device) // BAG
         for alpha in SKEW_CHECKS:  # the workloads' skew: many repeats of the hottest ids
             sets = [skewed_ids(n, alpha, seed=k, space=span).to(self.device) for k in range(min(self.sets, 3))]
             t = bench(lambda i: kernels.sort(sets[i % len(sets)], bags), self.device, self.s.reps)
-            self.add("sort", {"ids": n}, t, f"{n} zipf {alpha} ids", about="sort_ns_per_id")
+            self.add("sort", {"ids": n}, t, f"{n} zipf {alpha} ids", about=f"sort_ns_per_id.{n}")
 
     def conditioned(self, n: int, f: float, measure, bytes_per_item: float, n_max: int | None = None
                     ) -> tuple[int, float, object]:
