@@ -374,23 +374,16 @@ class ProgramBuilder:
         per_gpu = self.exchange_bytes_per_gpu(table, c)
         costs, st = self.topo.op_costs(s.device), self.stream(s.device)
 
-        def unit(outgoing: bool) -> list[tuple[str, float]]:
-            if node_local:
-                return nlo.node_exchange(self.traffic, self.topo, s.device, 1.0, outgoing)
-            return self.traffic.unit_exchange(s.device, outgoing)
-
-        def traffic(outgoing: bool) -> tuple:
-            if not self.include_exchange:
-                return ()
-            return tuple((link, per_gpu * spb) for link, spb in unit(outgoing))
-
-        def own_transfer_s(outgoing: bool) -> float:
-            return per_gpu * max((spb for _, spb in unit(outgoing)), default=0.0)
-
-        return [Op("all_to_all", phase, st, costs.stream_s(2 * full) + own_transfer_s(outgoing), table=table,
-                   traffic=traffic(outgoing),
-                   sizes={"bytes": full, "node_local": True} if node_local else {"bytes": full})
-                for phase, outgoing in ((FX, True), (BX, False))]
+        ops = []
+        for phase, outgoing in ((FX, True), (BX, False)):
+            unit = (nlo.node_exchange(self.traffic, self.topo, s.device, 1.0, outgoing) if node_local
+                    else self.traffic.unit_exchange(s.device, outgoing))  # (link, seconds per byte)
+            own_transfer = per_gpu * max((spb for _, spb in unit), default=0.0)
+            traffic = tuple((link, per_gpu * spb) for link, spb in unit) if self.include_exchange else ()
+            sizes = {"bytes": full, "node_local": True} if node_local else {"bytes": full}
+            ops.append(Op("all_to_all", phase, st, costs.stream_s(2 * full) + own_transfer, table=table,
+                          traffic=traffic, sizes=sizes))
+        return ops
 
     def owner_share(self, p: Placement) -> float:
         """How many full-width copies of the table's pooled gradients every sample owner packs for the
