@@ -149,7 +149,6 @@ class RankTrainer(GroupOwner):
         ``phases`` marks the phases, ``ops`` times every op (the instrumented passes; module docstring)."""
         mark = phases.mark if phases else (lambda _phase: None)
         timer = ops or OpTimer.off()
-        instrumented = phases is not None or ops is not None
         worker = self._worker if ops is None else None
         if phases:
             phases.begin()
@@ -188,8 +187,7 @@ class RankTrainer(GroupOwner):
         bufs = list(self.replica_grads) + [p.grad for p in self.model.parameters() if p.grad is not None]
         if bufs and self.world > 1:
             timer.run("all_reduce", self.stream, lambda: allreduce_sum(bufs))
-        if bufs or instrumented:
-            mark("gradient_allreduce")
+        mark("gradient_allreduce")
         for k, g in self.groups.items():
             if k.location == "replica":
                 timer.run("update_dense", self.streams[k], g.update_dense)
