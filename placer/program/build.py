@@ -551,7 +551,7 @@ class ProgramBuilder:
     def base_buffers(self) -> list[Buffer]:
         """The dense model on every GPU (weights, gradients, optimizer state, activations); with W > 1 every
         owner's all-to-all buffers for its samples' share of every table (owner_share corrects per option)."""
-        out = [Buffer(self.topo.memory_of(g), "dense model", self.dense_trace(g).memory_bytes(self.optimizer))
+        out = [Buffer(self.topo.memory_of(g), "dense model", self.dense_trace(g).resident_bytes(self.optimizer))
                for g in self.gpus]
         if self.W > 1:
             per_owner = sum(self.exchange_bytes_per_gpu(t, self.tables[t].dim) for t in self.tables)

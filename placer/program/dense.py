@@ -113,16 +113,30 @@ def _gemm_shape(name: str, args) -> tuple[int, int, int, int]:
 
 @dataclass(frozen=True)
 class DenseTrace:
-    """One dense step: its ops in order, the model's parameter count, and the bytes of the forward's outputs
-    (the activations autograd keeps, fp32)."""
+    """One dense step: its ops in order, the model's parameter count, the bytes of the forward's outputs, and the
+    most bytes the step's own tensors held at once (``peak_bytes``: activations kept for the backward, their
+    gradients, low-precision copies, the optimizer's temporaries; not the parameters, their gradients or state)."""
 
     ops: tuple[DenseOp, ...]
     params: int
     forward_bytes: float
+    peak_bytes: float = 0.0
+
+    def _weights_bytes(self, optimizer: str) -> float:
+        return self.params * 4 * (2 + OPTIMIZER_STATE_TENSORS[optimizer])
 
     def memory_bytes(self, optimizer: str) -> float:
-        """Weights, gradients and optimizer state (fp32) plus the activations and their gradients."""
-        return self.params * 4 * (2 + OPTIMIZER_STATE_TENSORS[optimizer]) + 2 * self.forward_bytes
+        """The bytes one step touches (the working set whose share the caches hold, OpCosts.warm): weights,
+        gradients and optimizer state (fp32) plus the forward's outputs and their gradients."""
+        return self._weights_bytes(optimizer) + 2 * self.forward_bytes
+
+    def resident_bytes(self, optimizer: str) -> float:
+        """The device memory the dense part needs during a step: weights, gradients and optimizer state (fp32) plus
+        the step's peak of live tensors (``peak_bytes``). Under autocast the activations kept are the
+        low-precision copies, so a bf16 step needs less than an fp32 one (production-856's dense part on 16,384
+        samples: 3.2 GB of fp32 activations kept, 1.7 GB in bf16), where the sum of the forward's outputs, casts
+        included, counted more (issue 47)."""
+        return self._weights_bytes(optimizer) + self.peak_bytes
 
 
 def trace(workload, samples: int, device_type: str) -> DenseTrace:
@@ -173,6 +187,58 @@ def autocast_emulation(dtype):
     return Emulation()
 
 
+class LiveBytes:
+    """The bytes of the tensors a traced step creates that are alive at once, read after every op (meta tensors
+    are storages without data, freed when the last reference goes, as on a device). Storages that existed before
+    the step (parameters, optimizer state, inputs) are not counted; ``peak(excluded)`` leaves out those named
+    (the gradients of the parameters and of the pooled inputs, which other terms count)."""
+
+    def __init__(self, before):
+        from torch.multiprocessing.reductions import StorageWeakRef
+
+        self._ref = StorageWeakRef
+        self._before = {t.untyped_storage()._cdata for t in before}
+        self._live: dict[int, tuple[int, object]] = {}  # storage address -> (serial, weak ref)
+        self._lives: list[list] = []  # per serial: [bytes, the op it was made by, the op after which it was gone]
+        self._op = 0
+
+    def saw(self, out) -> None:
+        """After an op: its new output storages born, the storages gone since the last op dead."""
+        self._op += 1
+        gone = [key for key, (_, ref) in self._live.items() if ref.expired()]
+        for key in gone:
+            self._lives[self._live.pop(key)[0]][2] = self._op
+        for t in _tensors(out):
+            st = t.untyped_storage()
+            key = st._cdata
+            if key in self._before or key in self._live:
+                continue
+            self._live[key] = (len(self._lives), self._ref(st))
+            self._lives.append([float(st.nbytes()), self._op, None])
+
+    def serials(self, tensors) -> set[int]:
+        """The serials of ``tensors``' storages, where the step created them."""
+        out = set()
+        for t in tensors:
+            kept = self._live.get(t.untyped_storage()._cdata)
+            if kept is not None and not kept[1].expired():
+                out.add(kept[0])
+        return out
+
+    def peak(self, excluded: set[int]) -> float:
+        """The most bytes alive at once after any op, ``excluded`` serials left out."""
+        change = [0.0] * (self._op + 2)
+        for serial, (n, born, died) in enumerate(self._lives):
+            if serial not in excluded:
+                change[born] += n
+                change[self._op + 1 if died is None else died] -= n
+        total = best = 0.0
+        for c in change:
+            total += c
+            best = max(best, total)
+        return best
+
+
 @lru_cache(maxsize=64)
 def _trace(workload_json: str, samples: int, device_type: str) -> DenseTrace:
     import torch
@@ -189,6 +255,7 @@ def _trace(workload_json: str, samples: int, device_type: str) -> DenseTrace:
     class Recorder(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
+            live.saw(out)
             name = str(func)
             if name.startswith(IGNORED_PREFIX):
                 return out
@@ -239,7 +306,10 @@ def _trace(workload_json: str, samples: int, device_type: str) -> DenseTrace:
     step(leaves())  # creates the optimizer's state
     ops.clear()
     embeddings = leaves()
+    state = [t for per in opt.state.values() for t in per.values() if isinstance(t, torch.Tensor)]
+    live = LiveBytes([*model.parameters(), *state, dense, labels, *embeddings, *pooled])
     with Recorder():
         step(embeddings)
     forward = sum(op.out_bytes for op in forward_ops)
-    return DenseTrace(tuple(ops), sum(p.numel() for p in model.parameters()), forward)
+    grads = live.serials(t.grad for t in (*model.parameters(), *embeddings) if t.grad is not None)
+    return DenseTrace(tuple(ops), sum(p.numel() for p in model.parameters()), forward, live.peak(grads))
