@@ -94,6 +94,7 @@ class Topology:
                     self._add_link(nic, FABRIC, "network", template.nics.bw_GBps, template.nics.latency_us
                                    + spec.fabric.latency_us / 2, 1.0)
         self._gpu_set = frozenset(self.gpus)
+        self._node_symmetry = NodeSymmetry.of(self)  # routes found once per pair of node positions
         self._check_connected()
 
     # ---- construction -----------------------------------------------------------------------------------
@@ -251,8 +252,55 @@ class Topology:
                 "links": kinds}
 
 
+class NodeSymmetry:
+    """Routes on a cluster of identical nodes, found once per pair of positions. Where every node is built from
+    one template and the fabric joins every NIC alike, renaming the nodes maps the device graph onto itself,
+    and a shortest path between two devices visits only their own nodes (and the fabric between them): a route
+    from nodeI/a to nodeJ/b is the route from node0/a to node0/b (I = J) or to node1/b (I != J), renamed. So
+    routes cost one search per device of node0 instead of one per device of the cluster (1,024 GPUs: 8
+    searches instead of 1,024, each ~35 ms there)."""
+
+    def __init__(self, topo: Topology):
+        nodes = topo.nodes
+        self.index = {n: i for i, n in enumerate(nodes)}
+        self.nodes = nodes
+        self.node_of = topo.node_of
+
+    @staticmethod
+    def of(topo: Topology) -> NodeSymmetry | None:
+        """The symmetry of ``topo``'s nodes, or None where they differ (or there is one node)."""
+        templates = {id(topo.template_of[topo.hosts[i]]) for i in range(len(topo.hosts))}
+        if len(topo.nodes) < 2 or len(templates) != 1:
+            return None
+        return NodeSymmetry(topo)
+
+    def canonical(self, src: str, dst: str) -> tuple[str, str, dict[str, str]] | None:
+        """(canonical source, canonical destination, canonical node -> real node) of a route, or None where
+        either end is outside the nodes (the fabric)."""
+        a, b = self.node_of.get(src), self.node_of.get(dst)
+        if a is None or b is None:
+            return None
+        n0, n1 = self.nodes[0], self.nodes[1]
+        back = {n0: a} if a == b else {n0: a, n1: b}
+        return (self._move(src, a, n0), self._move(dst, b, n0 if a == b else n1), back)
+
+    @staticmethod
+    def _move(device: str, node: str, to: str) -> str:
+        return to + device[len(node):]
+
+    def rename(self, device: str, back: dict[str, str]) -> str:
+        """A canonical device's real name (devices outside the nodes keep theirs)."""
+        node = self.node_of.get(device)
+        return device if node is None or node not in back else self._move(device, node, back[node])
+
+
 def _path_nodes(topo: Topology, src: str, dst: str) -> list[str]:
-    return _paths_from(topo, src)[dst]
+    sym = topo._node_symmetry
+    moved = sym.canonical(src, dst) if sym is not None else None
+    if moved is None:
+        return _paths_from(topo, src)[dst]
+    a, b, back = moved
+    return [sym.rename(d, back) for d in _paths_from(topo, a)[b]]
 
 
 def _paths_from(topo: Topology, src: str) -> dict[str, list[str]]:
@@ -265,6 +313,12 @@ def _paths_from(topo: Topology, src: str) -> dict[str, list[str]]:
 def _route_shares(topo: Topology, src: str, dst: str) -> tuple[tuple[str, float], ...]:
     if src == dst:
         return ()
+    sym = topo._node_symmetry
+    moved = sym.canonical(src, dst) if sym is not None else None
+    if moved is not None and (moved[0], moved[1]) != (src, dst):
+        a, b, back = moved
+        return tuple((link_resource_name(*(sym.rename(d, back) for d in link.split("->", 1))), share)
+                     for link, share in _route_shares(topo, a, b))
     cache = topo._preds
     if src not in cache:
         cache[src] = nx.dijkstra_predecessor_and_distance(topo.graph, src, weight="weight")
