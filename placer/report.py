@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
+from placer import shown_text
 from placer.cost import PHASES
 from placer.plan import Plan
 from placer.units import fmt_bytes, fmt_seconds
@@ -63,9 +64,10 @@ def plan_summary(plan: Plan, workload, console: Console, max_tables: int = 12, m
     devices = pred.get("devices", {})
     gpus = [d for d, v in devices.items() if "hbm_used_bytes" in v]
     hosts = [d for d, v in devices.items() if "host_used_bytes" in v]
-    title = (f"plan [bold]{plan.method}[/] for {plan.workload.name} on {plan.hardware.name}: "
-             f"step {fmt_seconds(pred.get('step_time_s', 0))}, "
-             f"{pred.get('throughput_samples_per_s', 0):,.0f} samples/s")
+    title = Text.assemble("plan ", (plan.method, "bold"),
+                          f" for {shown_text.name(plan.workload.name)} on {shown_text.name(plan.hardware.name)}: "
+                          f"step {fmt_seconds(pred.get('step_time_s', 0))}, "
+                          f"{pred.get('throughput_samples_per_s', 0):,.0f} samples/s")
     console.print(title)
     t = Table(title="per device (busy time by phase)", title_justify="left")
     t.add_column("device")
@@ -84,8 +86,8 @@ def plan_summary(plan: Plan, workload, console: Console, max_tables: int = 12, m
         t.add_row(d, mem, *[fmt_seconds(phase_busy(v, ph)) for ph in PHASES])
     if len(gpus) + len(hosts) > len(shown):
         t.add_row(f"... {len(gpus) + len(hosts) - len(shown)} more", "", *[""] * len(PHASES))
-    t.add_row("[bold]step (max per phase)[/]", "",
-              *[f"[bold]{fmt_seconds(pred.get('phases_s', {}).get(ph, 0))}[/]" for ph in PHASES])
+    t.add_row(Text("step (max per phase)", style="bold"), "",
+              *[Text(fmt_seconds(pred.get("phases_s", {}).get(ph, 0)), style="bold") for ph in PHASES])
     console.print(t)
     console.print(f"bottleneck: {pred.get('bottleneck', '?')}")
     for line in insights or ():
@@ -101,7 +103,7 @@ def plan_summary(plan: Plan, workload, console: Console, max_tables: int = 12, m
     if show_all or tables:
         largest = [p for p in largest if table_matches(p, tables)]
         max_tables = len(largest)
-        title = (f"tables matching {escape(repr(tables))}, largest first "
+        title = (f"tables matching {shown_text.name(repr(tables))}, largest first "
                  f"({len(largest)} of {len(plan.placements)}: {counts})"
                  if tables else f"every table, largest first ({counts})")
     tt = Table(title=title, title_justify="left")
@@ -110,12 +112,12 @@ def plan_summary(plan: Plan, workload, console: Console, max_tables: int = 12, m
     tt.add_column("placement")
     tt.add_column("in HBM", justify="right")
     for p in largest[:max_tables]:
-        tt.add_row(p.table, fmt_bytes(sizes.get(p.table, 0)), p.label(),
+        tt.add_row(shown_text.name(p.table), fmt_bytes(sizes.get(p.table, 0)), p.label(),
                    "-" if p.sharding == "host" else f"{p.hot_fraction:.0%}")
     console.print(tt)
     s = plan.solver
     if s:
-        parts = [f"solver {s.backend}", f"status [bold]{s.status}[/]"]
+        parts = [f"solver {s.backend}", f"status {s.status}"]
         if s.gap is not None:
             parts.append(f"gap {s.gap:.2%}")
         if s.lower_bound_step_time_s is not None:
@@ -152,17 +154,19 @@ def compare_table(rows: list[dict], console: Console) -> None:
 
 def make_console(stderr: bool = False) -> Console:
     """A console for reports: soft-wrapped, no auto highlighting, at least 140 columns when not a terminal
-    (rich assumes 80 for pipes and files, which folds the per-device table)."""
-    c = Console(stderr=stderr, highlight=False, soft_wrap=True)
+    (rich assumes 80 for pipes and files, which folds the per-device table), and no markup: every string is
+    printed as written (names hold brackets); styled parts are rich Text (shown_text.py)."""
+    c = Console(stderr=stderr, highlight=False, soft_wrap=True, markup=False)
     if not c.is_terminal:
-        c = Console(stderr=stderr, highlight=False, soft_wrap=True, width=140)
+        c = Console(stderr=stderr, highlight=False, soft_wrap=True, markup=False, width=140)
     return c
 
 
 def explain_report(result: dict, console: Console) -> None:
     """Print `placer explain`: one row per table (place, memory, load, next-best option), then a sentence each."""
-    console.print(f"plan [bold]{result['method']}[/]: step {fmt_seconds(result['step_time_s'])}, "
-                  f"bottleneck {result['bottleneck']}; {len(result['tables'])} tables ({result['selection']})")
+    console.print(Text.assemble("plan ", (result["method"], "bold"),
+                                f": step {fmt_seconds(result['step_time_s'])}, bottleneck {result['bottleneck']}; "
+                                f"{len(result['tables'])} tables ({result['selection']})"))
     t = Table(title="why each table is where it is", title_justify="left")
     for col, just in (("table", "left"), ("placement", "left"), ("memory used", "right"), ("HBM free", "right"),
                       ("largest load", "left"), ("of bneck", "right"), ("next-best option", "left"),
@@ -181,7 +185,7 @@ def explain_report(result: dict, console: Console) -> None:
             alt = nb["label"]
             delta = f"{nb['delta_s'] * 1e3:+.3f} ms ({nb['delta_pct']:+.2f}%)"
         has_gpu = any(m["kind"] == "HBM" for m in e["memory"]) or e["sharding"] != "host"
-        t.add_row(e["table"], e["placement"], used, fmt_bytes(max(e["hbm_free_bytes"], 0)) if has_gpu else "-",
+        t.add_row(shown_text.name(e["table"]), e["placement"], used, fmt_bytes(max(e["hbm_free_bytes"], 0)) if has_gpu else "-",
                   load, f"{e['bottleneck_share']:.1%}", alt, delta)
     console.print(t)
     verdict = result.get("not_locally_optimal")

@@ -61,11 +61,9 @@ def _memory(v: dict) -> tuple[float, float, str]:
 def plot_plan(plan, path: str | Path, title: str | None = None, notes: list[str] = ()) -> Path:
     """Draw ``plan``'s prediction (plan.predicted) to ``path`` (PNG, or any type matplotlib writes); ``notes``:
     sentences written under the title (report_insight.step_insights' lines)."""
-    import matplotlib
+    from placer.pyplot_agg import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     pred = plan.predicted or {}
     devices = pred.get("devices", {})
     shown, note = select_devices(pred)

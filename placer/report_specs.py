@@ -12,7 +12,9 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
+from placer import shown_text
 from placer.specs.hardware import HardwareSpec, NodeTemplate
 from placer.specs.workload import Workload
 from placer.topology import FABRIC, Topology
@@ -165,12 +167,14 @@ def totals_table(spec: HardwareSpec, topo: Topology) -> Table:
 def show_hardware(spec: HardwareSpec, console: Console) -> Topology:
     """Print the spec: per template GPUs, host and links, then routes and cluster totals. Returns the Topology."""
     topo = Topology(spec)
-    console.print(f"[bold]hardware {spec.name}[/]: {spec.description}")
+    console.print(Text.assemble((f"hardware {shown_text.name(spec.name)}", "bold"), ": ",
+                                shown_text.clipped(spec.description)))
     if spec.source_path:
         console.print(f"file {spec.source_path}, sha256 {spec.sha256[:12]}")
     used = template_usage(spec)
     for name, t in spec.templates.items():
-        console.print(f"\n[bold]template {name}[/]: used by {used.get(name, 0)} node(s). {t.description}")
+        console.print(Text.assemble("\n", (f"template {shown_text.name(name)}", "bold"),
+                                    f": used by {used.get(name, 0)} node(s). ", shown_text.clipped(t.description)))
         console.print(gpu_table(name, t))
         console.print(host_table(name, t))
         console.print(link_table(name, t))
@@ -242,7 +246,8 @@ def workload_totals_table(wl: Workload) -> Table:
 
 def show_workload(wl: Workload, console: Console) -> None:
     """Print the workload: dense model, batch and optimizer, the largest tables with their skew, totals."""
-    console.print(f"[bold]workload {wl.name}[/]: {wl.description}")
+    console.print(Text.assemble((f"workload {shown_text.name(wl.name)}", "bold"), ": ",
+                                shown_text.clipped(wl.description)))
     if wl.source_path:
         console.print(f"file {wl.source_path}, sha256 {wl.sha256[:12]}")
     console.print(dense_table(wl))
@@ -253,12 +258,9 @@ def show_workload(wl: Workload, console: Console) -> None:
 # ---- plots --------------------------------------------------------------------------------------------------
 
 def _pyplot():
-    import matplotlib
+    from placer.pyplot_agg import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+    return pyplot()
 
 
 def _node_layout(topo: Topology, node: str, width: float) -> dict[str, tuple[float, float]]:

@@ -235,10 +235,9 @@ def target_answer(points: list[SweepPoint], target: float, searched: bool) -> tu
 
 def plot_sweep(points: list[SweepPoint], path: str, title: str, target: float | None = None) -> None:
     """Throughput and scaling efficiency vs GPUs, side by side, to a PNG."""
-    import matplotlib
+    from placer.pyplot_agg import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.ticker import FuncFormatter, NullLocator
 
     planned = [p for p in points if p.planned]

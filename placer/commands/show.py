@@ -23,7 +23,7 @@ def run(args) -> int:
 
     if args.plot is not None:
         check_plot_path(args.plot, "--plot")
-    console = Console(highlight=False, soft_wrap=False, width=max(Console().width, 140))
+    console = Console(highlight=False, soft_wrap=False, markup=False, width=max(Console().width, 140))
     kind = detect_kind(read_document(args.file), args.file)
     if kind == "hardware":
         from placer.specs.hardware import load_hardware

@@ -10,6 +10,7 @@ from placer import argtypes as _args
 from placer.commands._common import add_hw_wl, add_solver_options, allow_implausible, limit_line, solve_config
 from placer.commands._output import check_plot_path, save_figure
 from placer.report import make_console
+from rich.text import Text
 
 
 #: the largest GPU count a sweep plans for: the cluster is built node by node and priced per count (1024 GPUs
@@ -112,7 +113,7 @@ def run(args) -> int:
         if fabric_note:
             console.print(fabric_note, markup=False)
         if answer:
-            console.print(("[green]" if answer[0] else "[yellow]") + f"target {answer[1]}[/]")
+            console.print(Text(f"target {answer[1]}", style="green" if answer[0] else "yellow"))
         if args.plot:
             console.print(f"plot written to {args.plot}")
     if not any(p.planned for p in points):

@@ -188,7 +188,7 @@ class NodeTemplate(StrictModel):
     description: str = ""
     gpus: GpuSpec
     host: HostSpec
-    switches: list[str] = Field(default_factory=list, max_length=L.MAX_SWITCHES_PER_NODE)
+    switches: list[L.NonEmptyName] = Field(default_factory=list, max_length=L.MAX_SWITCHES_PER_NODE)
     nics: NicSpec | None = None
     links: list[LinkSpec]
     unified_memory: bool = Field(
@@ -300,9 +300,9 @@ class HardwareSpec(StrictModel):
     """A whole machine or cluster. Build the graph with ``placer.topology.Topology(spec)``."""
 
     schema_version: Literal[1] = 1
-    name: str
+    name: L.Name
     description: str = ""
-    templates: dict[str, NodeTemplate]
+    templates: dict[L.NonEmptyName, NodeTemplate]
     nodes: list[NodeGroup] = Field(min_length=1)
     fabric: FabricSpec | None = None
     source_path: str | None = Field(default=None, exclude=True)

@@ -146,6 +146,14 @@ Efficiency = Annotated[float, NoBool, Field(gt=0, le=1, allow_inf_nan=False),
                        AfterValidator(_floor(MIN_EFFICIENCY, "(fraction)"))]
 #: a fraction in [0, 1] (coverage points)
 UnitInterval = Annotated[float, NoBool, Field(ge=0, le=1, allow_inf_nan=False)]
+
+# ---- text -----------------------------------------------------------------------------------------------
+#: characters of a name (spec, workload, table, feature, template, switch): names are identifiers that every
+#: report, plan and export repeats, so a name of megabytes would make each of them that large. Descriptions are
+#: free text of any length; reports print their start (placer/shown_text.py).
+MAX_NAME_CHARS = 256
+Name = Annotated[str, Field(max_length=MAX_NAME_CHARS)]
+NonEmptyName = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]
 RowFraction = Annotated[float, NoBool, Field(gt=0, le=1, allow_inf_nan=False)]
 
 GpuCount = count(MAX_GPUS_PER_NODE)

@@ -99,7 +99,7 @@ AccessSpec = Annotated[Union[UniformSpec, ZipfSpec, CdfSpec, HistogramSpec], Fie
 class TableSpec(StrictModel):
     """One embedding table."""
 
-    name: str = Field(min_length=1)
+    name: L.NonEmptyName
     rows: L.Rows
     dim: L.Dim
     dtype: StorageDtype = "fp32"
@@ -135,7 +135,7 @@ class TableSpec(StrictModel):
 class FeatureSpec(StrictModel):
     """A sparse feature: looks up ``pooling_factor`` rows of ``table`` per sample and pools them (sum)."""
 
-    name: str = Field(min_length=1)
+    name: L.NonEmptyName
     table: str
     pooling_factor: L.Pooling | None = None
 
@@ -176,7 +176,7 @@ class Workload(StrictModel):
     """A training job: tables, features, dense model, global batch, optimizer."""
 
     schema_version: Literal[1] = 1
-    name: str
+    name: L.Name
     description: str = ""
     batch_size: L.Batch = Field(description="global batch: samples per step over all devices")
     optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec)
