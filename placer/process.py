@@ -24,6 +24,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 from typing import NoReturn
 
 #: exit status per signal that ends the command: 128 + the signal's number, as shells report a child killed by it
@@ -148,9 +149,17 @@ def descendants(pid: int | None = None) -> list[int]:
     return found
 
 
-def kill_descendants() -> None:
+#: how long an ending command waits for its killed descendants to be gone (seconds): a killed process still
+#: runs until the kernel next schedules it, which on a loaded machine can take a while (issue 47: CBC was still
+#: running a second after placer ended)
+KILL_WAIT_S = 10.0
+
+
+def kill_descendants(wait_s: float = KILL_WAIT_S) -> None:
     """Stop (SIGSTOP) every descendant until no new one appears, then SIGKILL them all: a process stopped first
-    cannot start another, and one killed first would leave its children to init, out of reach."""
+    cannot start another, and one killed first would leave its children to init, out of reach. Then wait, at
+    most ``wait_s`` seconds, until every one is gone: our own children reaped, the others exited (a zombie
+    whose parent was killed too has ended; init reaps it)."""
     stopped: list[int] = []
     for _ in range(20):
         new = [p for p in descendants() if p not in stopped]
@@ -167,11 +176,36 @@ def kill_descendants() -> None:
             os.kill(p, signal.SIGKILL)
         except OSError:
             pass
-    for p in stopped:  # reap our own children (the rest go to init once we exit)
-        try:
-            os.waitpid(p, os.WNOHANG)
-        except OSError:
-            pass
+    _wait_gone(stopped, wait_s)
+
+
+def _wait_gone(pids: list[int], wait_s: float) -> None:
+    """Until every process of ``pids`` has ended (or ``wait_s`` seconds have passed): our own children reaped,
+    the others gone from /proc or zombies."""
+    deadline = time.monotonic() + wait_s
+    left = list(pids)
+    while left:
+        left = [p for p in left if not _ended(p)]
+        if not left or time.monotonic() >= deadline:
+            return
+        time.sleep(0.005)
+
+
+def _ended(pid: int) -> bool:
+    """Whether ``pid`` has ended: reaped here if it is our child, else absent or a zombie."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        return done == pid
+    except ChildProcessError:  # not our child (or already reaped): look it up
+        pass
+    except OSError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return True
+    return stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3] in (b"Z", b"X")
 
 
 # --- temporary files ------------------------------------------------------------------------------------------
