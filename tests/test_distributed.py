@@ -266,7 +266,7 @@ def test_torchrun_runs_the_module(tmp_path):
            str(HW4), str(TINY), str(tmp_path / "plan.json"), "--device", "cpu", "--steps", "2", "--warmup", "0",
            "--phase-steps", "1", "--json"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
     assert p.returncode == 0, p.stderr[-2000:]
     out = json.loads(p.stdout[p.stdout.index("{"):])
     assert out["nproc"] == 2 and out["backend"] == "gloo" and len(out["ranks"]) == 2
@@ -279,5 +279,5 @@ def _free_port():
 def test_module_entry_without_torchrun_is_placer_run(tmp_path):
     """``python -m placer.runner`` outside torchrun behaves as ``placer run`` (bad input: exit 2)."""
     p = subprocess.run([sys.executable, "-m", "placer.runner", str(HW4), str(TINY), str(tmp_path / "nope.json"),
-                        "--device", "cpu"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+                        "--device", "cpu"], capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert p.returncode == 2 and "nope.json" in p.stderr

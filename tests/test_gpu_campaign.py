@@ -19,7 +19,7 @@ from validation import gpu_campaign  # noqa: E402
 def dry(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu-dry")
     done = subprocess.run([sys.executable, "validation/gpu_campaign.py", "--out", str(out), "--dry-run"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=1800)
     return out, done
 
 
@@ -70,8 +70,8 @@ def test_shipped_plans_are_valid_for_the_datasheet_spec():
 
 
 def test_stage_limits_fit_an_eight_minute_call():
-    assert sum(gpu for gpu, _ in gpu_campaign.STAGES.values()) <= 480
-    assert sum(dry for _, dry in gpu_campaign.STAGES.values()) <= 240
+    assert sum(gpu_campaign.STAGES.values()) <= 480
+    assert gpu_campaign.DRY_HANG_S >= 300  # the dry run's fixed work, however loaded the machine: only hangs stop it
 
 
 def test_first_plans_of_every_workload_run_first_and_repeats_merge_into_medians():

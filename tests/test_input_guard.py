@@ -54,7 +54,7 @@ def _check(path, capsys) -> str:
     return err
 
 
-def _in_thread(fn, timeout_s=20.0):
+def _in_thread(fn, timeout_s=120.0):
     """Run ``fn`` in a thread; fail (instead of hanging the suite) if it has not returned in time."""
     box = {}
 

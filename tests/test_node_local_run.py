@@ -107,7 +107,7 @@ def run_ranks(d: Path, steps: int) -> list[dict]:
                    PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         procs.append(subprocess.Popen([sys.executable, str(d / "rank.py"), str(HW), str(d / "wl.yaml"),
                                        str(d / "plan.json"), str(out), str(steps)], env=env))
-    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    assert [p.wait(timeout=600) for p in procs] == [0, 0]
     return [torch.load(out / f"rank{r}.pt") for r in range(2)]
 
 

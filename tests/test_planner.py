@@ -191,7 +191,7 @@ def test_watchdog_stops_a_solver_that_ignores_its_time_limit(tmp_path):
     child = subprocess.Popen([str(fake), "60"])
     dog = _SolverWatchdog(0.5)
     try:
-        child.wait(timeout=10)
+        child.wait(timeout=50)
     finally:
         dog.cancel()
         if child.poll() is None:

@@ -43,10 +43,15 @@ def test_window_ends_when_the_answer_is_there():
     mip = BesideMip(problem, _worst_choice(problem), seconds=8.0)
     window = mip.window(Budget(60.0))
     t0 = time.perf_counter()
+    ready_at = None  # when the child's answer was there (within a second on an idle machine, later on a busy one)
     while not window.expired():  # what stage 2 does: work until the budget says stop
+        if ready_at is None and mip.ready():
+            ready_at = time.perf_counter() - t0
         time.sleep(0.01)
     took = time.perf_counter() - t0
-    # the answer comes within a second; the window still keeps half of its 8 s (WINDOW_FLOOR), not all of them
-    assert 8.0 * WINDOW_FLOOR - 0.5 <= took < 7.0
+    # the window keeps half of its 8 s (WINDOW_FLOOR), then ends once the answer is there, not at its end (no
+    # wall-clock bound of its own: a loaded machine answers later, and the window waits for it)
+    assert ready_at is not None and took >= 8.0 * WINDOW_FLOOR - 0.5
+    assert took <= max(8.0 * WINDOW_FLOOR, ready_at) + 2.0
     assert window.cut
     assert mip.result() is not None

@@ -40,7 +40,7 @@ def test_torchrec_plan_fits_and_prices(hw, wl):
     topo, w = shipped_pair(hw, wl)
     t0 = time.perf_counter()
     plan = solve(topo, w, SolveConfig(method="torchrec", time_limit_s=60))
-    assert time.perf_counter() - t0 < 60
+    assert time.perf_counter() - t0 < 180  # a hang, not the machine's speed (the planner's own limit is 60 s)
     assert plan.method == "torchrec" and plan.solver.backend == "torchrec"
     assert "EmbeddingShardingPlanner" in plan.solver.note
     assert [p.table for p in plan.placements] == [t.name for t in w.tables]
@@ -137,7 +137,8 @@ def test_start_returns_at_once_and_collect_gives_the_plan():
     model.base_cost  # the dense model's trace, cached: not part of what start() is timed for
     t0 = time.perf_counter()
     run = trec_planner.start(model, time_limit_s=30)
-    assert time.perf_counter() - t0 < 1.0 and run.deadline_s == 30 + trec_planner.WATCHDOG_GRACE_S
+    # start() does not wait for the plan (30 s at most); a loaded machine forks slowly, hence 10 s
+    assert time.perf_counter() - t0 < 10.0 and run.deadline_s == 30 + trec_planner.WATCHDOG_GRACE_S
     other = solve(topo, w, SolveConfig(method="greedy_size"))  # the parent's own work, while TorchRec plans
     res = trec_planner.collect(run)
     again = trec_planner.torchrec_plan(CostModel(topo, w), time_limit_s=30)
@@ -153,7 +154,7 @@ def test_compare_kills_torchrec_at_the_budget(monkeypatch, capsys):
     hw, wl = _paths("h100-pcie-host", "tiny")
     t0 = time.perf_counter()
     assert main(["compare", hw, wl, "--json", "--methods", "greedy_size,torchrec", "--time-limit", "4"]) == 0
-    assert time.perf_counter() - t0 < 4 + 2
+    assert time.perf_counter() - t0 < 30  # the stub sleeps 60 s: killed at the 4 s budget, not waited for
     rows = {r["method"]: r for r in json.loads(capsys.readouterr().out)}
     assert rows["greedy_size"]["step_time_s"] > 0
     assert rows["torchrec"]["status"] == "failed" and "no plan within" in rows["torchrec"]["note"]
@@ -213,12 +214,12 @@ def test_planner_failure_is_a_row_not_a_crash(monkeypatch, capsys):
 def test_planner_time_limit(monkeypatch):
     require_torchrec()
     monkeypatch.setattr(trec_planner, "WATCHDOG_GRACE_S", 0.0)
-    monkeypatch.setattr(trec_planner, "_run_torchrec", lambda inputs, limit: time.sleep(3))
+    monkeypatch.setattr(trec_planner, "_run_torchrec", lambda inputs, limit: time.sleep(60))
     topo, w = shipped_pair("h100-pcie-host", "tiny")
     t0 = time.perf_counter()
     with pytest.raises(trec_planner.TorchRecPlannerError, match="no plan within 1 s"):
         trec_planner.torchrec_plan(CostModel(topo, w), time_limit_s=1.0)
-    assert time.perf_counter() - t0 < 2.5
+    assert time.perf_counter() - t0 < 30  # the stub sleeps 60 s: stopped at the 1 s limit, not waited for
 
 
 def test_machines_torchrec_cannot_describe():

@@ -65,6 +65,6 @@ def test_a_name_longer_than_the_limit_is_refused_naming_the_field(tmp_path):
     path = tmp_path / "long.yaml"
     path.write_text(text)
     proc = subprocess.run([sys.executable, "-m", "placer.cli", "check", str(path)], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
+                          cwd=ROOT, timeout=600)
     assert proc.returncode == 2, proc.stderr
     assert "long.yaml" in proc.stderr and "tables[2].name" in proc.stderr and "Traceback" not in proc.stderr

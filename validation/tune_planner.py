@@ -5,7 +5,9 @@ value in tuning.py, value measured here), then writes JSON with the command, com
 (validation/results/tune-planner-GROUP-<date>.json unless --out says otherwise):
 
     least-work   LEAST_WORK_*: the cost model, greedy_size and its pricing, timed per case; least squares over
-                 (1, pairs with GPUs counted up to LEAST_WORK_GPUS, GPUs^2)
+                 (1, pairs with GPUs counted up to LEAST_WORK_GPUS, GPUs)
+    trace        TRACE_*: the dense trace where none is at hand (torch's imports included), a fresh process per
+                 case; least squares over (1, features)
     what-if      WHAT_IF_S_PER_PAIR: the skew what-ifs (placer/skew.py) of greedy_size's plan, per pair
     options      OPTIONS_S_PER_PAIR: the single-stage ILP's options, their pricing and the baselines, per pair
     after-solve  AFTER_SOLVE_*: `placer solve` from the solve's end to the command's exit (the command's wall
@@ -49,9 +51,12 @@ from validation.common import ROOT, environment, write_json  # noqa: E402  (afte
 
 #: group -> (the constants it re-derives, its default cases, its --tiny cases)
 GROUPS = {
-    "least-work": (("LEAST_WORK_S", "LEAST_WORK_S_PER_PAIR", "LEAST_WORK_S_PER_GPU2", "LEAST_WORK_GPUS"),
+    "least-work": (("LEAST_WORK_S", "LEAST_WORK_S_PER_PAIR", "LEAST_WORK_S_PER_GPU", "LEAST_WORK_GPUS"),
                    ("production-856@dgx-h100", "production-856@dgx-h100-16node", "synthetic-1000@dgx-h100-32node",
                     "tiny@dgx-h100"), ("tiny@pcie-4gpu-workstation", "tiny@dgx-h100")),
+    "trace": (("TRACE_IMPORT_S", "TRACE_S_PER_FEATURE"),
+              ("tiny@dgx-h100", "criteo-kaggle-dlrm@dgx-h100", "production-856@dgx-h100", "synthetic-1000@dgx-h100"),
+              ("tiny@dgx-h100",)),
     "what-if": (("WHAT_IF_S_PER_PAIR",), ("production-856@dgx-h100", "production-856@dgx-h100-16node",
                                           "synthetic-1000@dgx-h100-32node"), ("tiny@dgx-h100",)),
     "options": (("OPTIONS_S_PER_PAIR",), ("production-856@cpu-server", "mlperf-dlrm-v2@dgx-h100"),
@@ -132,8 +137,28 @@ def least_work(cases, tiny):
         gpus = len(model.topo.gpus)
         rows.append({"case": f"{wl}@{hw}", "pairs16": _pairs16(model), "gpus": gpus,
                      "wall_s": time.perf_counter() - t0})
-    fit = _nnls([[1.0, r["pairs16"], r["gpus"] ** 2] for r in rows], [r["wall_s"] for r in rows])
+    fit = _nnls([[1.0, r["pairs16"], r["gpus"]] for r in rows], [r["wall_s"] for r in rows])
     return rows, dict(zip(GROUPS["least-work"][0][:3], fit))  # LEAST_WORK_GPUS: greedy_size's, not fitted
+
+
+def trace(cases, tiny):
+    """The dense trace where none is at hand: a fresh process per case (torch's imports included), timed around
+    the trace alone; least squares over (1, features)."""
+    code = ("import sys, time; from placer.cost import CostModel; from placer.specs.hardware import load_hardware; "
+            "from placer.specs.workload import load_workload; from placer.topology import Topology; "
+            "w = load_workload(sys.argv[1]); m = CostModel(Topology(load_hardware(sys.argv[2]), w.dense.dtype), w); "
+            "t0 = time.perf_counter(); m.builder.dense_trace(m.gpus[0]); print(time.perf_counter() - t0)")
+    rows = []
+    for wl, hw, _ in cases:
+        from placer.specs.workload import load_workload
+
+        path = ROOT / "workloads" / f"{wl}.yaml"
+        done = subprocess.run([sys.executable, "-c", code, str(path), str(ROOT / "hardware_specs" / f"{hw}.yaml")],
+                              cwd=ROOT, capture_output=True, text=True, check=True)
+        rows.append({"case": f"{wl}@{hw}", "features": len(load_workload(path).resolved_features),
+                     "wall_s": float(done.stdout.split()[-1])})
+    fit = _nnls([[1.0, r["features"]] for r in rows], [r["wall_s"] for r in rows])
+    return rows, dict(zip(GROUPS["trace"][0], fit))
 
 
 def what_if(cases, tiny):
@@ -310,7 +335,7 @@ def step_weight(cases, tiny):
     return rows, {"STEP_WEIGHT": max(keeps) if keeps else None}
 
 
-MEASURE = {"least-work": least_work, "what-if": what_if, "options": options, "after-solve": after_solve,
+MEASURE = {"least-work": least_work, "trace": trace, "what-if": what_if, "options": options, "after-solve": after_solve,
            "nice": nice, "effort": effort, "group-level": group_level, "step-weight": step_weight}
 
 

@@ -49,6 +49,9 @@ class Schedule:
     single_search_min_s: float = 1.0
     #: where no baseline fits, the ILP gets at least this long from then on, past the limit if need be
     no_baseline_min_s: float = 20.0
+    #: a forced form (no baseline holds it) whose search the limit cut before a first plan gets at least this long
+    #: from then on: its stages' first plan (criteo-terabyte-node-local @ dgx-h100-2node, node_local: 3.2 s)
+    forced_min_s: float = 8.0
     #: the tie-break's share of the limit, between tie_break_min_s and tie_break_max_s ...
     tie_break_share: float = 0.2
     tie_break_min_s: float = 1.0

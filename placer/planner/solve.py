@@ -16,7 +16,7 @@ from placer.forms import FORCED_FORMS
 from placer.limits import MAX_TIME_LIMIT_S, MAX_WORK_LIMIT
 from placer.options import OptionConfig, all_options
 from placer.plan import Placement, Plan, SolverInfo, SpecRef, check_plan
-from placer.planner import effort, ilp, infeasible, tiebreak, tiebreak_local
+from placer.planner import effort, ilp, infeasible, least_work, tiebreak, tiebreak_local
 from placer.planner.fit import with_fit_levels
 from placer.planner.baselines import BASELINES, EXTERNAL, run_baseline
 from placer.planner.budget import WORK_UNIT_S, Budget
@@ -24,8 +24,7 @@ from placer.planner.problem import Problem, build_problem
 from placer.planner.schedule import SCHEDULE
 from placer.planner.progress import Reporter, Tracker
 from placer.planner.symmetry import Symmetry
-from placer.planner.tuning import (BASELINES_NICE, LEAST_WORK_GPUS, LEAST_WORK_S, LEAST_WORK_S_PER_GPU2,
-                                   LEAST_WORK_S_PER_PAIR, OPTIONS_S_PER_PAIR, WHAT_IF_S_PER_PAIR)
+from placer.planner.tuning import BASELINES_NICE, LEAST_WORK_S, OPTIONS_S_PER_PAIR, WHAT_IF_S_PER_PAIR
 from placer.planner.two_stage import solve_two_stage
 from placer.simulate import predict
 from placer.skew import robustness
@@ -125,6 +124,9 @@ def solve(topology: Topology, workload: Workload, config: SolveConfig = SolveCon
 
 def _solve(topology: Topology, workload: Workload, config: SolveConfig) -> Plan:
     model = CostModel(topology, workload)
+    if config.work_limit is None:  # said before the work: the least work cannot fit in what the limit leaves
+        least_work.say_if_short(model, config.method, config.time_limit_s,
+                                Budget(config.time_limit_s, start=config.started_s).left())
     if config.method in FORCED_FORMS:
         plan = solve_forced(model, config)
     elif config.method != "ilp":
@@ -147,12 +149,13 @@ def _solve(topology: Topology, workload: Workload, config: SolveConfig) -> Plan:
             update={"objective_step_time_s": plan.predicted["step_time_s"]})})
     else:
         plan = solve_ilp(model, config)
-    if config.method not in ("ilp",) + FORCED_FORMS or config.work_limit is not None:
+    if config.work_limit is not None:
         return with_robustness(model, plan)
-    # the what-ifs are within the limit (SolveConfig.time_limit_s); they price the plan twice afresh (23 s for
-    # 10,000 tables on 8 GPUs): where what the limit leaves cannot hold them, the plan goes without them
+    # the what-ifs are within the limit (SolveConfig.time_limit_s), for every method; they price the plan twice
+    # afresh (23 s for 10,000 tables on 8 GPUs): where what the limit leaves cannot hold them, the plan goes
+    # without them
     left = Budget(config.time_limit_s, start=config.started_s)._remaining()
-    need = WHAT_IF_S_PER_PAIR * _pairs(model)
+    need = least_work.what_ifs_s(model)
     if left < need:
         return plan.model_copy(update={"robustness": {
             "skipped": f"the --time-limit of {config.time_limit_s:g} s left {max(left, 0.0):.1f} s, less than the "
@@ -191,16 +194,6 @@ def _baselines_apply(config: SolveConfig) -> bool:
     return config.options.forced_form is None
 
 
-def _pairs(model: CostModel) -> int:
-    return len(model.wl.tables) * min(len(model.topo.gpus), LEAST_WORK_GPUS)
-
-
-def least_work_s(model: CostModel) -> float:
-    """Estimated seconds of the least work a solve does (the cost model, greedy_size and its pricing)."""
-    gpus = len(model.topo.gpus)
-    return LEAST_WORK_S + LEAST_WORK_S_PER_PAIR * _pairs(model) + LEAST_WORK_S_PER_GPU2 * gpus * gpus
-
-
 def with_robustness(model: CostModel, plan: Plan) -> Plan:
     """``plan`` (priced by ``model``: make_plan's 'predicted' dict) with its 'robustness' block: step time at
     skew x0.8, x1, x1.2 (placer/skew.py)."""
@@ -230,13 +223,9 @@ def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
     tracker = Tracker(config.progress)
     tried_baseline = False  # the cheapest baseline tried first (the time limit too short), and none fit
     if not budget.deterministic:
-        least, left = least_work_s(model), budget.left()
-        # said before the work starts; the plan is the cheapest baseline's, the limit named as cut
-        if least > left and _baselines_apply(config):
-            print(f"placer: the --time-limit of {config.time_limit_s:g} s leaves {max(left, 0.0):.1f} s, less than the "
-                  f"least work here takes (about {least:.0f} s: the cost model, the greedy_size baseline and its "
-                  f"pricing for {len(model.wl.tables):,} tables on {len(model.topo.gpus):,} GPUs); the command "
-                  f"returns that baseline's plan when it is done, without the ILP", file=sys.stderr, flush=True)
+        # said before the work started (_solve, least_work.py); the plan is the cheapest baseline's, the limit
+        # named as cut
+        if least_work.least_work_s(model) > budget.left() and _baselines_apply(config):
             plan = _cheapest_plan(model, config, budget, tracker, "the time limit left less than the least work")
             if plan is not None:
                 return plan
@@ -328,6 +317,8 @@ def solve_ilp(model: CostModel, config: SolveConfig) -> Plan:
 def _no_baseline_fits(config: SolveConfig, budget: Budget) -> Budget:
     """The budget the ILP gets where no baseline fits (the ILP is then the least work: it may split tables, or
     prove that nothing fits): at least SCHEDULE.no_baseline_min_s from now, past the limit (said on stderr)."""
+    if not _baselines_apply(config):  # a forced form: its first plan, said before the work (least_work.py)
+        return budget.at_least(SCHEDULE.forced_min_s)
     least = SCHEDULE.no_baseline_min_s
     if budget.left() >= least:
         return budget

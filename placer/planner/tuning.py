@@ -40,16 +40,24 @@ def _fit(name: str, value: float, unit: str, group: str, what: str) -> float:
 
 #: The least work of a solve under a time limit (the cost model, greedy_size and its pricing) is estimated as
 #: LEAST_WORK_S + LEAST_WORK_S_PER_PAIR per (table, GPU) pair, GPUs counted up to LEAST_WORK_GPUS (greedy_size
-#: tries every GPU up to 8, then picks by symmetry), + LEAST_WORK_S_PER_GPU2 x GPUs^2 (a shortest-path search
-#: from every GPU). Measured loaded: production-856 @ dgx-h100 3.0 s, @ dgx-h100-16node 5.6 s, synthetic-1000 @
-#: dgx-h100-32node 10.9 s, 10,000 small tables @ dgx-h100 28 s, tiny @ 1,024 GPUs about 28 s.
+#: tries every GPU up to 8, then picks by symmetry), + LEAST_WORK_S_PER_GPU per GPU (routes, found once per node
+#: position: topology.NodeSymmetry; they were a search per GPU, 28 s on 1,024 GPUs). Measured loaded:
+#: production-856 @ dgx-h100 3.0 s, @ dgx-h100-16node 5.6 s, synthetic-1000 @ dgx-h100-32node 10.9 s, 10,000
+#: small tables @ dgx-h100 28 s; tiny @ 1,024 GPUs 2.6 s alone after the routing change (issue 47).
 LEAST_WORK_S = _fit("LEAST_WORK_S", 1.5, "s", "least-work", "fixed part of the least work of a solve")
 LEAST_WORK_S_PER_PAIR = _fit("LEAST_WORK_S_PER_PAIR", 3.5e-4, "s per (table, GPU) pair", "least-work",
                              "least work per pair, GPUs counted up to LEAST_WORK_GPUS")
 LEAST_WORK_GPUS = int(_fit("LEAST_WORK_GPUS", 16, "GPUs", "least-work",
                            "GPUs counted per table in the least work and the what-ifs"))
-LEAST_WORK_S_PER_GPU2 = _fit("LEAST_WORK_S_PER_GPU2", 2.5e-5, "s per GPU^2", "least-work",
-                             "least work of the routes between GPUs")
+LEAST_WORK_S_PER_GPU = _fit("LEAST_WORK_S_PER_GPU", 2.5e-3, "s per GPU", "least-work",
+                            "least work of the routes and the per-GPU ops")
+#: The dense trace where no trace is at hand (program/dense.py, trace_cache.py): torch's import and its
+#: optimizer's (torch._dynamo), then the traced step per feature. Measured alone, a fresh process each: tiny
+#: (7 features) 4.18 s, criteo-kaggle-dlrm (26) 3.89 s, production-856 (856) 5.09 s, synthetic-1000 (1,000)
+#: 5.06 s; traced again in the same process 0.06, 0.08, 1.09 and 2.22 s (issue 47).
+TRACE_IMPORT_S = _fit("TRACE_IMPORT_S", 4.0, "s", "trace", "torch's imports before the first dense trace")
+TRACE_S_PER_FEATURE = _fit("TRACE_S_PER_FEATURE", 2e-3, "s per feature", "trace",
+                           "the dense trace per feature")
 #: The skew what-ifs (placer/skew.py, two pricings afresh) per (table, GPU) pair, GPUs counted up to
 #: LEAST_WORK_GPUS. Measured loaded: production-856 @ dgx-h100 1.6-1.85 s, @ dgx-h100-16node 3.4 s,
 #: synthetic-1000 @ dgx-h100-32node 5.8 s, 10,000 small tables @ dgx-h100 23 s.

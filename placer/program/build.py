@@ -32,7 +32,7 @@ from placer.program import compressed_ops as cops
 from placer.program import node_local_ops as nlo
 from placer.program import issue
 from placer.program import tt_ops
-from placer.program.dense import DenseTrace, dense_step_s, trace
+from placer.program.dense import DenseTrace, dense_step_s, is_traced, trace
 from placer.program.ops import (AR, BWD, BX, DENSE, EVERY_GPU, FWD, FX, INDEX_BYTES, POOLED_BYTES, STATE_BYTES,
                                 GroupKey, Member, Op)
 from placer.specs.workload import Workload
@@ -453,6 +453,14 @@ class ProgramBuilder:
             ops.append(Op("all_reduce", AR, self.stream(self.gpus[0]), 0.0,
                           traffic=tuple(self.traffic.allreduce(tuple(self.gpus), params * 4))))
         return ops
+
+    def dense_device_types(self) -> list[str]:
+        """The device types the dense step runs on ("cuda" for a GPU, "cpu" for a unified-memory node's ranks)."""
+        return sorted({"cpu" if self.topo.is_unified(g) else "cuda" for g in self.gpus})
+
+    def dense_traced(self) -> bool:
+        """Whether every dense trace this builder needs is at hand without tracing (program/dense.py is_traced)."""
+        return all(is_traced(self.wl, self.dense_samples(), d) for d in self.dense_device_types())
 
     def dense_trace(self, gpu: str) -> DenseTrace:
         """The dense step as ``gpu``'s device type runs it (traced once per builder and device type: the

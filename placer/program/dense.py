@@ -145,9 +145,55 @@ def trace(workload, samples: int, device_type: str) -> DenseTrace:
     # keyed on the workload less its tables' access skew, which the dense step never reads: a plan's skew what-ifs
     # (placer/skew.py: the same workload at skew x0.8 and x1.2) reuse the trace instead of tracing it twice more
     # (1.5 s each on production-856 @ dgx-h100, after the solve and within its --time-limit; issue 36)
-    key = workload.model_dump_json(exclude={"tables": {"__all__": {"access"}}})
+    return _cached_trace(_key(workload), int(samples), device_type)
+
+
+def _key(workload) -> str:
+    return workload.model_dump_json(exclude={"tables": {"__all__": {"access"}}})
+
+
+def is_traced(workload, samples: int, device_type: str) -> bool:
+    """Whether ``trace`` of these is at hand without tracing: made in this process, or in the command's disk
+    cache (program/trace_cache.py)."""
+    from placer.program import trace_cache
+
+    key = (_key(workload), int(samples), device_type)
+    return key in _made or trace_cache.exists(trace_cache.key(*key))
+
+
+_made: set[tuple[str, int, str]] = set()  # the (workload, samples, device type) traced or read in this process
+
+
+@lru_cache(maxsize=64)
+def _cached_trace(workload_json: str, samples: int, device_type: str) -> DenseTrace:
+    """The trace from the command's disk cache (program/trace_cache.py), else made (and stored there)."""
+    from placer.program import trace_cache
+
+    name = trace_cache.key(workload_json, samples, device_type)
+    _made.add((workload_json, samples, device_type))
+    stored = trace_cache.load(name)
+    if stored is not None:
+        try:
+            return _from_json(stored)
+        except (KeyError, TypeError, ValueError):
+            pass  # another layout: traced again below, and stored anew
     with no_cyclic_gc():  # the first one imports torch: five collections of a growing heap, 0.6 s (placer/executor.py)
-        return _trace(key, int(samples), device_type)
+        made = _trace(workload_json, samples, device_type)
+    trace_cache.save(name, _to_json(made))
+    return made
+
+
+def _to_json(t: DenseTrace) -> dict:
+    return {"params": t.params, "forward_bytes": t.forward_bytes, "peak_bytes": t.peak_bytes,
+            "ops": [[op.name, op.kind, op.shape, op.bytes, op.out_bytes, op.layout, op.access, op.stage]
+                    for op in t.ops]}
+
+
+def _from_json(d: dict) -> DenseTrace:
+    ops = tuple(DenseOp(name, kind, None if shape is None else tuple(int(v) for v in shape), float(moved),
+                        float(out), layout, access, stage)
+                for name, kind, shape, moved, out, layout, access, stage in d["ops"])
+    return DenseTrace(ops, int(d["params"]), float(d["forward_bytes"]), float(d["peak_bytes"]))
 
 
 def dense_step_s(issue_s: float, work_s: float, asynchronous: bool) -> float:
@@ -239,7 +285,6 @@ class LiveBytes:
         return best
 
 
-@lru_cache(maxsize=64)
 def _trace(workload_json: str, samples: int, device_type: str) -> DenseTrace:
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode

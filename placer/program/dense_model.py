@@ -64,7 +64,9 @@ class DenseDLRM(nn.Module):
             # width rather than per feature; the Gram matrix is taken over the vectors in this order
             widths = ([bottom_out] if self.has_bottom else []) + self.dims
             self.groups = [[i for i, w in enumerate(widths) if w == width] for width in dict.fromkeys(widths)]
-            li, lj = torch.tril_indices(vectors, vectors, offset=-1)
+            # made on the CPU, then moved: on the meta device (program/dense.py's trace) tril_indices runs its
+            # Python reference, whose first call imports torch's decompositions (2.7 s on a 2-core machine)
+            li, lj = torch.tril_indices(vectors, vectors, offset=-1, device="cpu").to(torch.get_default_device())
             self.register_buffer("li", li, persistent=False)
             self.register_buffer("lj", lj, persistent=False)
             top_in = vectors * (vectors - 1) // 2 + bottom_out
