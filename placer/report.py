@@ -185,7 +185,8 @@ def explain_report(result: dict, console: Console) -> None:
             alt = nb["label"]
             delta = f"{nb['delta_s'] * 1e3:+.3f} ms ({nb['delta_pct']:+.2f}%)"
         has_gpu = any(m["kind"] == "HBM" for m in e["memory"]) or e["sharding"] != "host"
-        t.add_row(shown_text.name(e["table"]), e["placement"], used, fmt_bytes(max(e["hbm_free_bytes"], 0)) if has_gpu else "-",
+        free = fmt_bytes(max(e["hbm_free_bytes"], 0)) if has_gpu else "-"
+        t.add_row(shown_text.name(e["table"]), e["placement"], used, free,
                   load, f"{e['bottleneck_share']:.1%}", alt, delta)
     console.print(t)
     verdict = result.get("not_locally_optimal")

@@ -121,7 +121,8 @@ def test_counted_stage1_stays_below_every_plan_on_production_856():
     model = CostModel(topo, wl)
     ctx = Context.of(model, Symmetry.of(topo), OptionConfig())
     kinds = KindFolder(ctx).kinds()
-    stage1 = solve_stage1(ctx, kinds, Budget(10.0), gap=0.0, backend="highs", threads=None)
+    # a work budget: the same choice on a loaded machine (a 10 s one stopped before the rounding there)
+    stage1 = solve_stage1(ctx, kinds, Budget.of_work(10_000), gap=0.0, backend="highs", threads=None)
     counts = group_counts(ctx, kinds, stage1.problem, stage1.result.chosen)
     assert counts and counts[0].types
     plain = ilp.solve(dataclasses.replace(stage1.problem, levels=[]), backend="highs", gap=0.0,
@@ -130,7 +131,7 @@ def test_counted_stage1_stays_below_every_plan_on_production_856():
                         gap=0.0, warm_start=stage1.result.chosen, budget=Budget(60.0))
     assert plain.status == counted.status == "optimal"
     assert counted.objective_s > plain.objective_s * (1 + 1e-4)
-    placed = place_choice(Assigner(ctx), stage1.problem, kinds, counted.chosen, Budget(5.0))
+    placed = place_choice(Assigner(ctx), stage1.problem, kinds, counted.chosen, Budget.of_work(5_000))
     placements, step = placed.placements, placed.step_s
     assert placements
     steps = {"stage 2": step + sum(model.fixed_latency_s.values())}

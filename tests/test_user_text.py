@@ -24,7 +24,8 @@ def _odd_workload(tmp_path: Path, description: str = ODD) -> Path:
     text = re.sub(r"^description: .*$", lambda _: f"description: {json.dumps(description)}", TINY, count=1,
                   flags=re.M)
     text = re.sub(r"^name: tiny$", lambda _: f"name: {json.dumps('w' + ODD)}", text, count=1, flags=re.M)
-    text = text.replace("name: t_users,", f"name: {json.dumps(ODD)},").replace("table: t_users", f"table: {json.dumps(ODD)}")
+    odd = json.dumps(ODD)
+    text = text.replace("name: t_users,", f"name: {odd},").replace("table: t_users", f"table: {odd}")
     path = tmp_path / "odd.yaml"
     path.write_text(text)
     return path
@@ -60,8 +61,8 @@ def test_clipped_is_one_bounded_line():
 
 
 def test_a_name_longer_than_the_limit_is_refused_naming_the_field(tmp_path):
-    text = TINY.replace("name: t_geo,", f"name: {'g' * (MAX_NAME_CHARS + 1)},").replace("table: t_geo",
-                                                                                      f"table: {'g' * (MAX_NAME_CHARS + 1)}")
+    long = "g" * (MAX_NAME_CHARS + 1)
+    text = TINY.replace("name: t_geo,", f"name: {long},").replace("table: t_geo", f"table: {long}")
     path = tmp_path / "long.yaml"
     path.write_text(text)
     proc = subprocess.run([sys.executable, "-m", "placer.cli", "check", str(path)], capture_output=True, text=True,

@@ -188,7 +188,7 @@ class NodeTemplate(StrictModel):
     description: str = ""
     gpus: GpuSpec
     host: HostSpec
-    switches: list[L.NonEmptyName] = Field(default_factory=list, max_length=L.MAX_SWITCHES_PER_NODE)
+    switches: list[L.Name] = Field(default_factory=list, max_length=L.MAX_SWITCHES_PER_NODE)
     nics: NicSpec | None = None
     links: list[LinkSpec]
     unified_memory: bool = Field(
