@@ -29,8 +29,9 @@ from validation.common import ROOT, environment, git, write_json  # noqa: E402  
 LOSS = 0.02
 PLANS = ROOT / "validation" / "guard_plans"
 #: (workload, hardware, work limit in units): the single-stage ILP with its tie-break (one GPU, eight GPUs), the
-#: two stages with kind changes (16 GPUs), host memory under pressure (the regressed case), node-local replicas,
-#: compressed options, and a 1,000-table workload on 128 GPUs
+#: two stages with kind changes (16 GPUs), host memory under pressure (the regressed case), node-local replicas and
+#: compressed options. About 220 s alone on a 2-core machine (synthetic-1000 @ dgx-h100-16node at 15,000 units
+#: took 111 s more: left to the full benchmark).
 CASES = (
     ("mlperf-dlrm-v1", "h100-pcie-host", 5000),
     ("mlperf-dlrm-v2", "dgx-h100", 5000),
@@ -39,7 +40,6 @@ CASES = (
     ("production-856", "dgx-h100", 10000),
     ("criteo-terabyte-node-local", "dgx-h100-2node", 8000),
     ("mlperf-dlrm-v2-qr", "dgx-h100", 5000),
-    ("synthetic-1000", "dgx-h100-16node", 15000),
 )
 
 
