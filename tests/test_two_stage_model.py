@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from placer.cost import CostModel
 from placer.errors import InfeasibleError
-from placer.options import OptionConfig
+from placer.options import OptionConfig, table_options
 from placer.planner import ilp
 from placer.executor import Background
 from placer.planner.bound_tree import BoundTree
@@ -118,6 +118,33 @@ def test_kinds_fold_what_their_full_placements_cost():
                     assert a == pytest.approx(b, rel=2e-2), where
         checked["all" if k.family == Family.ALL else "other"] += 1
     assert checked["all"] > 10 and checked["other"] > 100
+
+
+@pytest.mark.parametrize("hw", ["dgx-h100-2node", "pcie-4gpu-workstation"])
+def test_shards_priced_once_and_relabeled_cost_what_the_placement_does(hw):
+    """KindFolder._cost sums a row-wise or column-wise option's shards from one price per shard size, relabeled
+    onto each GPU by the symmetry (NVSwitch swaps; PCIe switch pairs matched on the workstation): every load,
+    fixed cost and memory under its own resource name equals the cost model's price of the whole placement."""
+    wl = load_workload(ROOT / "workloads" / "mlperf-dlrm-v1.yaml")
+    topo = Topology(load_hardware(ROOT / "hardware_specs" / f"{hw}.yaml"), wl.dense.dtype)
+    model = CostModel(topo, wl, include_exchange=False)
+    folder = KindFolder(Context.of(CostModel(topo, wl), Symmetry.of(topo), OptionConfig()))
+    cfg = OptionConfig(canonical=True, all_gpu_kinds=False)
+    checked = 0
+    for t in wl.tables:
+        for p in table_options(t, topo, wl, cfg):
+            if len(p.shards) < 2 or p.sharding not in ("row_wise", "column_wise"):
+                continue
+            got, want = folder._cost(p), model.placement_cost(p, every_gpu_folded=True)
+            for a, b in ((got.loads, want.loads), (got.memory, want.memory)):
+                assert set(a) == set(b), p.label()
+                for key in b:
+                    assert a[key] == pytest.approx(b[key], rel=1e-12, abs=1e-18), (p.label(), key)
+            assert set(got.once) == set(want.once), p.label()
+            for g, charges in want.once.items():
+                assert got.once[g] == pytest.approx(charges, rel=1e-12), (p.label(), g)
+            checked += 1
+    assert checked > 50
 
 
 def test_two_stage_bound_lies_below_every_plan():

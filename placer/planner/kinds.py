@@ -17,17 +17,17 @@ from collections import defaultdict
 
 import numpy as np
 
-from placer.cost import AR, BX, FX, PHASES
+from placer.cost import AR, BX, FX, PHASES, Cost
 from placer.executor import Background, no_cyclic_gc
 from placer.options import (OptionConfig, data_parallel_allowed, data_parallel_placement, precisions,
                              row_wise_placement, table_options)
 from placer.plan import Placement
 from placer.planner.budget import OutOfTime
 from placer.planner.context import Context
-from placer.planner.symmetry import resource_class
+from placer.planner.symmetry import Symmetry, resource_class
 from placer.planner.types import Family, Kind, Kinds
 from placer.program.node_local_ops import node_exchange
-from placer.program.ops import EVERY_GPU
+from placer.program.ops import EVERY_GPU, GroupKey
 
 #: Below this many tables the kinds are folded in one process (a fork costs more than it saves).
 PARALLEL_MIN_TABLES = 200
@@ -56,6 +56,21 @@ def prune_dominated(kinds: list[Kind]) -> list[Kind]:
     return keep
 
 
+def _relabeled(cost: Cost, sym: Symmetry, gpu: str) -> Cost:
+    """``cost`` of a shard on the canonical GPU node0/gpu0, moved onto ``gpu`` by the symmetry (loads, fused
+    groups' fixed costs and memory under their relabeled names)."""
+    name = functools.partial(sym.relabel, sym.gpu_key(gpu))
+    out = Cost()
+    for (ph, r), v in cost.loads.items():
+        out.loads[(ph, name(r))] += v
+    for m, b in cost.memory.items():
+        out.memory[name(m)] += b
+    for g, charges in cost.once.items():
+        moved = GroupKey(name(g.device), g.location, g.dtype, g.width, g.form)
+        out.once[moved] = {(ph, name(r)): v for (ph, r), v in charges.items()}
+    return out
+
+
 @functools.lru_cache(maxsize=1 << 20)
 def _endpoints(name: str) -> frozenset[str]:
     """The devices a resource name joins: 'node0/gpu0->node0/nic0' -> {node0/gpu0, node0/nic0}."""
@@ -68,6 +83,8 @@ class KindFolder:
     def __init__(self, ctx: Context):
         self.ctx = ctx
         self._exchange_cache: dict = {}
+        self._shards_cache: dict = {}
+        self._shard_costs: dict = {}
         self._allreduce_folded: dict | None = None
 
     def kinds(self, processes: int = 2, deadline: float | None = None) -> Kinds:
@@ -142,6 +159,48 @@ class KindFolder:
             self._exchange_cache[key] = (dict(totals), peak, own)
         return self._exchange_cache[key]
 
+    def _cost(self, p: Placement) -> Cost:
+        """``p``'s cost as CostModel.placement_cost(every_gpu_folded=True) gives it. A row-wise or column-wise
+        option over several GPUs is summed from its shards, each priced once per size on the canonical GPU and
+        relabeled onto its own (Symmetry.gpu_key): the 8 near-equal shards of a row-wise option over a node are
+        2 prices, not 8 (they were half of the option kinds' time on production-856)."""
+        model, topo = self.ctx.local, self.ctx.topo
+        if (len(p.shards) < 2 or p.sharding not in ("row_wise", "column_wise") or p.node_local
+                or p.compression is not None or any(s.device not in self.ctx.gpu_set for s in p.shards)):
+            return model.placement_cost(p, every_gpu_folded=True)
+        cost = model.table_cost(p, every_gpu_folded=True)
+        canonical = topo.gpus[0]
+        for s in p.shards:
+            key = (p.table, p.sharding, p.precision, s.num_rows, s.hbm_rows, s.num_cols)
+            alone = self._shard_costs.get(key)
+            if alone is None:
+                one = p.model_copy(update={"shards": [s.model_copy(update={"device": canonical})]})
+                alone = self._shard_costs[key] = model.shard_cost(one, every_gpu_folded=True)
+            cost += alone if s.device == canonical else _relabeled(alone, self.ctx.sym, s.device)
+        return cost
+
+    def _shards_exchange(self, senders: tuple[str, ...], node_local: bool):
+        """The all-to-all of one byte per GPU from (and back to) each of ``senders``, both directions summed:
+        ({(phase, class): total}, {(phase, class): busiest member}, {(phase, resource): s on the senders' own
+        resources}); cached per tuple of senders (the shards of a row-wise option over a node: 8 devices, the same
+        for every table and hot level)."""
+        key = (senders, node_local)
+        if key not in self._shards_cache:
+            totals: dict[tuple[int, str], float] = defaultdict(float)
+            peak: dict[tuple[int, str], float] = {}
+            own: dict[tuple[int, str], float] = defaultdict(float)
+            for device in senders:
+                for outgoing in (True, False):
+                    ex_totals, ex_peak, ex_own = self._exchange(device, outgoing, node_local)
+                    for k, v in ex_totals.items():
+                        totals[k] += v
+                    for k, v in ex_peak.items():
+                        peak[k] = max(peak.get(k, 0.0), v)
+                    for ph, r, v in ex_own:
+                        own[(ph, r)] += v
+            self._shards_cache[key] = (dict(totals), peak, dict(own))
+        return self._shards_cache[key]
+
     def _allreduce(self) -> dict[tuple[int, str], float]:
         """Seconds per byte of a ring all-reduce over all GPUs, summed per class."""
         if self._allreduce_folded is None:
@@ -178,7 +237,7 @@ class KindFolder:
             cost = model.shard_cost(p, every_gpu_folded=True)
             whole = model.table_cost(p.model_copy(update={"shards": p.shards * repeat}), every_gpu_folded=True)
         else:
-            cost, whole = model.placement_cost(p, every_gpu_folded=True), None
+            cost, whole = self._cost(p), None
         every_gpu_bytes = cost.memory.get(EVERY_GPU, 0.0) + (whole.memory.get(EVERY_GPU, 0.0) if whole else 0.0)
         gpus = ctx.gpu_set
         if every_gpu_bytes > ctx.mem_usable[hbm_class] or any(
@@ -223,17 +282,15 @@ class KindFolder:
                 totals[key] += v * grad
         else:
             per_gpu = ctx.model.exchange_bytes_per_gpu(p.table, shards[0].num_cols)
-            for sh in shards:
-                for outgoing in (True, False):
-                    ex_totals, ex_peak, ex_own = self._exchange(topo.exchange_sender(sh.device), outgoing,
-                                                                p.node_local)
-                    for key, v in ex_totals.items():
-                        totals[key] += v * per_gpu * repeat
-                    for key, v in ex_peak.items():
-                        peak_member[key] = max(peak_member.get(key, 0.0), v * per_gpu)
-                    if family != Family.ALL:
-                        for ph, r, v in ex_own:
-                            own[(ph, r)] += v * per_gpu
+            ex_totals, ex_peak, ex_own = self._shards_exchange(tuple(topo.exchange_sender(sh.device) for sh in shards),
+                                                               p.node_local)
+            for key, v in ex_totals.items():
+                totals[key] += v * per_gpu * repeat
+            for key, v in ex_peak.items():
+                peak_member[key] = max(peak_member.get(key, 0.0), v * per_gpu)
+            if family != Family.ALL:
+                for key, v in ex_own.items():
+                    own[key] += v * per_gpu
         mem_totals: dict[str, float] = defaultdict(float)
         for m, b in cost.memory.items():
             if m == EVERY_GPU:
