@@ -69,3 +69,32 @@ def test_groups_are_the_programs(tmp_path):
         assert w.shape == (20000, 32) and torch.isfinite(w).all() and float(w.abs().max()) <= 1 / np.sqrt(20000)
     finally:
         tr.close()
+
+
+@pytest.mark.parametrize("case", REFERENCE["cases"], ids=lambda c: f"{c['optimizer']}-{len(c['plan']['placements'])}")
+def test_graph_safe_groups_train_the_same(case, tmp_path):
+    """With ``graph_safe`` the hbm and uvm groups run the static-shape backward (runner/graph_groups.py): the same
+    losses as the per-shard runner's, and every such group's backward keeps the graph contract (graph_guard)."""
+    from placer.runner.graph_groups import GraphSafeGroup, graph_safe
+    from placer.runner.graph_guard import GraphSafe
+
+    path = tmp_path / "wl.yaml"
+    path.write_text(case["workload"])
+    wl = load_workload(path)
+    plan = Plan.model_validate(case["plan"])
+    tr = Trainer(plan, wl, torch.device("cpu"), Topology(load_hardware(HW4)), seed=case["seed"],
+                 pool_batches=case["pool_batches"], graph_safe=True)
+    try:
+        safe = [g for k, g in tr.groups.items() if graph_safe(k)]
+        assert safe and all(isinstance(g, GraphSafeGroup) for g in safe)
+        assert not any(isinstance(g, GraphSafeGroup) for k, g in tr.groups.items() if not graph_safe(k))
+        tr.train(case["steps"])
+        got = tr.loss_history()
+        batch = tr.pool[0]
+        with GraphSafe():
+            for g in safe:
+                runs = g.sort(batch.groups[g.key])
+                g.update(runs, g.segment_reduce(runs))
+    finally:
+        tr.close()
+    np.testing.assert_allclose(got, case["losses"], rtol=1e-4, atol=1e-7)

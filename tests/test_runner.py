@@ -445,3 +445,29 @@ def test_host_memory_helpers_on_cpu():
     assert forced.mechanism == "cpu_gather_copy" and forced.empty((2, 2), torch.float32, gpu_readable=True).dev is None
     with pytest.raises(ValueError):
         HostMemory(CPU, "magic")
+
+
+def test_cli_run_graph_on_says_what_ran(tmp_path, capsys, tiny, hw4):
+    """--graph on: the HBM and UVM groups run the graph-safe backward, the host groups eagerly, and the JSON says
+    so, and that nothing was captured on a CPU; the losses are the eager run's (to fp32 rounding); with --nproc it
+    is refused (exit 2)."""
+    import json
+
+    plan = uniform_plan(tiny, hw4, KINDS["row_wise"])
+    plan = plan.model_copy(update={"placements": plan.placements[:-1] + [host(tiny.tables[-1])]})
+    plan.write(tmp_path / "plan.json")
+    args = ["run", str(HW4), str(TINY), str(tmp_path / "plan.json"), "--device", "cpu", "--steps", "3",
+            "--warmup", "1", "--phase-steps", "0", "--threads", "1", "--pool", "1", "--json"]
+    results = {}
+    for mode in ("off", "on"):
+        assert main(args + ["--graph", mode]) == 0
+        results[mode] = json.loads(capsys.readouterr().out)
+    on = results["on"]["graph"]
+    assert on["mode"] == "on" and on["captured"] is False and "CPU" in on["not_captured_why"]
+    assert on["graph_safe_groups"] and all("hbm" in g or "uvm" in g for g in on["graph_safe_groups"])
+    assert on["eager_groups"] and all("[cpu " in g for g in on["eager_groups"])
+    assert results["off"]["graph"]["graph_safe_groups"] == []
+    for key in ("loss_first", "loss_last"):
+        got, want = (results[m]["measured"][key] for m in ("on", "off"))
+        assert got is not None and got == pytest.approx(want, rel=1e-5), key
+    assert main(args + ["--graph", "on", "--nproc", "2"]) == 2

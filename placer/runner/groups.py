@@ -124,10 +124,15 @@ class BuildContext:
     batch: int
     #: (table, shard) -> a hot/cold split's (is_hot per local id, local id -> slot in its part): FusedGroup.slot_map
     slot_maps: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    #: graph-safe groups' optimizer (runner/static_step.StaticRowOptimizer; runner/graph_groups.py), else None
+    static_optimizer: object | None = None
 
 
 class FusedGroup:
     """One group of the program on this machine: its fused rows and state, and its ops."""
+
+    #: rows held past the group's own (a graph-safe group's scratch row: runner/graph_groups.py)
+    extra_rows = 0
 
     def __init__(self, key: GroupKey, slots: list[Slot], ctx: BuildContext):
         self.key, self.slots, self.ctx = key, slots, ctx
@@ -138,11 +143,12 @@ class FusedGroup:
         dev = ctx.device
         self.host_rows = key.location in ("uvm", "cpu")
         self._host = None
+        held = self.rows + self.extra_rows
         if key.location in ("hbm", "replica"):
-            self.weight = self.weight_cpu = torch.zeros((self.rows, self.width), dtype=dtype, device=dev)
+            self.weight = self.weight_cpu = torch.zeros((held, self.width), dtype=dtype, device=dev)
             self.states = self._states(lambda shape: torch.zeros(shape, dtype=torch.float32, device=dev))
         else:
-            self._host = ctx.host.zeros((self.rows, self.width), dtype, gpu_readable=key.location == "uvm")
+            self._host = ctx.host.zeros((held, self.width), dtype, gpu_readable=key.location == "uvm")
             self.weight_cpu = self._host.cpu
             mapped = self._host.dev is not None
             self.weight = self._host.dev if mapped else self._host.cpu
@@ -168,7 +174,7 @@ class FusedGroup:
         """The optimizer's state tensors of the group's rows (none for frozen rows, never updated)."""
         if not self.key.trained:
             return []
-        return [alloc(s) for s in state_shapes(self.ctx.optimizer.name, self.rows, self.width)]
+        return [alloc(s) for s in state_shapes(self.ctx.optimizer.name, self.rows + self.extra_rows, self.width)]
 
     # ---- build ------------------------------------------------------------------------------------------------
 

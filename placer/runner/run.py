@@ -30,6 +30,7 @@ from placer.runner.memory import check_memory, estimate_needs
 from placer.runner.opcompare import compare
 from placer.runner.scale import scale_plan
 from placer.runner.timing import OpTimer, PhaseTimer, StepTimer, step_measurements, summarize, synchronize
+from placer.runner.graph_groups import graph_record
 from placer.runner.trainer import Trainer
 from placer.simulate import predict
 from placer.specs.workload import Workload
@@ -54,6 +55,7 @@ class RunConfig:
     device_free_bytes: float | None = None  # override torch.cuda.mem_get_info (tests)
     threads: int | None = None  # torch CPU threads for the run (None: torch's default)
     samples: object = None  # real samples to train on (placer.data.samples.SampleSet; None: synthetic ids)
+    graph: str = "off"  # off | on: graph-safe backward for the groups runner/graph_groups.py covers
 
 
 def resolve_device(name: str | None) -> torch.device:
@@ -149,7 +151,7 @@ def run_plan(hardware, workload: Workload, plan: Plan, config: RunConfig = RunCo
     trainer = None
     try:
         trainer = Trainer(plan, wl, device, topo, seed=config.seed, host_read=config.host_read, pool_batches=pool,
-                          samples=config.samples)
+                          samples=config.samples, graph_safe=config.graph == "on")
         build_s = time.perf_counter() - t_build
         if trainer.builder.cpu_reads_host:  # the prediction prices the host-read mechanism that runs
             predicted = predict(CostModel(topo, wl, cpu_reads_host=True), plan)
@@ -222,6 +224,7 @@ def _result(trainer: Trainer, topo, wl, plan, predicted, config, device, times, 
         "prediction_prices_host_reads_as": ("CPU lookups and copies (as cpu_gather_copy runs them)"
                                             if trainer.builder.cpu_reads_host else "zero-copy reads by the GPU (uva)"),
         "host_read_detail": trainer.host.detail,
+        "graph": graph_record(config.graph, trainer.groups, device),
         "devices_folded": trainer.gpu_devices_folded,
         "dense_dtype": trainer.dense_dtype,
         "pool_batches": pool,

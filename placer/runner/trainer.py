@@ -32,9 +32,11 @@ from placer.program.build import ProgramBuilder
 from placer.program.dense_model import DenseDLRM, make_dense_optimizer
 from placer.runner.batches import Batch, BatchGenerator
 from placer.runner.compressed_groups import make_group
+from placer.runner.graph_groups import make_graph_group
 from placer.runner.groups import BuildContext, FusedGroup, Slot, build_groups
 from placer.runner.hostmem import HostMemory
 from placer.runner.optim import SparseRowOptimizer
+from placer.runner.static_step import StaticRowOptimizer
 from placer.runner.timing import OpTimer, PhaseTimer, StepTimer, synchronize
 from placer.specs.workload import Workload
 from placer.topology import Topology
@@ -180,7 +182,10 @@ class Trainer(GroupOwner):
     """The plan's step program built on one local device: groups, table assembly, dense model, batches."""
 
     def __init__(self, plan: Plan, workload: Workload, device: torch.device, topology: Topology, *, seed: int = 0,
-                 host_read: str = "auto", pool_batches: int = 4, overlap_host: bool | None = None, samples=None):
+                 host_read: str = "auto", pool_batches: int = 4, overlap_host: bool | None = None, samples=None,
+                 graph_safe: bool = False):
+        """``graph_safe``: the groups graph_groups.graph_safe covers run the static-shape backward (no host sync;
+        runner/graph_groups.py), the others as before."""
         self.plan, self.wl, self.device, self.topo = plan, workload, device, topology
         self.B = workload.batch_size
         self.host = HostMemory(device, host_read)
@@ -189,9 +194,11 @@ class Trainer(GroupOwner):
         self.optimizer = SparseRowOptimizer(workload.optimizer.name, workload.optimizer.lr)
         torch.manual_seed(seed)
         self.gen = BatchGenerator(workload, plan, seed, samples)  # samples: real ids (run --ids) or None
+        self.static_optimizer = (StaticRowOptimizer(workload.optimizer.name, workload.optimizer.lr, device)
+                                 if graph_safe else None)
         ctx = BuildContext(workload=workload, device=device, host=self.host, optimizer=self.optimizer, seed=seed,
-                           perms=self.gen.perms, batch=self.B)
-        self.groups = build_groups(plan, ctx, self.builder, make=make_group)
+                           perms=self.gen.perms, batch=self.B, static_optimizer=self.static_optimizer)
+        self.groups = build_groups(plan, ctx, self.builder, make=make_graph_group if graph_safe else make_group)
         self.streams = {key: self.builder.stream(key.device) for key in self.groups}
         parts: dict[str, dict[int, list]] = {p.table: {} for p in plan.placements}
         for g in self.groups.values():
@@ -261,6 +268,8 @@ class Trainer(GroupOwner):
         if phases:
             phases.begin()
         self.optimizer.new_step()
+        if self.static_optimizer is not None:
+            self.static_optimizer.new_step()
         outs: dict = {}
         self._each_group(lambda k, g: outs.__setitem__(k, timer.run("lookup", self.streams[k],
                                                                     lambda: g.lookup(batch.groups[k]))), ops)
