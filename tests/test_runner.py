@@ -467,6 +467,8 @@ def test_cli_run_graph_on_says_what_ran(tmp_path, capsys, tiny, hw4):
     assert on["graph_safe_groups"] and all("hbm" in g or "uvm" in g for g in on["graph_safe_groups"])
     assert on["eager_groups"] and all("[cpu " in g for g in on["eager_groups"])
     assert results["off"]["graph"]["graph_safe_groups"] == []
+    floor = results["on"]["floor"]  # the spec's GPUs at datasheet rates: no ratio for a CPU run
+    assert 0 < floor["step_time_s"] < results["on"]["predicted"]["step_time_s"] and floor["runner_over_floor"] is None
     for key in ("loss_first", "loss_last"):
         got, want = (results[m]["measured"][key] for m in ("on", "off"))
         assert got is not None and got == pytest.approx(want, rel=1e-5), key

@@ -24,13 +24,14 @@ from placer.node_local import refuse_node_local
 from placer.plan import Plan
 from placer.plan_price import priced_plan
 from placer.program.build import plan_ops
+from placer.program.floor import floor_step_s
 from placer.runner.batches import batch_bytes_estimate
+from placer.runner.graph_groups import graph_record
 from placer.runner.hostmem import keep_freed_memory
 from placer.runner.memory import check_memory, estimate_needs
 from placer.runner.opcompare import compare
 from placer.runner.scale import scale_plan
 from placer.runner.timing import OpTimer, PhaseTimer, StepTimer, step_measurements, summarize, synchronize
-from placer.runner.graph_groups import graph_record
 from placer.runner.trainer import Trainer
 from placer.simulate import predict
 from placer.specs.workload import Workload
@@ -176,6 +177,7 @@ def run_plan(hardware, workload: Workload, plan: Plan, config: RunConfig = RunCo
         result["measured"]["ops"] = compare(ops.per_step(), plan_ops(trainer.builder, plan.placements),
                                             trainer.builder.expand)
         result["hardware_note"] = hardware_note(topo, device)
+        result["floor"] = floor_record(topo, wl, plan, result["measured"]["step_time_s"], device)
     finally:
         torch.set_num_threads(threads_before)
         if trainer is not None and not keep_trainer:
@@ -183,6 +185,17 @@ def run_plan(hardware, workload: Workload, plan: Plan, config: RunConfig = RunCo
     if keep_trainer:
         result["_trainer"] = trainer
     return result
+
+
+def floor_record(topo: Topology, wl: Workload, plan: Plan, measured_s: float, device: torch.device) -> dict:
+    """The plan's physics floor on the hardware spec (program/floor.py) and the measured step over it; the ratio
+    only where the run was on a GPU (a CPU run is not the spec's GPUs)."""
+    floor_s = floor_step_s(topo, wl, plan)
+    return {"step_time_s": floor_s,
+            "runner_over_floor": measured_s / floor_s if device.type == "cuda" and floor_s > 0 else None,
+            "what": "the step program at the spec's datasheet rates with no fixed cost per GPU kernel, plus one "
+                    "launch of the step (a production trainer replaying a CUDA graph); it counts no device time "
+                    "per kernel, so it is a loose floor for small models"}
 
 
 def _rss_bytes() -> int:
