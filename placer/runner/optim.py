@@ -42,6 +42,24 @@ def aggregate(ids: torch.Tensor, grad_rows: torch.Tensor) -> tuple[torch.Tensor,
     return uniq, summed
 
 
+def update_math_without_step(name: str, lr: float, w: torch.Tensor, s: list[torch.Tensor], g: torch.Tensor
+                        ) -> list[torch.Tensor] | None:
+    """sgd's, adagrad's or rowwise_adagrad's update of fp32 rows ``w`` (in place) with gradients ``g`` and state
+    rows ``s``: the new state rows; None for adam, whose bias corrections need the step count (its caller's)."""
+    if name == "sgd":
+        w.add_(g, alpha=-lr)
+        return []
+    if name == "adagrad":
+        acc = s[0].addcmul_(g, g)
+        w.addcdiv_(g, acc.sqrt().add_(ADAGRAD_EPS), value=-lr)
+        return [acc]
+    if name == "rowwise_adagrad":
+        acc = s[0].add_(g.pow(2).mean(dim=1))
+        w.addcdiv_(g, acc.sqrt().add_(ADAGRAD_EPS).unsqueeze(1), value=-lr)
+        return [acc]
+    return None
+
+
 class SparseRowOptimizer:
     """One optimizer for all embedding rows of a run (state lives beside each block of rows)."""
 
@@ -80,17 +98,9 @@ class SparseRowOptimizer:
     def _math(self, w: torch.Tensor, s: list[torch.Tensor], g: torch.Tensor) -> list[torch.Tensor]:
         """In place on ``w`` (fp32 rows); returns the new state rows."""
         lr = self.lr
-        if self.name == "sgd":
-            w.add_(g, alpha=-lr)
-            return []
-        if self.name == "adagrad":
-            acc = s[0].addcmul_(g, g)
-            w.addcdiv_(g, acc.sqrt().add_(ADAGRAD_EPS), value=-lr)
-            return [acc]
-        if self.name == "rowwise_adagrad":
-            acc = s[0].add_(g.pow(2).mean(dim=1))
-            w.addcdiv_(g, acc.sqrt().add_(ADAGRAD_EPS).unsqueeze(1), value=-lr)
-            return [acc]
+        done = update_math_without_step(self.name, lr, w, s, g)
+        if done is not None:
+            return done
         b1, b2 = ADAM_BETAS
         t = max(self.step_count, 1)
         m = s[0].mul_(b1).add_(g, alpha=1 - b1)

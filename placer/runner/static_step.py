@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from placer.runner.optim import ADAGRAD_EPS, ADAM_BETAS, ADAM_EPS, NAMES
+from placer.runner.optim import ADAM_BETAS, ADAM_EPS, NAMES, update_math_without_step
 
 
 def runs(ids: torch.Tensor, bags: torch.Tensor, scratch_row: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -72,17 +72,9 @@ class StaticRowOptimizer:
 
     def _math(self, w: torch.Tensor, s: list[torch.Tensor], g: torch.Tensor) -> list[torch.Tensor]:
         lr = self.lr
-        if self.name == "sgd":
-            w.add_(g, alpha=-lr)
-            return []
-        if self.name == "adagrad":
-            acc = s[0].addcmul_(g, g)
-            w.addcdiv_(g, acc.sqrt().add_(ADAGRAD_EPS), value=-lr)
-            return [acc]
-        if self.name == "rowwise_adagrad":
-            acc = s[0].add_(g.pow(2).mean(dim=1))
-            w.addcdiv_(g, acc.sqrt().add_(ADAGRAD_EPS).unsqueeze(1), value=-lr)
-            return [acc]
+        done = update_math_without_step(self.name, lr, w, s, g)  # no step count: as the eager optimizer's
+        if done is not None:
+            return done
         b1, b2 = ADAM_BETAS
         t = torch.clamp(self.step_count, min=1.0)
         m = s[0].mul_(b1).add_(g, alpha=1 - b1)
