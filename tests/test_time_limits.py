@@ -98,6 +98,36 @@ def test_two_stage_cut_in_its_option_kinds_returns_the_best_baseline(monkeypatch
     assert "plan from" in s.note and "plan from two_stage" not in s.note
 
 
+def test_kinds_leave_the_time_the_callers_baseline_needs(monkeypatch):
+    """The kinds' deadline keeps what the caller's own plan takes where the stages give none (``fallback_s``: the
+    folding holds both cores and starves the baselines' child): with all of the stages' budget kept for it they
+    stop at once; with none kept they fold and the stages place the tables."""
+    from placer.cost import CostModel
+    from placer.options import OptionConfig
+    from placer.planner.budget import Budget
+    from placer.planner.symmetry import Symmetry
+
+    deadlines = []
+    real = two_stage.KindFolder.kinds
+
+    def noted(self, processes=2, deadline=None):
+        deadlines.append(deadline)
+        return real(self, processes, deadline)
+
+    monkeypatch.setattr(two_stage.KindFolder, "kinds", noted)
+    workload = load_workload(ROOT / "workloads" / "tiny.yaml")
+    topo = Topology(load_hardware(ROOT / "hardware_specs" / "dgx-h100-2node.yaml"), workload.dense.dtype)
+    model, sym = CostModel(topo, workload), Symmetry.of(topo)
+    for fallback, placed in ((8.0, False), (0.0, True)):
+        budget = Budget(8.0)
+        got = two_stage.solve_two_stage(model, sym, OptionConfig(), budget=budget, gap=0.005, backend="cbc",
+                                        threads=None, fallback_s=fallback)
+        assert (got.placements is not None) == placed
+        assert deadlines[-1] == pytest.approx(budget.deadline - max(fallback, 1.0))
+        if not placed:
+            assert "option kinds" in budget.ran_out
+
+
 def _cli(*argv: str, timeout: float) -> tuple[subprocess.CompletedProcess, float]:
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "placer.cli", *argv], cwd=ROOT, capture_output=True, text=True,

@@ -482,8 +482,9 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, budge
         seconds = SCHEDULE.two_stage_s(budget, after_solve_s(model))
         local = _offers_node_local(model, cfg)  # then a share for the stages with them, the rest without
         share = SCHEDULE.node_local_share if local else 1.0
-        stages = solve_two_stage(model, sym, cfg, budget=budget.child(seconds * share),
-                                 gap=config.gap, backend=config.solver, threads=config.threads, tracker=tracker)
+        fallback = least_work.first_plan_s(model) if baselines is not None else 0.0
+        stages = solve_two_stage(model, sym, cfg, budget=budget.child(seconds * share), gap=config.gap,
+                                 backend=config.solver, threads=config.threads, tracker=tracker, fallback_s=fallback)
         placements, bound, stage1 = stages.placements, stages.bound_s, stages.stage1
         without = None
         if local:
@@ -538,7 +539,9 @@ def _solve_two_stage(model: CostModel, sym: Symmetry, config: SolveConfig, budge
     # at most what the limit leaves after pricing the plan (synthetic-1000 @ dgx-h100-32node has tables in host
     # memory to try for 10 s, which ran the command 7 s past a 60 s limit)
     tie_budget = budget.child(SCHEDULE.tie_break_s(budget, keep_s=after_solve_s(model)))
-    if not budget.deterministic and tie_budget.seconds <= 0:  # it prices the whole plan first (3 s on 256 GPUs)
+    # it prices the whole plan afresh first (half the what-ifs: 3-8 s on 256 GPUs): with less time left than that
+    # it would only overrun (synthetic-1000 @ dgx-h100-32node at 30 s: 7.8 s of its 0.5, the command 35.7 s)
+    if not budget.deterministic and tie_budget.seconds < least_work.what_ifs_s(model) / 2:
         budget.note_ran_out("tie-break")
         tie = {"objective": tiebreak_local.OBJECTIVE, "method": tiebreak_local.METHOD, "moves": [],
                "step_time_before_s": step, "step_time_after_s": step, "result": "skipped: the time limit was spent"}

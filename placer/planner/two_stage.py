@@ -55,16 +55,20 @@ from placer.planner.symmetry import Symmetry
 from placer.planner.types import NO_PLACEMENTS, Kinds, Stage1Result, TwoStageResult
 
 def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, budget: Budget, gap: float,
-                    backend: str, threads: int | None, tracker: Tracker | None = None) -> TwoStageResult:
+                    backend: str, threads: int | None, tracker: Tracker | None = None,
+                    fallback_s: float = 0.0) -> TwoStageResult:
     """The best placements (or None), the lower bound and stage 1's solver account (types.TwoStageResult). Stage 1
     gets the time the kinds leave of ``budget``, less a reserve for stage 2; stage 2 stops shortly before the
     budget's end (every share: schedule.py). The wall seconds of "option kinds", "stage 1" and "stage 2" are added
-    to ``budget.stages``."""
+    to ``budget.stages``. ``fallback_s``: what the caller's own plan takes where the stages give none (the kinds
+    stop, and stage 1 does not start, with less than that left)."""
     tracker = tracker or Tracker(None)
     # under a time limit the kinds stop where too little of it would be left for stages 1 and 2 (issue 36: at
-    # --time-limit 5 production-856 @ dgx-h100 folded them for 5-6 s, then ran stage 1's floors): the caller
-    # then has the baselines
-    deadline = None if budget.deterministic else budget.deadline - SCHEDULE.min_stages_s
+    # --time-limit 5 production-856 @ dgx-h100 folded them for 5-6 s, then ran stage 1's floors), or for the
+    # caller's baseline: the folding holds both cores and starves the baselines' child (issue 47: synthetic-1000
+    # @ dgx-h100-32node at 30 s had its kinds cut at 29 s, then waited for greedy_size: 42.2 s)
+    need = max(SCHEDULE.min_stages_s, fallback_s)
+    deadline = None if budget.deterministic else budget.deadline - need
     with budget.stage("option kinds"):
         ctx = Context.of(model, sym, cfg, tracker)
         tracker.update("stage 1: option kinds")
@@ -74,7 +78,7 @@ def solve_two_stage(model: CostModel, sym: Symmetry, cfg: OptionConfig, *, budge
             budget.note_ran_out("option kinds")
             return TwoStageResult(None, 0.0, _cut(backend, budget, "the time limit cut the option kinds"),
                                   budget.elapsed())
-    if deadline is not None and budget.left() < SCHEDULE.min_stages_s:
+    if deadline is not None and budget.left() < need:
         budget.note_ran_out("stage 1")
         return TwoStageResult(None, 0.0, _cut(backend, budget, "the time limit left no time for stage 1"),
                               budget.elapsed())
