@@ -42,24 +42,6 @@ def aggregate(ids: torch.Tensor, grad_rows: torch.Tensor) -> tuple[torch.Tensor,
     return uniq, summed
 
 
-def update_math_without_step(name: str, lr: float, w: torch.Tensor, s: list[torch.Tensor], g: torch.Tensor
-                        ) -> list[torch.Tensor] | None:
-    """sgd's, adagrad's or rowwise_adagrad's update of fp32 rows ``w`` (in place) with gradients ``g`` and state
-    rows ``s``: the new state rows; None for adam, whose bias corrections need the step count (its caller's)."""
-    if name == "sgd":
-        w.add_(g, alpha=-lr)
-        return []
-    if name == "adagrad":
-        acc = s[0].addcmul_(g, g)
-        w.addcdiv_(g, acc.sqrt().add_(ADAGRAD_EPS), value=-lr)
-        return [acc]
-    if name == "rowwise_adagrad":
-        acc = s[0].add_(g.pow(2).mean(dim=1))
-        w.addcdiv_(g, acc.sqrt().add_(ADAGRAD_EPS).unsqueeze(1), value=-lr)
-        return [acc]
-    return None
-
-
 class SparseRowOptimizer:
     """One optimizer for all embedding rows of a run (state lives beside each block of rows)."""
 
@@ -76,8 +58,9 @@ class SparseRowOptimizer:
 
     def update(self, weight: torch.Tensor, states: list[torch.Tensor], ids: torch.Tensor,
                grad: torch.Tensor) -> None:
-        """Update rows ``ids`` (distinct) of ``weight`` with summed gradients ``grad`` (fp32, len(ids) x cols).
-        ``weight`` and ``states`` may live in HBM, in RAM, or in host memory mapped for the GPU."""
+        """Update rows ``ids`` (distinct; or, repeated, a scratch row whose gradients are all zero: static_step.py)
+        of ``weight`` with summed gradients ``grad`` (fp32, len(ids) x cols). ``weight`` and ``states`` may live in
+        HBM, in RAM, or in host memory mapped for the GPU."""
         if ids.numel() == 0:
             return
         ids = ids.to(device=weight.device, dtype=torch.int64)  # index_copy_ wants int64
@@ -98,9 +81,22 @@ class SparseRowOptimizer:
     def _math(self, w: torch.Tensor, s: list[torch.Tensor], g: torch.Tensor) -> list[torch.Tensor]:
         """In place on ``w`` (fp32 rows); returns the new state rows."""
         lr = self.lr
-        done = update_math_without_step(self.name, lr, w, s, g)
-        if done is not None:
-            return done
+        if self.name == "sgd":
+            w.add_(g, alpha=-lr)
+            return []
+        if self.name == "adagrad":
+            acc = s[0].addcmul_(g, g)
+            w.addcdiv_(g, acc.sqrt().add_(ADAGRAD_EPS), value=-lr)
+            return [acc]
+        if self.name == "rowwise_adagrad":
+            acc = s[0].add_(g.pow(2).mean(dim=1))
+            w.addcdiv_(g, acc.sqrt().add_(ADAGRAD_EPS).unsqueeze(1), value=-lr)
+            return [acc]
+        return self._adam(w, s, g)
+
+    def _adam(self, w: torch.Tensor, s: list[torch.Tensor], g: torch.Tensor) -> list[torch.Tensor]:
+        """Adam's step on fp32 rows ``w`` (in place), its bias corrections from the host's step count."""
+        lr = self.lr
         b1, b2 = ADAM_BETAS
         t = max(self.step_count, 1)
         m = s[0].mul_(b1).add_(g, alpha=1 - b1)

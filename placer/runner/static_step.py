@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from placer.runner.optim import ADAM_BETAS, ADAM_EPS, NAMES, update_math_without_step
+from placer.runner.optim import ADAM_BETAS, ADAM_EPS, SparseRowOptimizer
 
 
 def runs(ids: torch.Tensor, bags: torch.Tensor, scratch_row: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -45,36 +45,21 @@ def segment_sums(grad: torch.Tensor, run: torch.Tensor, sorted_bags: torch.Tenso
     return out.index_add_(0, run, grad.index_select(0, sorted_bags).float())
 
 
-class StaticRowOptimizer:
-    """optim.SparseRowOptimizer's math over the L slots of ``runs``, its step count on ``device`` (a graph
-    replays the increment)."""
+class StaticRowOptimizer(SparseRowOptimizer):
+    """optim.SparseRowOptimizer over the L slots of ``runs`` (its update gathers, computes and scatters them, the
+    padding slots' zero gradients landing in the scratch row), its step count on ``device`` (a graph replays the
+    increment), Adam's bias corrections computed there."""
 
     def __init__(self, name: str, lr: float, device: torch.device | str = "cpu"):
-        if name not in NAMES:
-            raise ValueError(f"unknown optimizer {name!r}")
-        self.name = name
-        self.lr = float(lr)
+        super().__init__(name, lr)
         self.step_count = torch.zeros((), dtype=torch.float64, device=device)  # exact counts, as the eager int
 
     def new_step(self) -> None:
         """Advance the global step (Adam's bias correction) on the device; once per training step."""
         self.step_count.add_(1.0)
 
-    def update(self, weight: torch.Tensor, states: list[torch.Tensor], rows: torch.Tensor,
-               summed: torch.Tensor) -> None:
-        """Rows ``rows`` (L slots: distinct ids, then the scratch row) of ``weight`` and ``states`` updated with
-        ``summed`` (L, c) fp32; the padding slots' zero gradients land in the scratch row."""
-        w = weight.index_select(0, rows).float()
-        new_states = self._math(w, [s.index_select(0, rows) for s in states], summed)
-        weight.index_copy_(0, rows, w.to(weight.dtype))
-        for s, ns in zip(states, new_states):
-            s.index_copy_(0, rows, ns)
-
-    def _math(self, w: torch.Tensor, s: list[torch.Tensor], g: torch.Tensor) -> list[torch.Tensor]:
+    def _adam(self, w: torch.Tensor, s: list[torch.Tensor], g: torch.Tensor) -> list[torch.Tensor]:
         lr = self.lr
-        done = update_math_without_step(self.name, lr, w, s, g)  # no step count: as the eager optimizer's
-        if done is not None:
-            return done
         b1, b2 = ADAM_BETAS
         t = torch.clamp(self.step_count, min=1.0)
         m = s[0].mul_(b1).add_(g, alpha=1 - b1)
