@@ -97,13 +97,15 @@ class DenseDLRM(nn.Module):
         return self.top(z).squeeze(1)
 
 
-def make_dense_optimizer(model: nn.Module, name: str, lr: float, foreach: bool | None = None
-                         ) -> torch.optim.Optimizer:
+def make_dense_optimizer(model: nn.Module, name: str, lr: float, foreach: bool | None = None,
+                         capturable: bool = False) -> torch.optim.Optimizer:
     """The workload's optimizer for the dense parameters (rowwise_adagrad is plain Adagrad for dense).
-    ``foreach``: multi-tensor kernels (the runner asks for them on CUDA, not on a CPU)."""
+    ``foreach``: multi-tensor kernels (the runner asks for them on CUDA, not on a CPU). ``capturable`` (CUDA
+    only): Adam keeps its step counts on the device, so that a CUDA graph replays its bias corrections (SGD
+    has no step count; Adagrad's stays on the host and is read only for a learning-rate decay, none here)."""
     params = list(model.parameters())
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr, foreach=foreach)
     if name in ("adagrad", "rowwise_adagrad"):
         return torch.optim.Adagrad(params, lr=lr, foreach=foreach)
-    return torch.optim.Adam(params, lr=lr, foreach=foreach)
+    return torch.optim.Adam(params, lr=lr, foreach=foreach, capturable=capturable)

@@ -12,20 +12,31 @@ from __future__ import annotations
 import torch
 
 from placer.program.ops import GroupKey
-from placer.runner import static_step
+from placer.runner import kernels, static_step
 from placer.runner.compressed_groups import make_group
 from placer.runner.groups import BuildContext, FusedGroup, Slot
 
 
 def graph_safe(key: GroupKey) -> bool:
-    """Whether a group of ``key`` gets the graph-safe backward."""
-    return key.location in ("hbm", "uvm") and key.trained and not key.form
+    """Whether a group of ``key`` gets the graph-safe backward (frozen rows: only the padded lookup)."""
+    return key.location in ("hbm", "uvm") and not key.form
 
 
 class GraphSafeGroup(FusedGroup):
-    """A FusedGroup with the static-shape backward (module docstring)."""
+    """A FusedGroup with the static-shape backward (module docstring). Its inputs may be padded to a fixed
+    number of lookups (runner/graph_step.StaticInputs): the padding looks up the scratch row (zeros, never
+    changed: its gradient is zero) into one padding bag past the group's own, whose pooled gradient ``grad``
+    keeps at zero in its last row."""
 
     extra_rows = 1  # the scratch row, at index ``rows``
+
+    def __init__(self, key: GroupKey, slots: list[Slot], ctx: BuildContext):
+        super().__init__(key, slots, ctx)
+        self.grad = self.grad_op = torch.zeros((self.bags + 1, self.width), dtype=torch.float32,
+                                               device=self.grad.device)
+
+    def pack_grad(self, parts: list[torch.Tensor]) -> None:
+        kernels.pack_grad(parts, self.grad[:self.bags])
 
     def sort(self, inp):
         return static_step.runs(inp.ids, inp.bags, self.rows)

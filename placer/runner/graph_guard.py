@@ -24,9 +24,12 @@ class GraphUnsafe(RuntimeError):
     """An op that a CUDA graph cannot capture (or that synchronises the host), named with why."""
 
 
-def _why(func, args, kwargs) -> str | None:
-    """Why ``func`` breaks the contract, or None."""
+def _why(func, args, kwargs, host_values: frozenset = frozenset()) -> str | None:
+    """Why ``func`` breaks the contract, or None. ``host_values``: data pointers of scalars that live on the host
+    by design (reading them synchronises nothing)."""
     name = func._schema.name
+    if name == "aten::_local_scalar_dense" and args and args[0].data_ptr() in host_values:
+        return None
     if name in UNSAFE:
         return "its output shape depends on the data, or it reads a device value on the host"
     if name == "aten::repeat_interleave" and func._overloadname == "Tensor" and kwargs.get("output_size") is None:
@@ -39,16 +42,19 @@ def _why(func, args, kwargs) -> str | None:
 
 class GraphSafe(TorchDispatchMode):
     """Within ``with GraphSafe():`` every aten op is checked; ``strict`` (default) raises GraphUnsafe at the
-    first breach, else the breaches are collected in ``found`` as (op name, why)."""
+    first breach, else the breaches are collected in ``found`` as (op name, why). ``host_values``: tensors that
+    live on the host on a GPU run too (e.g. torch's Adagrad keeps its step counts there), whose reads are allowed
+    (on a CPU run every tensor is on the host, so they must be named)."""
 
-    def __init__(self, strict: bool = True):
+    def __init__(self, strict: bool = True, host_values=()):
         super().__init__()
         self.strict = strict
+        self.host_values = frozenset(t.data_ptr() for t in host_values)
         self.found: list[tuple[str, str]] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        why = _why(func, args, kwargs)
+        why = _why(func, args, kwargs, self.host_values)
         if why is not None:
             if self.strict:
                 raise GraphUnsafe(f"{func._schema.name}: {why}")

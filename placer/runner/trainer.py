@@ -41,15 +41,16 @@ from placer.runner.timing import OpTimer, PhaseTimer, StepTimer, synchronize
 from placer.specs.workload import Workload
 from placer.topology import Topology
 
-def dense_autocast(device: torch.device, dtype: str):
-    """Context for the dense part's precision: tf32 matmuls, or autocast to bf16/fp16; and the dtype run."""
+def dense_autocast(device: torch.device, dtype: str, cache: bool = True):
+    """Context for the dense part's precision: tf32 matmuls, or autocast to bf16/fp16; and the dtype run.
+    ``cache``: autocast's cache of cast weights (off for a step captured as a CUDA graph, as capture needs)."""
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
         torch.backends.cudnn.allow_tf32 = dtype == "tf32"
     if dtype in ("bf16", "fp16"):
         want = torch.bfloat16 if dtype == "bf16" else torch.float16
         try:
-            return torch.autocast(device_type=device.type, dtype=want), dtype
+            return torch.autocast(device_type=device.type, dtype=want, cache_enabled=cache), dtype
         except (RuntimeError, ValueError):
             return contextlib.nullcontext(), "fp32"
     return contextlib.nullcontext(), dtype if device.type == "cuda" else "fp32"
@@ -209,9 +210,10 @@ class Trainer(GroupOwner):
         self.feature_slots = feature_slots(workload)  # per feature: (table, its position among the table's)
         self.model = DenseDLRM(workload).to(device)
         self.dense_opt = make_dense_optimizer(self.model, workload.optimizer.name, workload.optimizer.lr,
-                                              foreach=device.type == "cuda")
+                                              foreach=device.type == "cuda",
+                                              capturable=graph_safe and device.type == "cuda")
         self.loss_fn = torch.nn.BCEWithLogitsLoss()
-        self.autocast, self.dense_dtype = dense_autocast(device, workload.dense.dtype)
+        self.autocast, self.dense_dtype = dense_autocast(device, workload.dense.dtype, cache=not graph_safe)
         self.dense_stream = self.builder.stream(topology.gpus[0])
         self.pool: list[Batch] = [self.make_batch() for _ in range(max(1, pool_batches))]
         self.gen.release_permutations()
@@ -267,12 +269,24 @@ class Trainer(GroupOwner):
         timer = ops or OpTimer.off()
         if phases:
             phases.begin()
-        self.optimizer.new_step()
-        if self.static_optimizer is not None:
-            self.static_optimizer.new_step()
+        self.new_step()
         outs: dict = {}
         self._each_group(lambda k, g: outs.__setitem__(k, timer.run("lookup", self.streams[k],
                                                                     lambda: g.lookup(batch.groups[k]))), ops)
+        return self.finish_step(outs, batch, timer, mark)
+
+    def new_step(self) -> None:
+        """Advance the optimizers' step counts (Adam's bias corrections): once per training step."""
+        self.optimizer.new_step()
+        if self.static_optimizer is not None:
+            self.static_optimizer.new_step()
+
+    def finish_step(self, outs: dict, batch: Batch, timer: OpTimer, mark=lambda _phase: None,
+                    eager_keys: frozenset = frozenset()) -> torch.Tensor:
+        """The step after every group's lookup (``outs``: per group key, its output): the exchanges, the dense
+        part, the embedding backward; returns the loss. The groups of ``eager_keys`` (rows looked up by the host
+        CPU while the rest of the step replays as a CUDA graph: runner/graph_step.py) get their gradients packed
+        and copied, but neither a device synchronisation nor their backward here: their caller runs it."""
         sums = self._split_sums(outs, timer, copied=False)
         mark("embedding_forward")
         for k, g in self.groups.items():  # rows looked up by the CPU: their outputs to the device
@@ -299,10 +313,11 @@ class Trainer(GroupOwner):
             if g.key.trained:  # a frozen table's rows get no gradient
                 timer.run("pack_grad", self.streams[k] if not g.on_cpu else self.dense_stream,
                           lambda g=g: g.pack_grad(self._member_grads(g, grads)))
-        if self.device.type == "cuda" and self._cpu_groups:
+        if self.device.type == "cuda" and self._cpu_groups and not eager_keys:
             synchronize(self.device)  # the CPU groups' gradients have arrived (no sync when there are none)
         mark("backward_exchange")
-        self._each_group(lambda k, g: self._backward(k, g, batch, timer), ops)
+        backward = {k: g for k, g in self.groups.items() if k not in eager_keys}
+        each_group(backward, lambda k, g: self._backward(k, g, batch, timer), None if timer.active else self._worker)
         mark("embedding_backward")
         replicas = [g for g in self.groups.values() if g.key.location == "replica" and g.key.trained]
         if replicas:
