@@ -41,10 +41,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"seed of weights and batches, 0..{argtypes.MAX_SEED} (default 0)")
     p.add_argument("--host-read", default="auto", choices=("auto", "uva", "cpu_gather_copy"),
                    help="how the GPU reads host rows (default auto: uva when it works, else cpu_gather_copy)")
-    p.add_argument("--graph", default="off", choices=("off", "on"),
-                   help="on: the embedding groups in HBM or read by the GPU from host memory run their backward "
-                        "with static shapes and no host synchronisation (what a CUDA graph can capture; the step is "
-                        "not captured yet); the result says which groups (default off: today's eager step)")
+    p.add_argument("--graph", default="auto", choices=("auto", "on", "off"),
+                   help="auto (default): on a GPU, replay the timed steps as CUDA graphs (no host in the loop: "
+                        "static shapes, no synchronisation; rows the host CPU looks up stay eager beside them) where "
+                        "every table's form allows it, else the eager step, and the result says why; on: require "
+                        "that step (captured on a GPU, run as plain calls on a CPU); off: the eager step")
     p.add_argument("--threads", type=argtypes.threads, default=None, metavar="N",
                    help=f"torch CPU threads, 1..{argtypes.MAX_THREADS} (default: torch's choice)")
     p.add_argument("--pool", type=argtypes.pool, default=None, metavar="N",
@@ -83,7 +84,7 @@ def run(args, what_if: WhatIf | None = None) -> int:
                           "one process per plan GPU", file=args.plan)
     config = RunConfig(device=args.device, steps=args.steps, warmup=args.warmup, scale=args.scale, seed=args.seed,
                        host_read=args.host_read, phase_steps=args.phase_steps, pool_batches=args.pool,
-                       threads=args.threads, graph=getattr(args, "graph", "off"))
+                       threads=args.threads, graph=getattr(args, "graph", "auto"))
     if getattr(args, "ids", None):
         if getattr(args, "nproc", None) is not None:
             raise SpecError("--ids with --nproc: real ids are read by one process only for now; drop --nproc",
@@ -97,7 +98,7 @@ def run(args, what_if: WhatIf | None = None) -> int:
                                                      or any(t.frozen for t in wl.tables)):
         raise SpecError("--nproc: plans with compressed (qr, tt, int8) or frozen tables run in one process only for "
                         "now; drop --nproc", file=args.plan, field="--nproc")
-    if getattr(args, "nproc", None) is not None and config.graph != "off":
+    if getattr(args, "nproc", None) is not None and config.graph == "on":
         raise SpecError("--graph on with --nproc: the ranks' graph-safe step is not built yet; drop one",
                         field="--graph")
     if getattr(args, "nproc", None) is not None:

@@ -448,28 +448,36 @@ def test_host_memory_helpers_on_cpu():
 
 
 def test_cli_run_graph_on_says_what_ran(tmp_path, capsys, tiny, hw4):
-    """--graph on: the HBM and UVM groups run the graph-safe backward, the host groups eagerly, and the JSON says
-    so, and that nothing was captured on a CPU; the losses are the eager run's (to fp32 rounding); with --nproc it
-    is refused (exit 2)."""
+    """--graph on: the HBM and UVM groups run the graph-safe step (runner/graph_step.py's segments, as plain calls
+    on a CPU), the host groups eagerly, and the JSON says so, and that nothing was captured on a CPU; the losses are
+    the eager run's (to fp32 rounding); auto runs the eager step on a CPU and says why; with --nproc, and for a plan
+    with replicated tables, on is refused (exit 2)."""
     import json
 
     plan = uniform_plan(tiny, hw4, KINDS["row_wise"])
     plan = plan.model_copy(update={"placements": plan.placements[:-1] + [host(tiny.tables[-1])]})
     plan.write(tmp_path / "plan.json")
     args = ["run", str(HW4), str(TINY), str(tmp_path / "plan.json"), "--device", "cpu", "--steps", "3",
-            "--warmup", "1", "--phase-steps", "0", "--threads", "1", "--pool", "1", "--json"]
+            "--warmup", "1", "--phase-steps", "1", "--threads", "1", "--pool", "1", "--json"]
     results = {}
-    for mode in ("off", "on"):
+    for mode in ("off", "on", "auto"):
         assert main(args + ["--graph", mode]) == 0
         results[mode] = json.loads(capsys.readouterr().out)
     on = results["on"]["graph"]
-    assert on["mode"] == "on" and on["captured"] is False and "CPU" in on["not_captured_why"]
+    assert on["mode"] == "on" and on["captured"] is False and "CUDA" in on["not_captured_why"]
     assert on["graph_safe_groups"] and all("hbm" in g or "uvm" in g for g in on["graph_safe_groups"])
     assert on["eager_groups"] and all("[cpu " in g for g in on["eager_groups"])
+    assert on["eager_host_groups"] == on["eager_groups"] and on["steps"] == 4 and on["static_pool_bytes"] > 0
     assert results["off"]["graph"]["graph_safe_groups"] == []
+    auto = results["auto"]["graph"]
+    assert auto["graph_safe_groups"] == [] and not auto["captured"] and "CUDA" in auto["not_captured_why"]
     floor = results["on"]["floor"]  # the spec's GPUs at datasheet rates: no ratio for a CPU run
     assert 0 < floor["step_time_s"] < results["on"]["predicted"]["step_time_s"] and floor["runner_over_floor"] is None
     for key in ("loss_first", "loss_last"):
         got, want = (results[m]["measured"][key] for m in ("on", "off"))
         assert got is not None and got == pytest.approx(want, rel=1e-5), key
+    replicas = uniform_plan(tiny, hw4, KINDS["data_parallel"])
+    replicas.write(tmp_path / "replicas.json")
+    assert main(args[:3] + [str(tmp_path / "replicas.json")] + args[4:] + ["--graph", "on"]) == 2
+    assert "replica" in capsys.readouterr().err
     assert main(args + ["--graph", "on", "--nproc", "2"]) == 2

@@ -54,13 +54,15 @@ def make_graph_group(key: GroupKey, slots: list[Slot], ctx: BuildContext) -> Fus
     return GraphSafeGroup(key, slots, ctx) if graph_safe(key) else make_group(key, slots, ctx)
 
 
-def graph_record(mode: str, groups: dict, device: torch.device) -> dict:
-    """What a run's result says of its step's graph safety (``placer run --graph``): the mode asked for, the
-    groups that ran the graph-safe backward and those that did not (why), and whether the step was captured."""
+def graph_record(mode: str, groups: dict, device: torch.device, step=None, why: str | None = None) -> dict:
+    """What a run's result says of its step (``placer run --graph``): the mode asked for; the groups that ran the
+    graph-safe step and those that ran eagerly; whether the timed steps replayed CUDA graphs, and why not where
+    they did not; ``step``: the run's runner/graph_step.GraphStep, or None (the eager step ran: ``why``)."""
     safe = [k.label for k, g in groups.items() if isinstance(g, GraphSafeGroup)]
     other = [k.label for k, g in groups.items() if not isinstance(g, GraphSafeGroup)]
-    why_not = ("--graph off" if mode == "off" else "CUDA graphs are CUDA's: on a CPU the graph-safe step runs eagerly"
-               if device.type != "cuda" else "the step's capture as one CUDA graph is not built yet (issue 48 item 3)")
-    return {"mode": mode, "graph_safe_groups": safe, "eager_groups": other,
-            "eager_groups_why": "replicas, rows looked up by the host CPU, frozen or compressed rows" if mode != "off"
-            and other else None, "captured": False, "not_captured_why": why_not}
+    record = {"mode": mode, "graph_safe_groups": safe, "eager_groups": other,
+              "eager_groups_why": "rows looked up by the host CPU run eagerly beside the graphs" if safe and other
+              else None, "captured": False, "not_captured_why": why}
+    if step is not None:
+        record.update(step.record())
+    return record

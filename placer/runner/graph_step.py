@@ -27,7 +27,8 @@ import contextlib
 import torch
 
 from placer.runner.batches import Batch
-from placer.runner.graph_groups import GraphSafeGroup
+from placer.program.build import ProgramBuilder
+from placer.runner.graph_groups import GraphSafeGroup, graph_safe
 from placer.runner.groups import GroupInput
 from placer.runner.timing import OpTimer, StepTimer, synchronize
 
@@ -45,7 +46,17 @@ def eager_keys(groups: dict, device: torch.device) -> frozenset:
 def why_not_capturable(groups: dict, device: torch.device) -> str | None:
     """Why the step of these groups cannot be replayed as a graph (the groups named), or None."""
     host = eager_keys(groups, device)
-    other = [k.label for k, g in groups.items() if k not in host and not isinstance(g, GraphSafeGroup)]
+    return _why_groups([k.label for k, g in groups.items() if k not in host and not isinstance(g, GraphSafeGroup)])
+
+
+def plan_why_not_capturable(plan, topo, workload) -> str | None:
+    """why_not_capturable for ``plan``'s groups before they are built (from the step program's group keys)."""
+    builder = ProgramBuilder(topo, workload)
+    keys = sorted({key for p in plan.placements for key, _m in builder.members(p)})
+    return _why_groups([k.label for k in keys if k.location != "cpu" and not graph_safe(k)])
+
+
+def _why_groups(other: list[str]) -> str | None:
     if other:
         shown = ", ".join(other[:4]) + (f" and {len(other) - 4} more" if len(other) > 4 else "")
         return (f"groups without a graph-safe backward (replicated tables, compressed rows): {shown}; their "

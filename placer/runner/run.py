@@ -5,6 +5,12 @@ The timed steps run back to back with no synchronization (CUDA events around eac
 perf_counter on the CPU); the step time is the median after warm-up. Two instrumented passes follow: one
 synchronizes the device at each phase boundary (the median time per phase), one synchronizes around every op
 (the mean time per op kind and stream, beside the program's price of the same ops: ``measured.ops``).
+
+``graph`` (``placer run --graph``): ``auto`` replays the timed steps as CUDA graphs (runner/graph_step.py) where the
+device is CUDA and every group of the plan has a graph-safe step, else runs today's eager step and says why;
+``on`` requires the graph-safe step (refused, exit 2, for a plan with replicated or compressed tables) and runs
+it, captured on CUDA and as plain calls elsewhere (the dry run of the path up to the capture call); ``off`` the
+eager step. The warm-up steps precede the capture; the instrumented passes run eagerly after the timed steps.
 """
 from __future__ import annotations
 
@@ -25,8 +31,10 @@ from placer.plan import Plan
 from placer.plan_price import priced_plan
 from placer.program.build import plan_ops
 from placer.program.floor import floor_step_s
+from placer.program.graph_price import predict_graph
 from placer.runner.batches import batch_bytes_estimate
 from placer.runner.graph_groups import graph_record
+from placer.runner.graph_step import WARMUP_STEPS, GraphStep, plan_why_not_capturable
 from placer.runner.hostmem import keep_freed_memory
 from placer.runner.memory import check_memory, estimate_needs
 from placer.runner.opcompare import compare
@@ -56,7 +64,7 @@ class RunConfig:
     device_free_bytes: float | None = None  # override torch.cuda.mem_get_info (tests)
     threads: int | None = None  # torch CPU threads for the run (None: torch's default)
     samples: object = None  # real samples to train on (placer.data.samples.SampleSet; None: synthetic ids)
-    graph: str = "off"  # off | on: graph-safe backward for the groups runner/graph_groups.py covers
+    graph: str = "auto"  # auto | on | off: the step replayed as CUDA graphs (runner/graph_step.py; module doc)
 
 
 def resolve_device(name: str | None) -> torch.device:
@@ -148,22 +156,33 @@ def run_plan(hardware, workload: Workload, plan: Plan, config: RunConfig = RunCo
     threads_before = torch.get_num_threads()
     if config.threads:
         torch.set_num_threads(config.threads)
+    graph_on, graph_why = graph_choice(config.graph, device, plan, topo, wl, plan_file)
     t_build = time.perf_counter()
-    trainer = None
+    trainer = graph = None
     try:
         trainer = Trainer(plan, wl, device, topo, seed=config.seed, host_read=config.host_read, pool_batches=pool,
-                          samples=config.samples, graph_safe=config.graph == "on")
+                          samples=config.samples, graph_safe=graph_on)
         build_s = time.perf_counter() - t_build
         if trainer.builder.cpu_reads_host:  # the prediction prices the host-read mechanism that runs
             predicted = predict(CostModel(topo, wl, cpu_reads_host=True), plan)
-        trainer.train(config.warmup)
-        synchronize(device)
         timer = StepTimer(device)
-        trainer.train(config.steps, timer, start=config.warmup)
+        if graph_on:
+            graph = GraphStep(trainer, capacity=config.warmup + config.steps + WARMUP_STEPS)
+            graph.capture(warmup=max(config.warmup, WARMUP_STEPS) if device.type == "cuda" else config.warmup)
+            synchronize(device)
+            graph.train(config.steps, timer)
+            start = graph.position
+            if graph.captured:  # the step runs as graphs: priced as device work and launches (program/graph_price.py)
+                predicted = predict_graph(topo, wl, plan, len(graph.graphs),
+                                          cpu_reads_host=trainer.builder.cpu_reads_host)
+        else:
+            trainer.train(config.warmup)
+            synchronize(device)
+            trainer.train(config.steps, timer, start=config.warmup)
+            start = config.warmup + config.steps
         times = timer.times_s()
         phase_steps = config.phase_steps if config.phase_steps is not None else min(config.steps, 20)
         phases, ops = PhaseTimer(device), OpTimer(device)
-        start = config.warmup + config.steps
         for i in range(phase_steps):
             trainer.losses.append(trainer.step(trainer.pool[(start + i) % len(trainer.pool)], phases=phases))
             phases.steps += 1
@@ -171,11 +190,15 @@ def run_plan(hardware, workload: Workload, plan: Plan, config: RunConfig = RunCo
             trainer.losses.append(trainer.step(trainer.pool[(start + phase_steps + i) % len(trainer.pool)], ops=ops))
             ops.steps += 1
         synchronize(device)
-        losses = trainer.loss_history()
+        losses = (graph.losses() if graph is not None else []) + trainer.loss_history()
         result = _result(trainer, topo, wl, plan, predicted, config, device, times, phases, losses, build_s,
                          pool, needs, mem_report, rss_start)
         result["measured"]["ops"] = compare(ops.per_step(), plan_ops(trainer.builder, plan.placements),
                                             trainer.builder.expand)
+        result["graph"] = graph_record(config.graph, trainer.groups, device, graph, graph_why)
+        result["graph"]["prediction_prices"] = ("the step's device work and one launch per graph (graph_price.py)"
+                                                if graph is not None and graph.captured else
+                                                "every op's host issue (the eager step)")
         result["hardware_note"] = hardware_note(topo, device)
         result["floor"] = floor_record(topo, wl, plan, result["measured"]["step_time_s"], device)
     finally:
@@ -185,6 +208,21 @@ def run_plan(hardware, workload: Workload, plan: Plan, config: RunConfig = RunCo
     if keep_trainer:
         result["_trainer"] = trainer
     return result
+
+
+def graph_choice(mode: str, device: torch.device, plan: Plan, topo: Topology, wl: Workload,
+                 plan_file: str | None) -> tuple[bool, str | None]:
+    """(whether the run takes the graph step, why not where it does not) for ``--graph`` ``mode`` (module doc)."""
+    if mode == "off":
+        return False, "--graph off"
+    why = plan_why_not_capturable(plan, topo, wl)
+    if mode == "on":
+        if why is not None:
+            raise SpecError(f"--graph on: {why}; run it with --graph auto or off", file=plan_file, field="--graph")
+        return True, None
+    if device.type != "cuda":
+        return False, "CUDA graphs are CUDA's: on this device --graph auto runs the eager step"
+    return why is None, why
 
 
 def floor_record(topo: Topology, wl: Workload, plan: Plan, measured_s: float, device: torch.device) -> dict:
@@ -237,7 +275,6 @@ def _result(trainer: Trainer, topo, wl, plan, predicted, config, device, times, 
         "prediction_prices_host_reads_as": ("CPU lookups and copies (as cpu_gather_copy runs them)"
                                             if trainer.builder.cpu_reads_host else "zero-copy reads by the GPU (uva)"),
         "host_read_detail": trainer.host.detail,
-        "graph": graph_record(config.graph, trainer.groups, device),
         "devices_folded": trainer.gpu_devices_folded,
         "dense_dtype": trainer.dense_dtype,
         "pool_batches": pool,

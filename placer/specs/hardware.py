@@ -57,6 +57,10 @@ class OpCostSpec(StrictModel):
                                           "group's ops costs its host in a step beyond that (program/issue.py); "
                                           "all_reduce: what the step's gradient all-reduce costs beyond its "
                                           "ring's hop latencies and bytes (gloo's steps between CPU ranks)")
+    graph_fixed_us: dict[Literal[FIXED_COST_KINDS], L.LatencyUs] = Field(
+        default_factory=dict, description="fixed cost of one op of each kind replayed from a CUDA graph (its kernels' "
+                                          "smallest device time, no host issue), us: where the step runs as a graph "
+                                          "these replace fixed_us (program/graph_price.py)")
     gather_GBps: RowRates | None = Field(
         default=None, description="storage dtype -> row bytes -> GB/s of rows gathered and pooled from this "
                                   "device's memory, random rows of a table far larger than the caches")
@@ -123,6 +127,9 @@ class GpuSpec(StrictModel):
         min_length=1, description="datasheet peak per dense dtype, TFLOP/s")
     compute_efficiency: L.Efficiency = Field(description="achievable fraction of peak_TFLOPs for MLP GEMMs")
     kernel_launch_us: L.LatencyUs = Field(default=5.0, description="fixed cost per kernel launched, us")
+    graph_kernel_us: L.LatencyUs | None = Field(
+        default=None, description="device time of a small kernel replayed from a CUDA graph (no host issue), us; "
+                                  "None: opcosts.GRAPH_KERNEL_US (placer calibrate --device cuda measures it)")
     host_read_efficiency: L.Efficiency = Field(
         default=0.5,
         description="fraction of the PCIe link's bandwidth reached when the GPU gathers rows from pinned host memory")
