@@ -7,9 +7,12 @@ step time beside placer's prediction.
 
 The ranks are spawned on this machine (one node): NCCL on its GPUs for an export with --device cuda (the
 default), gloo on CPU for --device cpu. Batches: the workload's global batch (--batch-size to change it) with ids
-drawn from the workload's access models; the model: the export's EmbeddingBagConfigs at its module_path and a
-linear head (placer/torchrec_io/dmp_train.py). Placer's prediction is for HW's machine at the workload's batch:
-compare the two only when this machine is HW and the batch is the workload's. Needs torchrec.
+drawn from the workload's access models; the model: the export's EmbeddingBagConfigs at its module_path inside
+TorchRec's DLRM (or DLRM_DCN) built from the workload's dense section, the model placer's prediction prices; where
+TorchRec's DLRM cannot express it (tables of different dims, a concat interaction, ...) or with --head linear, a
+linear head instead, and the output says why (placer/torchrec_io/dmp_models.py). Placer's prediction is for HW's
+machine at the workload's batch: compare the two only when this machine is HW and the batch is the workload's.
+Needs torchrec.
 """
 from __future__ import annotations
 
@@ -46,14 +49,19 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=1, help="untimed steps first (default 1)")
     p.add_argument("--batch-size", type=int, default=None, help="global batch (default the workload's)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", action="store_true", help="print the result as JSON (trainer's numbers, seconds, and "
-                                                       "placer's prediction) instead of the table")
+    p.add_argument("--head", choices=["dlrm", "linear"], default="dlrm",
+                   help="dlrm (default): TorchRec's DLRM of the workload's dense MLPs and interaction, falling back "
+                        "to the linear head where it cannot express them; linear: the tables and a linear head")
+    p.add_argument("--json", action="store_true", help="print the result as JSON (trainer's numbers, seconds, "
+                                                       "the model it trained, and placer's prediction) instead of "
+                                                       "the table")
     args = p.parse_args(argv)
     if args.steps < 1 or args.warmup < 0:
         p.error("--steps must be >= 1 and --warmup >= 0")
 
     from placer.errors import PlacerError
     from placer.specs import load_workload
+    from placer.torchrec_io.dmp_models import describe
     from placer.torchrec_io.dmp_train import train
 
     try:
@@ -63,7 +71,8 @@ def main(argv=None) -> int:
             raise ValueError(f"{args.export}: no embedding_bag_configs; export it again with this placer")
         wl = load_workload(args.workload)
         predicted, how = predicted_step_s(doc, args.hardware, args.workload)
-        res = train(doc, wl, steps=args.steps, warmup=args.warmup, batch_size=args.batch_size, seed=args.seed)
+        res = train(doc, wl, steps=args.steps, warmup=args.warmup, batch_size=args.batch_size, seed=args.seed,
+                    head=args.head)
     except (PlacerError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -72,6 +81,7 @@ def main(argv=None) -> int:
         return 0
     print(f"{res['world_size']} ranks ({res['backend']}), global batch {res['batch_size']}, {len(res['step_times_s'])} "
           f"timed steps after {args.warmup} warm-up; loss {res['losses'][0]:.4f} -> {res['losses'][-1]:.4f}")
+    print(describe(res["dense_model"]))
     rows = [("measured median step (this machine)", res["median_step_s"]),
             ("measured fastest step", min(res["step_times_s"])),
             (f"placer predicted step ({doc.get('source', {}).get('hardware', {}).get('name', 'HW')}, "

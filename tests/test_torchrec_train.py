@@ -1,20 +1,27 @@
 """Issue 40: from ``placer solve`` to a DMP training run with no hand edits. The export's TorchRec names (the
 dlrm preset, a name-map file, bad maps refused with exit 2 naming the file and field), module-path presets,
 EmbeddingBagConfigs and the generated module's self-import; then examples/train_torchrec.py trains the export on
-2 gloo ranks for a few steps and prints the measured step beside placer's prediction (no timing asserts)."""
+2 gloo ranks for a few steps and prints the measured step beside placer's prediction (no timing asserts).
+Issue 51: the trainer's model is TorchRec's DLRM (DLRM_DCN) of the workload's dense section where TorchRec can
+express it (tests/data/torchrec-dlrm-small.yaml; its DCNv2 twin), with the dense parameters of placer's
+DenseDLRM, else the linear head with the reason (torchrec-dmp-small.yaml: concat, dims 4-32)."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
 import pytest
+import yaml
 
 from placer.cli import main
 from tests.conftest import ROOT, require_torchrec
 
 DATA = ROOT / "tests/data"
 HW, WL = str(DATA / "torchrec-dmp-cpu2.yaml"), str(DATA / "torchrec-dmp-small.yaml")
+DLRM_WL = str(DATA / "torchrec-dlrm-small.yaml")
+TRAIN = str(ROOT / "examples/train_torchrec.py")
 
 
 @pytest.fixture(scope="module")
@@ -100,13 +107,115 @@ def test_train_example_on_two_gloo_ranks(plan_path, tmp_path):
     out = tmp_path / "plan.torchrec.json"
     assert main(["export", "--torchrec", HW, WL, str(plan_path), "-o", str(out), "--device", "cpu",
                  "--names", "dlrm", "--module-path", "dlrm-train"]) == 0
-    r = subprocess.run([sys.executable, str(ROOT / "examples/train_torchrec.py"), str(out), HW, WL, "--steps", "3"],
+    r = subprocess.run([sys.executable, TRAIN, str(out), HW, WL, "--steps", "3"],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "2 ranks (gloo)" in r.stdout and "3 timed steps" in r.stdout, r.stdout
+    # torchrec-dmp-small's dense model (concat, tables 4-32 wide) is not TorchRec's DLRM: the linear head, and why
+    head = next(ln for ln in r.stdout.splitlines() if ln.startswith("model:"))
+    assert "linear head (76 -> 1; 77 dense parameters)" in head and "no concat" in head, head
+    assert "embedding dims differ (4, 8, 12, 16, 32)" in head, head
     assert "measured median step" in r.stdout and "placer predicted step" in r.stdout, r.stdout
     measured = [ln for ln in r.stdout.splitlines() if "measured median" in ln or "placer predicted" in ln]
     assert all(ln.rstrip().endswith(" ms") for ln in measured), measured
+
+
+def _dlrm_export(tmp_path, wl: str, module_path: str = "dlrm-train"):
+    plan, out = tmp_path / "plan.json", tmp_path / "plan.torchrec.json"
+    assert main(["solve", HW, wl, "-o", str(plan), "--method", "greedy_size"]) == 0
+    assert main(["export", "--torchrec", HW, wl, str(plan), "-o", str(out), "--device", "cpu", "--names", "dlrm",
+                 "--module-path", module_path]) == 0
+    return out
+
+
+def _train_json(export, wl: str, *extra: str) -> dict:
+    r = subprocess.run([sys.executable, TRAIN, str(export), HW, wl, "--steps", "3", "--batch-size", "32", "--json",
+                        *extra], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("interaction", ["dot", "dcnv2"])
+def test_train_example_trains_torchrecs_dlrm(tmp_path, interaction):
+    """A workload TorchRec's DLRM expresses trains as DLRM (dot) or DLRM_DCN (dcnv2) in DLRMTrain on 2 gloo ranks:
+    the JSON names the workload's layer sizes and interaction, the dense part has exactly the parameters of
+    placer's DenseDLRM (the model placer prices), the loss is finite and moves; the old fields stay."""
+    require_torchrec()
+    from placer.program.dense_model import DenseDLRM
+    from placer.specs import load_workload
+
+    wl_path = DLRM_WL
+    if interaction == "dcnv2":
+        spec = yaml.safe_load(open(DLRM_WL, encoding="utf-8"))
+        spec["name"], spec["dense"]["interaction"] = "torchrec-dcn-small", {"kind": "dcnv2", "layers": 2, "rank": 8}
+        wl_path = str(tmp_path / "dcn.yaml")
+        (tmp_path / "dcn.yaml").write_text(yaml.safe_dump(spec))
+    res = _train_json(_dlrm_export(tmp_path, wl_path), wl_path)
+    wl = load_workload(wl_path)
+    m = res["dense_model"]
+    assert m["kind"] == "torchrec_dlrm" and m["why"] is None, m
+    assert m["class"] == {"dot": "DLRM", "dcnv2": "DLRM_DCN"}[interaction] and m["wrapper"] == "DLRMTrain"
+    assert (m["dense_in_features"], m["bottom_mlp"], m["top_mlp"]) == (4, [32, 16], [24, 8, 1])
+    assert m["interaction"] == wl.dense.interaction.model_dump(mode="json")
+    assert (m["embedding_dim"], m["sparse_features"], m["dtype_run"]) == (16, 4, "fp32")
+    assert m["optimizer"] == {"name": "sgd", "lr": 0.1}
+    assert m["parameters"] == sum(p.numel() for p in DenseDLRM(wl).parameters())
+    assert {"world_size", "backend", "batch_size", "step_times_s", "median_step_s", "losses",
+            "predicted_step_s", "predicted_from"} <= set(res)
+    assert res["batch_size"] == 32 and len(res["step_times_s"]) == 3 and len(res["losses"]) == 4
+    assert all(math.isfinite(x) for x in res["losses"]) and len(set(res["losses"])) > 1, res["losses"]
+
+
+def test_train_example_head_linear_and_bad_input(tmp_path):
+    """--head linear keeps the old model on a DLRM workload (DLRM at the export's default module path); a bad
+    --head or a malformed EmbeddingBagConfig exits 2 with a message, no traceback."""
+    require_torchrec()
+    export = _dlrm_export(tmp_path, DLRM_WL, module_path="dlrm")
+    res = _train_json(export, DLRM_WL, "--head", "linear")
+    assert res["dense_model"]["kind"] == "linear_head" and "--head linear" in res["dense_model"]["why"]
+    assert res["dense_model"]["parameters"] == 4 * 16 + 1
+    r = subprocess.run([sys.executable, TRAIN, str(export), HW, DLRM_WL, "--head", "mlp"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "--head" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    doc = json.loads(export.read_text())
+    doc["embedding_bag_configs"][1]["embedding_dim"] = "16"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    r = subprocess.run([sys.executable, TRAIN, str(bad), HW, DLRM_WL], cwd=ROOT, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 2 and "embedding_bag_configs[1]" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def _doc(dims, module_path="model.sparse_arch.embedding_bag_collection"):
+    return {"module_path": module_path, "embedding_bag_configs": [
+        {"name": f"t{i}", "embedding_dim": d, "feature_names": [f"f{i}"]} for i, d in enumerate(dims)]}
+
+
+def test_dense_model_choice():
+    """dmp_models.choose without torch: TorchRec's DLRM where its classes can build the workload's dense model,
+    else the linear head with every rule that failed."""
+    from placer.specs import load_workload
+    from placer.torchrec_io.dmp_models import choose
+
+    wl = load_workload(DLRM_WL)
+    assert choose(_doc([16, 16, 16]), wl)["kind"] == "torchrec_dlrm"
+    assert choose(_doc([16], "sparse_arch.embedding_bag_collection"), wl)["wrapper"] is None
+    assert choose(_doc([16], "a.b.sparse_arch.embedding_bag_collection"), wl)["wrapper"] == "a.b"
+    tiny = load_workload(ROOT / "workloads/tiny.yaml")  # dot, but tables 8, 16 and 32 wide
+    got = choose(_doc([32, 16, 8]), tiny)
+    assert got["kind"] == "linear_head" and "dims differ (8, 16, 32)" in got["why"] and got["in_features"] == 56
+    cases = [({"top_mlp": [1]}, "OverArch"), ({"bottom_mlp": [32]}, "ends at 32"),
+             ({"bottom_mlp": []}, "bottom_mlp is empty"), ({"interaction": {"kind": "concat"}}, "no concat")]
+    for dense, why in cases:
+        other = wl.model_validate({**wl.model_dump(mode="json"), "dense": {**wl.dense.model_dump(mode="json"),
+                                                                            **dense}})
+        got = choose(_doc([16, 16]), other)
+        assert got["kind"] == "linear_head" and why in got["why"], (dense, got)
+    got = choose(_doc([16], "emb"), wl)
+    assert got["kind"] == "linear_head" and "module_path 'emb'" in got["why"]
+    assert choose(_doc([16]), wl, head="linear")["why"] == "asked for (--head linear)"
+    with pytest.raises(ValueError, match="--head"):
+        choose(_doc([16]), wl, head="mlp")
 
 
 _RANK_MAIN = """

@@ -7,16 +7,19 @@ set up by dmp_check.init_group. Per rank:
 
 - the model: the document's EmbeddingBagConfigs (TorchRec names, rows, dims, features, fp16) as an
   EmbeddingBagCollection at the document's ``module_path`` (built on the meta device; DMP materializes the
-  shards), and a linear head (``placer_head``: every pooled feature -> one logit), trained with BCE;
+  shards) inside TorchRec's DLRM built from the workload's dense section (bottom MLP, dot or DCN interaction,
+  top MLP: the dense model placer's prediction prices), or a linear head where TorchRec's DLRM cannot express
+  it or ``head`` is "linear" (dmp_models.py says which and why); BCE-with-logits loss;
 - the plan: the document's ShardingPlan (plan_builder); embedding optimizer fused into TorchRec's kernels
-  (the workload's optimizer: exact SGD, row-wise Adagrad or Adam; its learning rate), the head's SGD under DDP;
-- batches: the workload's global batch split over the ranks, ids drawn from each table's access model
-  (placer/runner/batches.py: the same hottest rows on every rank, each rank its own draws), labels learnable;
-  a pool of up to 4 batches built before timing.
+  (the workload's optimizer: exact SGD, row-wise Adagrad, or Adam on GPUs only; its learning rate), the dense part's
+  optimizer under DDP (the workload's for the DLRM, SGD for the linear head);
+- batches: the workload's global batch split over the ranks, dense features and ids drawn as placer's runner
+  draws them (placer/runner/batches.py: the same hottest rows on every rank, each rank its own draws), labels
+  learnable; a pool of up to 4 batches built before timing.
 
 A step is forward, backward and optimizer step of one batch, timed per rank (after a CUDA synchronize on GPUs)
-in seconds; ``train`` returns per step the slowest rank's time, the median of the steps after ``warmup``, and
-the losses. Needs torchrec (docs/torchrec.md has the CPU install line).
+in seconds; ``train`` returns per step the slowest rank's time, the median of the steps after ``warmup``, the
+losses and the model that ran. Needs torchrec (docs/torchrec.md has the CPU install line).
 """
 from __future__ import annotations
 
@@ -27,18 +30,22 @@ import time
 from pathlib import Path
 
 from placer.runner.launcher import free_port
-from placer.torchrec_io.dmp_check import attach_at_path, init_group, module_at_path, spawn_ranks
+from placer.torchrec_io import dmp_models
+from placer.torchrec_io.dmp_check import init_group, spawn_ranks
 
 _OPTIMIZERS = {"sgd": "EXACT_SGD", "adagrad": "EXACT_ROWWISE_ADAGRAD", "rowwise_adagrad": "EXACT_ROWWISE_ADAGRAD",
                "adam": "ADAM"}
 
 
 def train(doc: dict, wl, *, steps: int = 5, warmup: int = 1, batch_size: int | None = None, seed: int = 0,
-          timeout_s: float = 300.0) -> dict:
+          timeout_s: float = 300.0, head: str = "dlrm") -> dict:
     """Train ``doc`` (an export document) for ``warmup`` + ``steps`` steps on the workload ``wl`` (a placer
-    Workload); ``batch_size``: the global batch (default the workload's), split evenly over the ranks. Returns
-    {world_size, backend, batch_size (global), step_times_s (per timed step, slowest rank, seconds),
-    median_step_s, losses (rank 0, every step)}."""
+    Workload); ``batch_size``: the global batch (default the workload's), split evenly over the ranks; ``head``:
+    "dlrm" (TorchRec's DLRM of the workload's dense section where it can express it, else the linear head) or
+    "linear"; ``timeout_s``: the process group's timeout, seconds. Returns {world_size, backend, batch_size
+    (global), step_times_s (per timed step, slowest rank, seconds), median_step_s, losses (rank 0, every step),
+    dense_model (dmp_models.choose's description plus ``parameters``: the dense part's weights, elements, and
+    ``dtype_run``: the dense precision run)}."""
 
     world = int(doc["world_size"])
     lws = doc.get("local_world_size", world)
@@ -52,42 +59,37 @@ def train(doc: dict, wl, *, steps: int = 5, warmup: int = 1, batch_size: int | N
         if torch.cuda.device_count() < world:
             raise ValueError(f"the plan needs {world} GPUs, this machine has {torch.cuda.device_count()}; "
                              "export with --device cpu to train on CPU over gloo")
+    if backend == "gloo" and wl.optimizer.name == "adam":
+        raise ValueError("optimizer adam: fbgemm-gpu-cpu's fused embedding kernels have no Adam on CPU (exact SGD "
+                         "and row-wise Adagrad only); train this workload on GPUs, or with sgd/adagrad on CPU")
     batch = int(batch_size or wl.batch_size)
     if batch < world:
         raise ValueError(f"global batch {batch} is smaller than the {world} ranks")
+    model = dmp_models.choose(doc, wl, head)
     with tempfile.TemporaryDirectory(prefix="placer-train-") as tmp:
-        job = {"doc": doc, "wl": wl.model_dump(mode="json"), "world_size": world, "local_world_size": world,
-               "steps": steps, "warmup": warmup, "batch_per_rank": batch // world, "seed": seed,
-               "backend": backend, "port": free_port(), "out": tmp, "timeout_s": timeout_s}
+        job = {"doc": doc, "wl": wl.model_dump(mode="json"), "model": model, "world_size": world,
+               "local_world_size": world, "steps": steps, "warmup": warmup, "batch_per_rank": batch // world,
+               "seed": seed, "backend": backend, "port": free_port(), "out": tmp, "timeout_s": timeout_s}
         spawn_ranks(_worker, job, world)
         ranks = [json.loads((Path(tmp) / f"rank{r}.json").read_text()) for r in range(world)]
     times = [max(r["times"][i] for r in ranks) for i in range(len(ranks[0]["times"]))]
     timed = times[warmup:] or times
     return {"world_size": world, "backend": backend, "batch_size": batch // world * world,
-            "step_times_s": timed, "median_step_s": statistics.median(timed), "losses": ranks[0]["losses"]}
+            "step_times_s": timed, "median_step_s": statistics.median(timed), "losses": ranks[0]["losses"],
+            "dense_model": {**model, "parameters": ranks[0]["dense_parameters"],
+                            "dtype_run": ranks[0]["dtype_run"]}}
 
 
 # ---- inside each rank ------------------------------------------------------------------------------------
 
 
-def _net(path: str, ebc, width: int):
-    """A module with ``ebc`` at the dotted ``path`` and a linear head (``placer_head``) over its pooled output."""
-    import torch
-
-    class Net(torch.nn.Module):
-        def forward(self, kjt):
-            return self.placer_head(module_at_path(self, path)(kjt).values()).squeeze(-1)
-
-    net = attach_at_path(Net(), path, ebc)
-    net.placer_head = torch.nn.Linear(width, 1)
-    return net
-
-
 def _batches(wl, doc: dict, per_rank: int, rank: int, seed: int, count: int, device):
-    """``count`` (KeyedJaggedTensor, labels) pairs of ``per_rank`` samples: ids from the workload's access
-    models (the hottest rows the same on every rank), keys in the EmbeddingBagCollection's feature order."""
+    """``count`` torchrec Batches of ``per_rank`` samples: dense features (fp32), ids from the workload's access
+    models (the hottest rows the same on every rank) as a KeyedJaggedTensor keyed in the EmbeddingBagCollection's
+    feature order, labels (0/1, fp32)."""
     import numpy as np
     import torch
+    from torchrec.datasets.utils import Batch
     from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
     from placer.runner.batches import BatchGenerator
@@ -112,7 +114,8 @@ def _batches(wl, doc: dict, per_rank: int, rank: int, seed: int, count: int, dev
         kjt = KeyedJaggedTensor.from_lengths_sync(
             keys=order, values=torch.from_numpy(np.concatenate([per_feature[k][1] for k in order])).long(),
             lengths=torch.from_numpy(np.concatenate([per_feature[k][0] for k in order])).long())
-        out.append((kjt.to(device), torch.from_numpy(nb["labels"]).to(device)))
+        out.append(Batch(dense_features=torch.from_numpy(nb["dense"]).to(device), sparse_features=kjt.to(device),
+                         labels=torch.from_numpy(nb["labels"]).to(device)))
     return out
 
 
@@ -123,34 +126,31 @@ def _train_rank(rank: int, job: dict, pg) -> dict:
     from torchrec.distributed import DistributedModelParallel
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.types import ShardingEnv
-    from torchrec.optim.keyed import KeyedOptimizerWrapper
     from torchrec.optim.optimizers import in_backward_optimizer_filter
 
     from placer.specs.workload import Workload
     from placer.torchrec_io.plan_builder import embedding_bag_configs, sharding_plan
 
-    doc, wl = job["doc"], Workload.model_validate(job["wl"])
+    doc, wl, spec = job["doc"], Workload.model_validate(job["wl"]), job["model"]
     gpu = job["backend"] == "nccl"
     device = torch.device(f"cuda:{rank % job['local_world_size']}" if gpu else "cpu")
-    configs = embedding_bag_configs(doc)
-    width = sum(c.embedding_dim * len(c.feature_names) for c in configs)
     torch.manual_seed(job["seed"])
-    model = _net(doc["module_path"], EmbeddingBagCollection(tables=configs, device=torch.device("meta")), width)
-    lr = wl.optimizer.lr
+    ebc = EmbeddingBagCollection(tables=embedding_bag_configs(doc), device=torch.device("meta"))
+    model, loss_of, dense_parameters = dmp_models.build(spec, doc["module_path"], ebc, device)
     sharder = EmbeddingBagCollectionSharder(fused_params={
-        "optimizer": getattr(EmbOptimType, _OPTIMIZERS[wl.optimizer.name]), "learning_rate": lr})
+        "optimizer": getattr(EmbOptimType, _OPTIMIZERS[wl.optimizer.name]), "learning_rate": wl.optimizer.lr})
     dmp = DistributedModelParallel(model, env=ShardingEnv.from_process_group(pg), plan=sharding_plan(doc),
                                    sharders=[sharder], device=device)
-    dense = dict(in_backward_optimizer_filter(dmp.named_parameters()))
-    opt = KeyedOptimizerWrapper(dense, lambda ps: torch.optim.SGD(ps, lr=lr))
+    opt = dmp_models.dense_optimizer(spec, dict(in_backward_optimizer_filter(dmp.named_parameters())), device)
+    precision, dtype_run = dmp_models.dense_precision(spec, device)
     total = job["warmup"] + job["steps"]
     pool = _batches(wl, doc, job["batch_per_rank"], rank, job["seed"], min(total, 4), device)
-    loss_fn = torch.nn.BCEWithLogitsLoss()
     times, losses = [], []
     for step in range(total):
-        kjt, labels = pool[step % len(pool)]
+        batch = pool[step % len(pool)]
         t0 = time.perf_counter()
-        loss = loss_fn(dmp(kjt), labels)
+        with precision:
+            loss = loss_of(dmp, batch)
         loss.backward()
         opt.step()
         opt.zero_grad()
@@ -158,7 +158,7 @@ def _train_rank(rank: int, job: dict, pg) -> dict:
             torch.cuda.synchronize(device)
         times.append(time.perf_counter() - t0)
         losses.append(float(loss.detach()))
-    return {"times": times, "losses": losses}
+    return {"times": times, "losses": losses, "dense_parameters": dense_parameters, "dtype_run": dtype_run}
 
 
 def _worker(rank: int, job: dict) -> None:
