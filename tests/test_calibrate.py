@@ -49,7 +49,9 @@ def test_the_spec_loads_with_every_op_cost_and_unified_memory(quick, capsys):
     assert t.unified_memory and t.gpus.count == 1 and t.host.op_costs is None  # one RAM, one stream
     oc = t.gpus.op_costs
     for name in OpCostSpec.model_fields:
-        assert getattr(oc, name), f"op_costs.{name} is empty"
+        assert getattr(oc, name) or name == "graph_fixed_us", f"op_costs.{name} is empty"
+    assert not oc.graph_fixed_us and t.gpus.graph_kernel_us is None  # CUDA graphs are CUDA's
+    assert any("graph_fixed_us and graph_kernel_us not measured" in n for n in cal.notes)
     assert set(oc.fixed_us) == set(FIXED_COST_KINDS) - {"collective", "all_reduce"}  # one process: no collective
     # fixed_us.dense_op (autograd's and the modules' share of a real step) is a least-squares fit on timed steps,
     # clamped at 0 when noise prices them above their times: that it comes out above 0 is timing quality,
@@ -301,6 +303,33 @@ def test_a_quick_cuda_calibration(tmp_path):
     assert set(t.gpus.op_costs.host_gather_GBps) == set(t.gpus.op_costs.gather_GBps) == {"fp32", "fp16"}
     assert "dense_op" in t.gpus.op_costs.fixed_us and "dense_op" not in t.host.op_costs.fixed_us
     assert cal.host_read_mechanism.split()[0] in ("uva", "cpu_gather_copy")
+    assert set(t.gpus.op_costs.graph_fixed_us) >= {"lookup", "sort", "segment_reduce", "update_adam"}
+    assert t.gpus.graph_kernel_us is not None
+
+
+def test_graph_chains_write_their_costs(tmp_path):
+    """calibrate/graph_chain.py's chains (as plain calls on a CPU: the code path, not a graph's numbers) fill
+    graph_fixed_us for every kind the graph step runs and graph_kernel_us, and the written spec carries them with
+    their source; program/graph_price.py then prices with them."""
+    from placer.calibrate import graph_chain
+    from placer.program.graph_price import graph_topology
+
+    cal = Calibration(device=torch.device("cpu"), device_name="test cpu", torch_version=torch.__version__,
+                      date="2026-12-03", quick=True, threads=1, workloads=[])
+    graph_chain.fit(cal, torch.device("cpu"), reps=3, plain=True)
+    kinds = set(cal.device_costs.graph_fixed_us)
+    assert kinds == {"elementwise", "copy", "lookup", "sort", "segment_reduce", "gemm"} | {
+        f"update_{o}" for o in OPTIMIZERS}
+    assert all(e.value >= 0 and "plain calls" in e.how for e in cal.device_costs.graph_fixed_us.values())
+    assert cal.values["graph_kernel_us"].value == cal.device_costs.graph_fixed_us["elementwise"].value
+    spec = cal.device_costs.spec()
+    assert set(spec.graph_fixed_us) == kinds
+    hw = load_hardware(ROOT / "hardware_specs" / "h100-pcie-host.yaml")
+    name, tpl = next(iter(hw.templates.items()))
+    gpus = tpl.gpus.model_copy(update={"op_costs": spec, "graph_kernel_us": cal.values["graph_kernel_us"].value})
+    topo = Topology(hw.model_copy(update={"templates": {name: tpl.model_copy(update={"gpus": gpus})}}))
+    costs = graph_topology(topo).op_costs(topo.gpus[0])
+    assert costs.fixed("lookup") == pytest.approx(spec.graph_fixed_us["lookup"] * 1e-6)
 
 
 def test_calibrate_rejects_bad_arguments(tmp_path):

@@ -8,7 +8,7 @@ finds them in that cache (this development VM reports a 480 MiB L3) and measures
 So every timed op whose operands could stay cache-resident across repeats (GEMMs, pack_grad copies, the
 replica's scatter and dense updates, segment reductions) takes them from a ``ColdPool``:
 
-- one buffer of at least 2 x the last-level cache (sysfs on a CPU, the GPU's L2 on CUDA; 32 MiB where the
+- one buffer of at least 2 x the last-level cache (sysfs on a CPU; 4 x the GPU's L2 on CUDA; 32 MiB where the
   CPU reports none), grown to 2 x the largest operand set, capped at ``Sizes.pool_cap_bytes`` (2 GiB; 256
   MiB with --quick) and at an eighth of the free memory: the comments say so where the cap binds;
 - carved into operand sets by a cursor that only moves forward and wraps at the end: consecutive repeats,
@@ -26,12 +26,13 @@ import math
 
 import torch
 
-from placer.calibrate.timing import last_level_cache_bytes, meminfo
+from placer.calibrate.timing import CACHE_MULTIPLE, last_level_cache_bytes, meminfo
 from placer.units import GiB, MiB
 
 ALIGN = 64  # bytes: each operand starts on a cache line
 FILL_BYTE = 0x3C
 LLC_FALLBACK = 32 * MiB  # a CPU whose sysfs reports no cache size
+
 GPU_L2_FALLBACK = 64 * MiB
 
 
@@ -66,11 +67,12 @@ class ColdPool:
     def __init__(self, device: torch.device, cap: int):
         self.device = device
         self.llc, self.llc_source = cache_bytes(device)
+        self.multiple = CACHE_MULTIPLE.get(device.type, 2)
         self.cap = int(min(cap, _free_bytes(device) / 8))
         self.buf: torch.Tensor | None = None
         self.size = 0
         self.cursor = 0
-        self._grow(2 * self.llc)
+        self._grow(self.multiple * self.llc)
 
     def _grow(self, nbytes: int) -> None:
         nbytes = -(-int(min(nbytes, self.cap)) // ALIGN) * ALIGN
@@ -85,7 +87,7 @@ class ColdPool:
 
     @property
     def capped(self) -> bool:
-        return self.size < 2 * self.llc
+        return self.size < self.multiple * self.llc
 
     def describe(self) -> str:
         """The rotation, for the spec's header: the pool against the cache, and whether the cap bound."""
@@ -93,21 +95,22 @@ class ColdPool:
                 f"repeat takes a fresh stretch of a {_mib(self.size)} {self.device.type} pool, filled once")
         if self.capped:
             return text + (f"; capped at {_mib(self.size)} ({_mib(self.cap)} allowed: 2 GiB, 256 MiB with --quick, "
-                           f"at most 1/8 of free memory), less than 2 x the {_mib(self.llc)} cache "
+                           f"at most 1/8 of free memory), less than {self.multiple} x the {_mib(self.llc)} cache "
                            f"({self.llc_source}): a set may come round still cached")
-        return text + f", >= 2 x the {_mib(self.llc)} cache ({self.llc_source})"
+        return text + f", >= {self.multiple} x the {_mib(self.llc)} cache ({self.llc_source})"
 
     def note(self, set_bytes: int) -> str:
         """A comment's word on the rotation of one benchmark whose operand set is ``set_bytes``."""
         if set_bytes > self.size / 2:
             return f"one {_mib(set_bytes)} operand set: consecutive repeats reuse it (two exceed the pool's cap)"
-        return "cold operands, a fresh set per repeat" + (" (pool capped below 2 x the cache)" if self.capped else "")
+        capped = f" (pool capped below {self.multiple} x the cache)" if self.capped else ""
+        return "cold operands, a fresh set per repeat" + capped
 
     def take(self, nbytes: int) -> int:
         """Offset of the next ``nbytes`` of the pool (the cursor moves past them; wraps at the end)."""
         nbytes = -(-nbytes // ALIGN) * ALIGN
         if self.buf is None or nbytes > self.size:
-            self._grow(max(nbytes, 2 * self.llc))
+            self._grow(max(nbytes, self.multiple * self.llc))
             if nbytes > self.size:  # beyond the cap: one set, only as large as it must be
                 self.buf = None
                 self.buf = torch.empty(nbytes, dtype=torch.uint8, device=self.device).fill_(FILL_BYTE)

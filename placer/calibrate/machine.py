@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from placer.calibrate import chain, dense, gemm
+from placer.calibrate import chain, dense, gemm, graph_chain
 from placer.calibrate.benches import OpBench
 from placer.calibrate.cold import ColdPool
 from placer.calibrate.record import Calibration, Entry, Measurement, OpCostEntries
@@ -90,6 +90,8 @@ def calibrate(device: torch.device, quick: bool = False, progress=None, workload
     dense.fit(cal, device, s, op_costs(cal, "device"))  # priced as the spec will price them (dense_op not yet set)
     say("synthetic chains of groups")
     chain.fit(cal, device, s, op_costs(cal, "device"))  # priced without embedding_op (not yet set)
+    say("op chains replayed as CUDA graphs")
+    graph_chain.fit(cal, device, s.reps)
     for wl in workloads:
         dense.check(wl, max(1, round(wl.batch_size / gpus)), device, s, cal.add)
     cal.wall_s = time.perf_counter() - t_start

@@ -58,6 +58,7 @@ class OpCostEntries:
     (operand layout, nn unsuffixed)."""
 
     fixed_us: dict[str, Entry] = field(default_factory=dict)
+    graph_fixed_us: dict[str, Entry] = field(default_factory=dict)
     gather_GBps: dict[str, dict[int, Entry]] = field(default_factory=dict)
     gather_cached_GBps: dict[str, dict[int, Entry]] = field(default_factory=dict)
     host_gather_GBps: dict[str, dict[int, Entry]] = field(default_factory=dict)
@@ -76,6 +77,7 @@ class OpCostEntries:
         by_dtype = lambda d: {dt: vals(t) for dt, t in d.items() if t} or None
         return OpCostSpec(
             fixed_us={k: e.value for k, e in self.fixed_us.items()},
+            graph_fixed_us={k: e.value for k, e in self.graph_fixed_us.items()},
             gather_GBps=by_dtype(self.gather_GBps), gather_cached_GBps=by_dtype(self.gather_cached_GBps),
             host_gather_GBps=by_dtype(self.host_gather_GBps),
             stream_GBps=vals(self.stream_GBps), stream_warm_GBps=vals(self.stream_warm_GBps),

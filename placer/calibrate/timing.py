@@ -130,11 +130,23 @@ class Sizes:
     dense_reps: int
 
 
+#: working sets against the cache they must defeat, per device type: a GPU's at 4 x its L2 (an H100's 50 MB, an
+#: H200's 60 MB), as the GPU campaign asks: three calibrations of one H100 model read 1.2-2.4 TB/s from a 16 MiB op
+#: that stayed in L2 (validation/results/gpu-2026-11-27*); a CPU's at 2 x its last-level cache (cold.py's pool)
+CACHE_MULTIPLE = {"cuda": 4, "cpu": 2}
+
+
+def gpu_l2_bytes(device: torch.device) -> int:
+    """The GPU's L2 size in bytes as torch reports it (0 where it does not)."""
+    return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0)
+
+
 def sizes_for(device: torch.device, quick: bool) -> Sizes:
     widths_full = (4, 8, 16, 32, 64, 128, 256)
     if device.type == "cuda":
+        l2_set = CACHE_MULTIPLE["cuda"] * gpu_l2_bytes(device)  # one timed gather's rows: beyond the L2
         return Sizes(table_bytes=(1024 if quick else 4096) * MiB, cached_table_bytes=2 * MiB,
-                     gather_bytes=(16 if quick else 64) * MiB, min_ids=2**16, max_ids=2**22,
+                     gather_bytes=max((16 if quick else 64) * MiB, l2_set), min_ids=2**16, max_ids=2**22,
                      widths=(4, 16, 64, 256) if quick else widths_full, check_widths=() if quick else CHECK_WIDTHS,
                      sort_ids=(2**18, 2**20) if quick else (2**16, 2**18, 2**20, 2**22),
                      sort_check_ids=() if quick else (2**23,), update_rows=2**20,

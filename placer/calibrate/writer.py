@@ -102,6 +102,10 @@ def _op_cost_items(e: OpCostEntries, src: str, checks: dict[str, list[str]]) -> 
 
     items = [Item("fixed_us", children=[Item(k, e.fixed_us[k].value, c(f"fixed_us.{k}", e.fixed_us[k].how))
                                         for k in FIXED_COST_KINDS if k in e.fixed_us])]
+    if e.graph_fixed_us:
+        items.append(Item("graph_fixed_us", children=[
+            Item(k, e.graph_fixed_us[k].value, c(f"graph_fixed_us.{k}", e.graph_fixed_us[k].how))
+            for k in FIXED_COST_KINDS if k in e.graph_fixed_us]))
 
     def rows(path: str, tables: dict) -> list[Item]:
         """storage dtype -> row bytes -> entry, as items (fp32 first)."""
@@ -155,6 +159,7 @@ def _template_items(cal: Calibration, gpus: int, checks: dict[str, dict[str, lis
            m("hbm_GiB"), m("hbm_bw_GBps"), m("hbm_gather_efficiency"), m("hbm_reserve_GiB"),
            Item("peak_TFLOPs", children=[Item(k, p.value, f"{src}: {p.how}") for k, p in cal.peaks.items()]),
            m("compute_efficiency"), m("kernel_launch_us"), m("host_read_efficiency"),
+           *([m("graph_kernel_us")] if "graph_kernel_us" in v else []),
            Item("op_costs", children=_op_cost_items(cal.device_costs, src, checks.get("device", {})))]
     host = [m("dram_GiB"), m("dram_bw_GBps"), m("dram_reserve_GiB"), m("cpu_cores", cast=int), m("cpu_gather_GBps"),
             m("cpu_peak_TFLOPs")]
