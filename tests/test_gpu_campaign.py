@@ -43,6 +43,10 @@ def test_what_comes_back_fits_the_machine_limits(dry):
     for r in rows:
         assert r["measured_step_time_s"] > 0 and r["predicted_datasheet_step_time_s"] > 0 and r["ops"]
         assert r["host_read_mechanism"] == "cpu" and r["measured_embedding_s"] > 0
+        # the graph path up to the capture call where the plan has a graph-safe step, else the eager step and why
+        g = r["graph"]
+        assert g["captured"] is False and g["not_captured_why"] and g["mode"] in ("on", "auto")
+    assert any(r["graph"]["mode"] == "on" for r in rows)
     assert fid["summary"]["plans"] == len(rows) and fid["summary_embedding_phases"]["plans"] == len(rows)
     micro = json.loads((out / "micro.json").read_text())
     assert {r["op"] for r in micro["rows"]} == {"reduce", "reduce_fixed", "sort", "update", "host_gather", "lookup",

@@ -277,7 +277,11 @@ def _row(name: str, wl_name: str, plan_file: str, result: dict, datasheet: dict 
             "embedding_share_measured": emb_meas / max(sum(v["measured_s"] for v in phases.values()), 1e-12),
             "host_read_mechanism": result["host_read_mechanism"], "dense_dtype": result["dense_dtype"],
             "device_name": result["device_name"], "build_s": meas["build_s"],
-            "peak_device_bytes": meas.get("peak_device_bytes")}
+            "peak_device_bytes": meas.get("peak_device_bytes"),
+            "graph": {k: result["graph"].get(k) for k in ("mode", "captured", "not_captured_why", "graphs",
+                                                          "eager_host_groups", "prediction_prices")},
+            "floor_step_time_s": (result.get("floor") or {}).get("step_time_s"),
+            "runner_over_floor": (result.get("floor") or {}).get("runner_over_floor")}
 
 
 #: plans measured first, in every workload before the others (a stage cut by its limit loses the rest), and timed
@@ -304,8 +308,10 @@ def stage_plans(out: Path, dry: bool, deadline: float, args) -> dict:
 
     from placer.errors import PlacerError
     from placer.plan import load_plan
+    from placer.runner.graph_step import plan_why_not_capturable
     from placer.runner.run import RunConfig, run_plan
     from placer.specs import load_hardware, load_workload
+    from placer.topology import Topology
 
     cal = out / "calibrated.yaml"
     spec = cal if cal.exists() else DATASHEET
@@ -322,8 +328,11 @@ def stage_plans(out: Path, dry: bool, deadline: float, args) -> dict:
         datasheet = _price(plan, DATASHEET, wl)
         predicted = (_price(plan, spec, wl) or {}).get("step_time_s", 1e-3)
         steps, warmup, phase_steps = _steps(w["seconds"], predicted, dry)
+        # a GPU replays the step as CUDA graphs where the plan allows (auto); a dry run takes the same path up to
+        # the capture call (on: the graph step's segments as plain calls) wherever the plan has a graph-safe step
+        graph = "on" if dry and plan_why_not_capturable(plan, Topology(load_hardware(spec)), wl) is None else "auto"
         config = RunConfig(device="cpu" if dry else "cuda", steps=steps, warmup=warmup,
-                           phase_steps=phase_steps, threads=1 if dry else None)
+                           phase_steps=phase_steps, threads=1 if dry else None, graph=graph)
         try:
             result = run_plan(load_hardware(spec), wl, plan, config, plan_file=str(plan_path))
         finally:
