@@ -8,9 +8,10 @@ step time beside placer's prediction.
 The ranks are spawned on this machine (one node): NCCL on its GPUs for an export with --device cuda (the
 default), gloo on CPU for --device cpu. Batches: the workload's global batch (--batch-size to change it) with ids
 drawn from the workload's access models; the model: the export's EmbeddingBagConfigs at its module_path inside
-TorchRec's DLRM (or DLRM_DCN) built from the workload's dense section, the model placer's prediction prices; where
-TorchRec's DLRM cannot express it (tables of different dims, a concat interaction, ...) or with --head linear, a
-linear head instead, and the output says why (placer/torchrec_io/dmp_models.py). Placer's prediction is for HW's
+the workload's dense model, the model placer's prediction prices: TorchRec's DLRM (or DLRM_DCN) where it can
+express it, else (tables of different dims, a concat interaction, ...) placer's own DenseDLRM over the sharded
+tables' pooled features; --head dlrm|placer|linear forces one, and the output says which ran and why
+(placer/torchrec_io/dmp_models.py). Placer's prediction is for HW's
 machine at the workload's batch: compare the two only when this machine is HW and the batch is the workload's.
 Needs torchrec.
 """
@@ -49,9 +50,10 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=1, help="untimed steps first (default 1)")
     p.add_argument("--batch-size", type=int, default=None, help="global batch (default the workload's)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--head", choices=["dlrm", "linear"], default="dlrm",
-                   help="dlrm (default): TorchRec's DLRM of the workload's dense MLPs and interaction, falling back "
-                        "to the linear head where it cannot express them; linear: the tables and a linear head")
+    p.add_argument("--head", choices=["auto", "dlrm", "placer", "linear"], default="auto",
+                   help="auto (default): TorchRec's DLRM of the workload's dense MLPs and interaction where it can "
+                        "express them, else placer's DenseDLRM; dlrm: TorchRec's DLRM (exit 2 where it cannot); "
+                        "placer: placer's DenseDLRM; linear: the tables and a linear head")
     p.add_argument("--json", action="store_true", help="print the result as JSON (trainer's numbers, seconds, "
                                                        "the model it trained, and placer's prediction) instead of "
                                                        "the table")

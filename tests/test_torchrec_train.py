@@ -4,7 +4,8 @@ EmbeddingBagConfigs and the generated module's self-import; then examples/train_
 2 gloo ranks for a few steps and prints the measured step beside placer's prediction (no timing asserts).
 Issue 51: the trainer's model is TorchRec's DLRM (DLRM_DCN) of the workload's dense section where TorchRec can
 express it (tests/data/torchrec-dlrm-small.yaml; its DCNv2 twin), with the dense parameters of placer's
-DenseDLRM, else the linear head with the reason (torchrec-dmp-small.yaml: concat, dims 4-32)."""
+DenseDLRM, else placer's own DenseDLRM over the sharded tables with the reason (torchrec-dmp-small.yaml: concat,
+dims 4-32); --head forces one (dlrm where it cannot: exit 2)."""
 from __future__ import annotations
 
 import json
@@ -22,6 +23,7 @@ DATA = ROOT / "tests/data"
 HW, WL = str(DATA / "torchrec-dmp-cpu2.yaml"), str(DATA / "torchrec-dmp-small.yaml")
 DLRM_WL = str(DATA / "torchrec-dlrm-small.yaml")
 TRAIN = str(ROOT / "examples/train_torchrec.py")
+DLRM_TABLES_TRAIN = "model.sparse_arch.embedding_bag_collection"
 
 
 @pytest.fixture(scope="module")
@@ -111,13 +113,82 @@ def test_train_example_on_two_gloo_ranks(plan_path, tmp_path):
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "2 ranks (gloo)" in r.stdout and "3 timed steps" in r.stdout, r.stdout
-    # torchrec-dmp-small's dense model (concat, tables 4-32 wide) is not TorchRec's DLRM: the linear head, and why
+    # torchrec-dmp-small's dense model (concat, tables 4-32 wide) is not TorchRec's DLRM: placer's DenseDLRM, and why
     head = next(ln for ln in r.stdout.splitlines() if ln.startswith("model:"))
-    assert "linear head (76 -> 1; 77 dense parameters)" in head and "no concat" in head, head
+    assert "placer's DenseDLRM (at placer_dense; tables at model.sparse_arch.embedding_bag_collection)" in head, head
+    assert "bottom MLP 4-16, concat interaction of 6 features (4-32 wide), top MLP 8-1" in head, head
+    assert "833 dense parameters" in head and "no concat" in head, head
     assert "embedding dims differ (4, 8, 12, 16, 32)" in head, head
     assert "measured median step" in r.stdout and "placer predicted step" in r.stdout, r.stdout
     measured = [ln for ln in r.stdout.splitlines() if "measured median" in ln or "placer predicted" in ln]
     assert all(ln.rstrip().endswith(" ms") for ln in measured), measured
+
+
+def test_train_example_trains_placers_dense_model(plan_path, tmp_path):
+    """A workload TorchRec's DLRM cannot express (torchrec-dmp-small: concat, tables 4-32 wide) trains under --head
+    auto as placer's DenseDLRM over DMP's sharded tables on 2 gloo ranks: the dense parameters are DenseDLRM's, the
+    loss is finite and moves; --head dlrm exits 2 naming why, with no traceback."""
+    require_torchrec()
+    from placer.program.dense_model import DenseDLRM
+    from placer.specs import load_workload
+
+    out = tmp_path / "plan.torchrec.json"
+    assert main(["export", "--torchrec", HW, WL, str(plan_path), "-o", str(out), "--device", "cpu",
+                 "--names", "dlrm", "--module-path", "dlrm-train"]) == 0
+    res = _train_json(out, WL)
+    m = res["dense_model"]
+    assert m["kind"] == "placer_dense" and m["class"] == "DenseDLRM", m
+    assert "no concat" in m["why"] and "dims differ (4, 8, 12, 16, 32)" in m["why"], m["why"]
+    assert (m["dense_path"], m["module_path"]) == ("placer_dense", "model.sparse_arch.embedding_bag_collection")
+    assert (m["dense_in_features"], m["bottom_mlp"], m["top_mlp"]) == (4, [16], [8, 1])
+    assert (m["interaction"], m["embedding_dims"], m["sparse_features"]) == ({"kind": "concat"}, [4, 8, 12, 16, 32], 6)
+    assert (m["dtype_run"], m["optimizer"]) == ("fp32", {"name": "sgd", "lr": 0.1})
+    assert m["parameters"] == sum(p.numel() for p in DenseDLRM(load_workload(WL)).parameters()) == 833
+    assert res["batch_size"] == 32 and len(res["losses"]) == 4
+    assert all(math.isfinite(x) for x in res["losses"]) and len(set(res["losses"])) > 1, res["losses"]
+    r = subprocess.run([sys.executable, TRAIN, str(out), HW, WL, "--head", "dlrm"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "--head dlrm: TorchRec's DLRM classes cannot express" in r.stderr and "no concat" in r.stderr, r.stderr
+
+
+def test_placer_head_feeds_features_in_workload_order():
+    """The placer_dense model (unsharded, one process) gives DenseDLRM the pooled features in the workload's order
+    by their TorchRec names, whatever the EmbeddingBagCollection's order: its logits equal DenseDLRM's of the
+    collection's outputs picked by name."""
+    require_torchrec()
+    import torch
+    from torchrec import EmbeddingBagCollection
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+    from placer.specs import load_workload
+    from placer.torchrec_io.dmp_models import build, choose, feature_keys
+    from placer.torchrec_io.plan_builder import embedding_bag_configs
+
+    wl = load_workload(WL)
+    names = {f.name: f"cat_{j}" for j, f in enumerate(wl.resolved_features)}
+    tables = {t.name: t for t in wl.tables}
+    configs = [{"name": f"t_{t}", "num_embeddings": tables[t].rows, "embedding_dim": tables[t].dim,
+                "feature_names": [names[f.name] for f in wl.resolved_features if f.table == t],
+                "pooling": "SUM", "data_type": "FP32"}
+               for t in reversed(list(tables))]  # the collection's order: the workload's reversed
+    doc = {"module_path": "a.tables", "embedding_bag_configs": configs, "names": {"features": names}}
+    spec = choose(doc, wl, "placer")
+    assert spec["kind"] == "placer_dense" and spec["why"] == "asked for (--head placer)"
+    torch.manual_seed(0)
+    ebc = EmbeddingBagCollection(tables=embedding_bag_configs(doc), device=torch.device("cpu"))
+    model, _, dense = build(spec, doc, wl, ebc, torch.device("cpu"))
+    keys = [k for c in configs for k in c["feature_names"]]
+    batch = 5
+    kjt = KeyedJaggedTensor.from_lengths_sync(
+        keys=keys, lengths=torch.ones(len(keys) * batch, dtype=torch.long),
+        values=torch.cat([torch.arange(batch) % min(tables[t].rows for t in tables) for _ in keys]))
+    x = torch.randn(batch, wl.dense.num_dense_features)
+    pooled = ebc(kjt).to_dict()
+    want = model.placer_dense(x, [pooled[k] for k in feature_keys(doc, wl)])
+    assert torch.equal(model(x, kjt), want)
+    assert not torch.allclose(want, model.placer_dense(x, [pooled[k] for k in keys]))  # control: the EBC's order
+    assert dense == sum(p.numel() for p in model.placer_dense.parameters())
 
 
 def _dlrm_export(tmp_path, wl: str, module_path: str = "dlrm-train"):
@@ -192,8 +263,9 @@ def _doc(dims, module_path="model.sparse_arch.embedding_bag_collection"):
 
 
 def test_dense_model_choice():
-    """dmp_models.choose without torch: TorchRec's DLRM where its classes can build the workload's dense model,
-    else the linear head with every rule that failed."""
+    """dmp_models.choose without torch: under auto TorchRec's DLRM where its classes can build the workload's dense
+    model, else placer's DenseDLRM with every rule that failed, else (features the export lacks) the linear head;
+    a forced head that cannot run is a ValueError naming why."""
     from placer.specs import load_workload
     from placer.torchrec_io.dmp_models import choose
 
@@ -202,17 +274,35 @@ def test_dense_model_choice():
     assert choose(_doc([16], "sparse_arch.embedding_bag_collection"), wl)["wrapper"] is None
     assert choose(_doc([16], "a.b.sparse_arch.embedding_bag_collection"), wl)["wrapper"] == "a.b"
     tiny = load_workload(ROOT / "workloads/tiny.yaml")  # dot, but tables 8, 16 and 32 wide
-    got = choose(_doc([32, 16, 8]), tiny)
-    assert got["kind"] == "linear_head" and "dims differ (8, 16, 32)" in got["why"] and got["in_features"] == 56
+    tiny_doc = {"module_path": "placer_dense", "embedding_bag_configs": [
+        {"name": t.name, "embedding_dim": t.dim, "feature_names": [f.name for f in tiny.resolved_features
+                                                                   if f.table == t.name]} for t in tiny.tables]}
+    got = choose(tiny_doc, tiny)
+    assert got["kind"] == "placer_dense" and "dims differ (8, 16, 32)" in got["why"], got
+    assert got["dense_path"] == "placer_dense_" and got["embedding_dims"] == [8, 16, 32]  # beside the path's root
+    with pytest.raises(ValueError, match="--head dlrm: TorchRec's DLRM classes cannot express .*dims differ"):
+        choose(tiny_doc, tiny, head="dlrm")
+    assert choose(tiny_doc, tiny, head="linear")["in_features"] == 32 + 8 + 16 * 5
     cases = [({"top_mlp": [1]}, "OverArch"), ({"bottom_mlp": [32]}, "ends at 32"),
              ({"bottom_mlp": []}, "bottom_mlp is empty"), ({"interaction": {"kind": "concat"}}, "no concat")]
+    dlrm_doc = {"module_path": DLRM_TABLES_TRAIN, "embedding_bag_configs": [
+        {"name": t.name, "embedding_dim": t.dim, "feature_names": [f.name for f in wl.resolved_features
+                                                                   if f.table == t.name]} for t in wl.tables]}
     for dense, why in cases:
         other = wl.model_validate({**wl.model_dump(mode="json"), "dense": {**wl.dense.model_dump(mode="json"),
                                                                             **dense}})
-        got = choose(_doc([16, 16]), other)
-        assert got["kind"] == "linear_head" and why in got["why"], (dense, got)
-    got = choose(_doc([16], "emb"), wl)
-    assert got["kind"] == "linear_head" and "module_path 'emb'" in got["why"]
+        got = choose(dlrm_doc, other)
+        assert got["kind"] == "placer_dense" and why in got["why"], (dense, got)
+        with pytest.raises(ValueError, match=why):
+            choose(dlrm_doc, other, head="dlrm")
+    got = choose({**dlrm_doc, "module_path": "emb"}, wl)
+    assert got["kind"] == "placer_dense" and "module_path 'emb'" in got["why"] and got["module_path"] == "emb"
+    assert choose(dlrm_doc, wl, head="placer")["why"] == "asked for (--head placer)"
+    # an export whose features are not the workload's: no DenseDLRM (auto: the linear head, and why)
+    got = choose(_doc([16, 16]), load_workload(WL))
+    assert got["kind"] == "linear_head" and "no feature f_big" in got["why"] and "no concat" in got["why"], got
+    with pytest.raises(ValueError, match="--head placer: .*no feature f_big"):
+        choose(_doc([16, 16]), load_workload(WL), head="placer")
     assert choose(_doc([16]), wl, head="linear")["why"] == "asked for (--head linear)"
     with pytest.raises(ValueError, match="--head"):
         choose(_doc([16]), wl, head="mlp")

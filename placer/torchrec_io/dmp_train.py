@@ -7,12 +7,12 @@ set up by dmp_check.init_group. Per rank:
 
 - the model: the document's EmbeddingBagConfigs (TorchRec names, rows, dims, features, fp16) as an
   EmbeddingBagCollection at the document's ``module_path`` (built on the meta device; DMP materializes the
-  shards) inside TorchRec's DLRM built from the workload's dense section (bottom MLP, dot or DCN interaction,
-  top MLP: the dense model placer's prediction prices), or a linear head where TorchRec's DLRM cannot express
-  it or ``head`` is "linear" (dmp_models.py says which and why); BCE-with-logits loss;
+  shards) inside the workload's dense model (bottom MLP, interaction, top MLP: the model placer's prediction
+  prices) as TorchRec's DLRM where it can express it, else placer's own DenseDLRM over the sharded tables' pooled
+  features, or a linear head (``head``; dmp_models.py says which and why); BCE-with-logits loss;
 - the plan: the document's ShardingPlan (plan_builder); embedding optimizer fused into TorchRec's kernels
   (the workload's optimizer: exact SGD, row-wise Adagrad, or Adam on GPUs only; its learning rate), the dense part's
-  optimizer under DDP (the workload's for the DLRM, SGD for the linear head);
+  optimizer under DDP (the workload's for either DLRM, SGD for the linear head);
 - batches: the workload's global batch split over the ranks, dense features and ids drawn as placer's runner
   draws them (placer/runner/batches.py: the same hottest rows on every rank, each rank its own draws), labels
   learnable; a pool of up to 4 batches built before timing.
@@ -38,11 +38,12 @@ _OPTIMIZERS = {"sgd": "EXACT_SGD", "adagrad": "EXACT_ROWWISE_ADAGRAD", "rowwise_
 
 
 def train(doc: dict, wl, *, steps: int = 5, warmup: int = 1, batch_size: int | None = None, seed: int = 0,
-          timeout_s: float = 300.0, head: str = "dlrm") -> dict:
+          timeout_s: float = 300.0, head: str = "auto") -> dict:
     """Train ``doc`` (an export document) for ``warmup`` + ``steps`` steps on the workload ``wl`` (a placer
     Workload); ``batch_size``: the global batch (default the workload's), split evenly over the ranks; ``head``:
-    "dlrm" (TorchRec's DLRM of the workload's dense section where it can express it, else the linear head) or
-    "linear"; ``timeout_s``: the process group's timeout, seconds. Returns {world_size, backend, batch_size
+    "auto" (TorchRec's DLRM of the workload's dense section where it can express it, else placer's DenseDLRM),
+    "dlrm", "placer" or "linear" (dmp_models.choose; a forced head that cannot run is a ValueError);
+    ``timeout_s``: the process group's timeout, seconds. Returns {world_size, backend, batch_size
     (global), step_times_s (per timed step, slowest rank, seconds), median_step_s, losses (rank 0, every step),
     dense_model (dmp_models.choose's description plus ``parameters``: the dense part's weights, elements, and
     ``dtype_run``: the dense precision run)}."""
@@ -136,7 +137,7 @@ def _train_rank(rank: int, job: dict, pg) -> dict:
     device = torch.device(f"cuda:{rank % job['local_world_size']}" if gpu else "cpu")
     torch.manual_seed(job["seed"])
     ebc = EmbeddingBagCollection(tables=embedding_bag_configs(doc), device=torch.device("meta"))
-    model, loss_of, dense_parameters = dmp_models.build(spec, doc["module_path"], ebc, device)
+    model, loss_of, dense_parameters = dmp_models.build(spec, doc, wl, ebc, device)
     sharder = EmbeddingBagCollectionSharder(fused_params={
         "optimizer": getattr(EmbOptimType, _OPTIMIZERS[wl.optimizer.name]), "learning_rate": wl.optimizer.lr})
     dmp = DistributedModelParallel(model, env=ShardingEnv.from_process_group(pg), plan=sharding_plan(doc),
