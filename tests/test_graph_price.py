@@ -64,3 +64,26 @@ def test_calibrated_graph_costs_replace_the_eager_fixed_costs():
     assert costs.fixed("embedding_op") == 0.0
     assert costs.gather["fp32"](128) == topo2.op_costs(gpu).gather["fp32"](128)
     assert predict_graph(topo2, wl, plan)["step_time_s"] < predict(CostModel(topo2, wl), plan)["step_time_s"]
+
+
+def test_fp16_rows_are_priced_per_row_not_per_byte_unless_measured():
+    """Issue 48 item 5: an fp16 row's gather and update cost an fp32 row's time of the same width where the spec
+    does not measure fp16 (the runner delivered no per-row speed-up on an H100), as measured where it does; so with
+    HBM to spare the ILP keeps every table of tiny@4096 at fp32 on the datasheet spec."""
+    from placer.planner.solve import SolveConfig, solve
+
+    wl, topo, _plan = _case("tiny-at-4096", ROOT / "hardware_specs" / "h100-pcie-host.yaml")
+    costs = topo.op_costs(topo.gpus[0])
+    for w in (16, 64):
+        assert costs.gather["fp16"](2 * w) == pytest.approx(costs.gather["fp32"](4 * w) / 2)
+        t32 = costs.update_s("adagrad", "fp32", 8 * w, 1000, False, width=w)
+        assert costs.update_s("adagrad", "fp16", 6 * w, 1000, False, width=w) == pytest.approx(t32)
+        # host rows: the link still carries the fp16 row's own bytes
+        assert costs.update_s("adagrad", "fp16", 6 * w, 1000, True, width=w) < costs.update_s(
+            "adagrad", "fp32", 8 * w, 1000, True, width=w)
+    calibrated = Topology(load_hardware(CALIBRATED, allow_implausible=True), wl.dense.dtype)
+    measured = calibrated.op_costs(calibrated.gpus[0])
+    assert measured.fp16_updates_measured and measured.update_s("adagrad", "fp16", 96, 1000, False, width=16) == \
+        pytest.approx(1000 * 96 / measured.update["adagrad"]["fp16"](96))
+    plan = solve(topo, wl, SolveConfig(method="ilp", time_limit_s=20))
+    assert {p.precision for p in plan.placements} == {"fp32"}

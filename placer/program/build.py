@@ -274,7 +274,7 @@ class ProgramBuilder:
                        key, m.table, sizes={"rows": m.rows})]
         else:
             rmw = row_bytes + state
-            update_s = costs.update_s(self.optimizer, key.dtype, rmw, m.unique_rows, host)
+            update_s = costs.update_s(self.optimizer, key.dtype, rmw, m.unique_rows, host, width=c)
             ops.append(Op("update", BWD, st, update_s, key, m.table,
                           traffic=self._row_traffic(key, m.unique_rows * rmw, both_ways=True),
                           sizes={"rows": m.unique_rows, "row_bytes": rmw}))

@@ -131,8 +131,9 @@ def qr_member_ops(key: GroupKey, m: Member, costs, stream: str, optimizer: str, 
            Op("sort", BWD, stream, costs.sort_s(L), key, m.table, sizes={"ids": L}),
            Op("segment_reduce", BWD, stream, costs.segment_reduce_s(grad_row, L), key, m.table,
               sizes={"lookups": L, "row_bytes": grad_row}),
-           Op("update", BWD, stream, costs.update_s(optimizer, key.dtype, rb + state_bytes, m.unique_rows, False),
-              key, m.table, sizes={"rows": m.unique_rows, "row_bytes": rb + state_bytes})]
+           Op("update", BWD, stream,
+              costs.update_s(optimizer, key.dtype, rb + state_bytes, m.unique_rows, False, width=c), key, m.table,
+              sizes={"rows": m.unique_rows, "row_bytes": rb + state_bytes})]
     if m.part == "remainder":
         return ops
     # combine: the two gathered rows of every lookup multiplied or added (read 2, write 1), then pooled (read L

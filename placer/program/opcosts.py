@@ -9,7 +9,8 @@ GPU (a template's ``gpus``), with L = kernel_launch_us, H = hbm_bw_GBps, e = hbm
 - fixed cost of a kind = L x KERNELS[kind] (kernels the runner's op launches, counted in runner/groups.py);
   dense_op and embedding_op 0 (an op is priced as the kernels it launches); all_reduce 0 (the ring's hops
   price its latency)
-- gather (rows from device memory, random and cache hits alike) = H x e, every row size and storage dtype
+- gather (rows from device memory, random and cache hits alike) = H x e, every row size; an fp16 row at the time of
+  an fp32 row of its width (FP16_GATHER_PER_ROW)
 - host gather (rows in pinned host memory read by the GPU) = the link's bw x efficiency x host_read_efficiency
 - stream (copies, elementwise; bytes read + written) = H; strided (elementwise over transposed views) = H
 - indexed (index / index_put of elements) = H x e
@@ -50,6 +51,13 @@ GRAPH_KERNEL_US = 2.5  # assumption: a small kernel replayed from a CUDA graph, 
 #                       (NVIDIA's "Getting Started with CUDA Graphs": ~3 us per short kernel in a graph against ~4 us
 #                       launched from a stream); placer calibrate --device cuda replaces it (graph_kernel_us)
 HOST_SORT_NS = 30.0  # assumption: torch.sort on one CPU core, ~25-45 ns per int64 id at 1e4-1e6 ids (same machine)
+#: where a spec does not measure fp16 rows, price an fp16 row's gather and update at the time of an fp32 row of the
+#: same width (not at half its bytes): on an H100 the runner's fp16 lookups measured 1.06-1.4x fp32's time per row and
+#: its fp16 updates 1.15-1.7x (adagrad, rowwise_adagrad; placer calibrate's synthetic benchmarks,
+#: validation/results/gpu-2026-11-27-run3/calibrated.yaml), on this project's CPUs about equal
+#: (hardware_specs/measured-cpu-2026-11-23.yaml), so the ILP chooses fp16 for the memory it saves, never for a
+#: speed the runner does not deliver; a calibrated spec prices fp16 as measured
+FP16_GATHER_PER_ROW = True
 GPU_SORT_BYTES_PER_ID = 128  # 4 radix passes x (8 B id + 8 B position) read and written
 
 
@@ -140,6 +148,7 @@ class OpCosts:
     gemm: dict[str, GemmTable]  # dense dtype -> rates by shape, operands cold
     gemm_warm: dict[str, GemmTable]  # the same with operands in the caches
     calibrated: set[str] = field(default_factory=set)  # fields measured (the rest are datasheet defaults)
+    fp16_updates_measured: frozenset = frozenset()  # optimizers whose fp16-row update the spec measures
 
     # ---- op prices: variable seconds (work / rate); the fixed part is fixed(kind) --------------------------
 
@@ -164,13 +173,18 @@ class OpCosts:
     def segment_reduce_s(self, grad_row_bytes: float, lookups: float) -> float:
         return lookups * grad_row_bytes / self.segment_reduce(grad_row_bytes)
 
-    def update_s(self, optimizer: str, dtype: str, row_bytes: float, rows: float, in_host: bool) -> float:
+    def update_s(self, optimizer: str, dtype: str, row_bytes: float, rows: float, in_host: bool,
+                 width: float | None = None) -> float:
         """Read, update and write back ``rows`` distinct rows of ``row_bytes`` (``dtype`` weights + fp32 state);
-        rows in host memory also cross the link twice (read and write) at the host-gather rate."""
-        rate = self.update[optimizer][dtype](row_bytes)
-        if in_host:
-            rate = min(rate, self.host_gather[dtype](row_bytes) / 2)
-        return rows * row_bytes / rate
+        rows in host memory also cross the link twice (read and write) at the host-gather rate. ``width``
+        (columns): fp16 rows whose update the spec does not measure take the time of fp32 rows of that width
+        (FP16_GATHER_PER_ROW), their link bytes stay their own."""
+        if (dtype == "fp16" and width and FP16_GATHER_PER_ROW and optimizer not in self.fp16_updates_measured):
+            as_fp32 = row_bytes + 2 * width
+            work = rows * as_fp32 / self.update[optimizer]["fp32"](as_fp32)
+        else:
+            work = rows * row_bytes / self.update[optimizer][dtype](row_bytes)
+        return max(work, rows * row_bytes / (self.host_gather[dtype](row_bytes) / 2)) if in_host else work
 
     def stream_s(self, touched_bytes: float, warm: float = 0.0) -> float:
         """Seconds to read + write ``touched_bytes`` at the rate of an op that size: a ``warm`` share (0..1)
@@ -221,13 +235,18 @@ def _table(points: dict | None, default: float, scale: float = GB) -> RateTable:
     return RateTable({s: v * scale for s, v in points.items()}) if points else RateTable.flat(default)
 
 
-def _by_dtype(points: dict | None, default: float) -> dict[str, RateTable]:
+def _by_dtype(points: dict | None, default: float, fp16_per_row: bool = False) -> dict[str, RateTable]:
     """A rate table per storage dtype; a dtype the spec does not give takes the other's table, else the
-    default."""
+    default. ``fp16_per_row`` (the device's row gathers): fp16 rows the spec does not measure cost what fp32 rows
+    of the same width do, not half (FP16_GATHER_PER_ROW)."""
     points = points or {}
     tables = {dt: _table(points[dt], default) for dt in DTYPES if points.get(dt)}
     fallback = next(iter(tables.values()), RateTable.flat(default))
-    return {dt: tables.get(dt, fallback) for dt in DTYPES}
+    out = {dt: tables.get(dt, fallback) for dt in DTYPES}
+    if fp16_per_row and "fp16" not in tables:
+        fp32 = out["fp32"]  # an fp16 row of b bytes: the time of an fp32 row of 2b bytes
+        out["fp16"] = RateTable({s / 2: r / 2 for s, r in zip(fp32.sizes, fp32.rates)})
+    return out
 
 
 def peak_for(peaks: dict[str, float], dtype: str) -> float:
@@ -261,8 +280,8 @@ def _build(spec: OpCostSpec | None, *, fixed_default, gather: float, host_gather
             RateTable.flat(s.stream_GBps * GB if s.stream_GBps else stream))
     return OpCosts(
         fixed_s=fixed,
-        gather=_by_dtype(s.gather_GBps, gather),
-        gather_cached=_by_dtype(s.gather_cached_GBps or s.gather_GBps, gather),
+        gather=_by_dtype(s.gather_GBps, gather, fp16_per_row=FP16_GATHER_PER_ROW),
+        gather_cached=_by_dtype(s.gather_cached_GBps or s.gather_GBps, gather, fp16_per_row=FP16_GATHER_PER_ROW),
         host_gather=_by_dtype(s.host_gather_GBps, host_gather),
         stream=cold,
         stream_warm=_table(s.stream_warm_GBps, 0.0) if s.stream_warm_GBps else cold,
@@ -271,7 +290,8 @@ def _build(spec: OpCostSpec | None, *, fixed_default, gather: float, host_gather
         sort=(RateTable({n: v * 1e-9 for n, v in s.sort_ns_per_id.items()}) if isinstance(s.sort_ns_per_id, dict)
               else RateTable.flat(s.sort_ns_per_id * 1e-9 if s.sort_ns_per_id is not None else sort_s)),
         segment_reduce=_table(s.segment_reduce_GBps, reduce),
-        update=upd, gemm=gemm[0], gemm_warm=gemm[1], calibrated=calibrated)
+        update=upd, gemm=gemm[0], gemm_warm=gemm[1], calibrated=calibrated,
+        fp16_updates_measured=frozenset(o for o in OPTIMIZERS if ((s.update_GBps or {}).get(o) or {}).get("fp16")))
 
 
 def gpu_op_costs(g: GpuSpec, host_link_Bps: float, dense_dtypes=()) -> OpCosts:
