@@ -37,10 +37,10 @@ if [[ "${1:-}" == "--dry-run" ]]; then
   echo "dry run ok: $out" >&2
 fi
 cat <<'CMD'
-On the GPU machine (the repository's root; carry .whl; time limit 540 s; results land flat in $OUT, at most 8 files):
+On the GPU machine (the repository's root; carry .whl; timeout_s 330; results land flat in $OUT, at most 8 files):
 
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 && python3 validation/gpu_campaign.py --out $OUT --budget-s 480
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 && python3 validation/gpu_campaign.py --out $OUT --budget-s 300
 
-Then copy $OUT's fidelity-h100-<date>.json, .png, micro.json, calibrated.yaml and campaign.log into
+Then copy $OUT's fidelity-<device>-<date>.json, .png, micro.json, calibrated.yaml and campaign.log into
 validation/results/gpu-<date>/ and commit them.
 CMD

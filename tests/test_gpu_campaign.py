@@ -36,7 +36,12 @@ def test_what_comes_back_fits_the_machine_limits(dry):
     files = sorted(p.name for p in out.iterdir())
     assert all((out / f).is_file() for f in files) and len(files) <= 8, files  # flat, at most 8 files
     assert {"calibrated.yaml", "micro.json", "env.json", "campaign.log", "profile.json"} <= set(files)
-    fid = json.loads(next(out.glob("fidelity-cpu-dry-run-*.json")).read_text())
+    fid = json.loads(next(out.glob("fidelity-cpu-dry-run-h200-*.json")).read_text())
+    # the dry run reads the device's name as an H200's: the H200's datasheet spec prices the datasheet column
+    assert fid["datasheet_spec"] == "h200-sxm-host.yaml" and fid["datasheet_note"] is None
+    env = json.loads((out / "env.json").read_text())
+    assert env["device_slug"] == "cpu-dry-run-h200" and env["datasheet_spec"].endswith("h200-sxm-host.yaml")
+    assert env["packages"]["installed"] and set(env["packages"]["importable"]) >= {"triton", "fbgemm_gpu"}
     rows = [r for r in fid["rows"] if "error" not in r]
     assert len(rows) == gpu_campaign.DRY_PLANS + 1  # the shipped plans and the ILP re-solved on the calibrated spec
     assert rows[0]["name"] == "ilp@calibrated"
@@ -55,6 +60,17 @@ def test_what_comes_back_fits_the_machine_limits(dry):
     assert all(r["calibrated_s"] and r["datasheet_s"] for r in micro["rows"])
 
 
+def test_the_device_name_selects_the_datasheet_spec():
+    """An H200 is priced by the H200's datasheet, an H100 by the H100's; a GPU with none here by a stand-in that
+    the results name as such (never silently); file names carry the device."""
+    from validation.gpu_device import datasheet_for, slug
+
+    assert datasheet_for("NVIDIA H200")[0].name == "h200-sxm-host.yaml" and slug("NVIDIA H200") == "h200"
+    assert datasheet_for("NVIDIA H100 80GB HBM3") == (gpu_campaign.DATASHEET, None)
+    spec, why = datasheet_for("NVIDIA GH200 480GB")
+    assert why and "GH200" in why and slug("NVIDIA GH200 480GB") == "nvidia-gh200-480gb"
+
+
 def test_shipped_plans_are_valid_for_the_datasheet_spec():
     from placer.plan import load_plan
     from placer.plan_price import priced_plan
@@ -63,6 +79,7 @@ def test_shipped_plans_are_valid_for_the_datasheet_spec():
 
     manifest = json.loads((gpu_campaign.PLANS / "manifest.json").read_text())
     hw = load_hardware(ROOT / manifest["datasheet"])
+    h200 = load_hardware(ROOT / "hardware_specs" / "h200-sxm-host.yaml")
     plans = [(w, p) for w in manifest["workloads"] for p in w["plans"]]
     assert len(plans) >= 12
     assert sum(p["embedding_share"] >= 0.3 for _, p in plans) >= len(plans) / 2
@@ -71,10 +88,15 @@ def test_shipped_plans_are_valid_for_the_datasheet_spec():
         assert wl.dense.dtype == gpu_campaign.DENSE_DTYPE
         predicted = priced_plan(load_plan(ROOT / p["file"]), Topology(hw, wl.dense.dtype), wl)
         assert predicted["step_time_s"] == pytest.approx(p["predicted_step_time_s"], rel=1e-9), p["name"]
+        # the GPU lent now: every plan fits the H200's datasheet spec too (more HBM than the H100 it was made for)
+        on_h200 = priced_plan(load_plan(ROOT / p["file"]), Topology(h200, wl.dense.dtype), wl)
+        assert 0 < on_h200["step_time_s"], p["name"]
 
 
-def test_stage_limits_fit_an_eight_minute_call():
-    assert sum(gpu_campaign.STAGES.values()) <= 480
+def test_stage_limits_fit_a_330_second_call():
+    """The stages' limits sum to the campaign's budget, 300 s: with the wheels' install one call ends within
+    330 s, so that a rerun fits in a session's 15 minutes of device time."""
+    assert sum(gpu_campaign.STAGES.values()) <= gpu_campaign.BUDGET_S <= 300
     assert gpu_campaign.DRY_HANG_S >= 300  # the dry run's fixed work, however loaded the machine: only hangs stop it
 
 
