@@ -1,5 +1,6 @@
-"""validation/fidelity.py --smoke: calibrates (quick), plans, runs two plans and writes the JSON, the scatter
-and the markdown with the agreed keys. Structure only: no timing is asserted (CI machines are busy)."""
+"""validation/fidelity.py --smoke: calibrates (quick), plans, runs two plans in 2 interleaved rounds and writes
+the JSON, the scatter and the markdown with the agreed keys. Structure only: no timing is asserted (CI machines
+are busy)."""
 from __future__ import annotations
 
 import json
@@ -10,7 +11,8 @@ from tests.conftest import ROOT
 
 SCRIPT = ROOT / "validation" / "fidelity.py"
 RUN_KEYS = {"command", "git_commit", "date", "device", "device_name", "torch", "python", "machine", "rows", "summary"}
-ROW_KEYS = {"name", "method", "workload", "predicted_step_time_s", "measured_step_time_s", "phases", "ops"}
+ROW_KEYS = {"name", "method", "workload", "predicted_step_time_s", "measured_step_time_s", "phases", "ops",
+            "measured_interval_s", "rounds_step_time_s"}
 
 
 def test_smoke_campaign_writes_json_png_and_table(tmp_path):
@@ -30,5 +32,17 @@ def test_smoke_campaign_writes_json_png_and_table(tmp_path):
         assert all(op["priced_s"] >= 0 and op["measured_s"] >= 0 for op in row["ops"])
     assert len({row["method"] for row in rows}) == 2 and "ilp" in {row["method"] for row in rows}
     assert data["summary"]["plans"] == 2 and data["summary"]["mape"] >= 0
+    # 2 interleaved rounds: every plan once per round, the rounds' orders recorded, each median with its interval
+    assert data["rounds"] == 2 and data["workload_rounds"]["tiny"]["rounds_completed"] == 2
+    assert all(sorted(o) == sorted(row["name"] for row in rows) for o in data["workload_rounds"]["tiny"]["orders"])
+    for row in rows:
+        lo, hi = row["measured_interval_s"]
+        assert len(row["rounds_step_time_s"]) == 2 and lo <= row["measured_step_time_s"] <= hi
+    w = data["summary"]["per_workload"]["tiny"]
+    assert w["separable_plans"] <= 2 and w["spearman_separable"]["rho"] is None  # 2 plans: no rank correlation
+    vs = w["ilp_vs_fastest"]
+    assert vs["ilp"] == "ilp" and vs["rounds"] == 2 and vs["verdict"] in ("faster", "slower", "not separable")
+    assert set(w["ilp_paired"]) == {row["name"] for row in rows} - {"ilp"}
     assert (tmp_path / "fidelity-cpu-2000-01-01-smoke.png").stat().st_size > 1000
     assert "| tiny | ilp |" in r.stdout and "measured / priced" in r.stdout
+    assert "measured ms [90%]" in r.stdout and "ILP / fastest (paired)" in r.stdout

@@ -3,17 +3,22 @@
 
 One command: calibrate the machine (``placer calibrate``, unless ``--spec`` gives a calibrated spec), plan a
 set of workloads that fit it with every method, at forced hot-row levels and at fp16, run every plan ALONE
-(``placer run``, one process after another, each plan ``--repeats`` times in fresh processes), and compare
-the measured step time (median over repeats of each run's median step) with the prediction, per step, per
-phase and per op kind and stream (the runner's instrumented pass times every op of the step program).
+(``placer run``, one process after another, in fresh processes) in ``--rounds`` interleaved rounds per workload
+(every plan once per round, the order shuffled per round: validation/rounds.py), and compare the measured step
+time (the median over rounds of each run's median step, with its 90% bootstrap interval) with the prediction,
+per step, per phase and per op kind and stream (the runner's instrumented pass times every op of the step
+program). Per workload the summary keeps only what the rounds separate: Spearman over the plans whose intervals
+separate, the ILP over the fastest plan and the ILP against each other plan on paired rounds, with intervals.
 
-    python3 validation/fidelity.py --device cpu                  # the campaign (~20-40 min on 2 cores)
+    python3 validation/fidelity.py --device cpu                  # the campaign (~35-65 min on 2 cores)
     python3 validation/fidelity.py --device cpu --spec FILE      # skip calibrate, use FILE
-    python3 validation/fidelity.py --smoke --out /tmp/f          # two plans, structure only (CI)
+    python3 validation/fidelity.py --device cpu --rounds 3       # fewer rounds (intervals ~ the range)
+    python3 validation/fidelity.py --smoke --out /tmp/f          # two plans, 2 rounds, structure only (CI)
 
 Writes ``<out>/fidelity-<device>-<date>.json`` (command, commit, device, versions, date; per plan: name,
-method, workload, predicted and measured step time, per phase, per op kind), ``<out>/fidelity-<device>-<date>
-.png`` (predicted vs measured) and prints a markdown table. Run it with nothing else on the machine: a second
+method, workload, predicted and measured step time with its interval and every round's, per phase, per op
+kind; per workload the rounds' orders), ``<out>/fidelity-<device>-<date>.png`` (predicted vs measured, the
+intervals as bars) and prints a markdown table. Run it with nothing else on the machine: a second
 busy process makes torch's threads spin and steps 100x slower.
 """
 from __future__ import annotations
@@ -34,6 +39,7 @@ if str(ROOT) not in sys.path:
 
 from validation.common import environment, write_json  # noqa: E402
 from validation.fidelity_report import markdown, scatter, summarize  # noqa: E402
+from validation.rounds import interleave, median_interval  # noqa: E402
 
 #: (name, shipped workload, batch, rows divided by, every table allowed at fp16, seconds of timed steps per run)
 CAMPAIGN = [
@@ -51,6 +57,7 @@ FORMS_BIG_ROWS = 1_000_000
 FORMS_FROZEN_ROWS = (10_000, 1_000_000)
 SMOKE = [("tiny", "tiny", 64, 1, True, 0.2)]
 METHODS = ["ilp", "host_cpu", "uvm", "greedy_size", "round_robin", "random", "fae"]
+ROUNDS = 5  # interleaved rounds per plan on the CPU (every plan once per round)
 HOT_LEVELS = [0.5, 0.1, 0.01]  # forced: every table's hottest fraction in "HBM", the rest "in host memory"
 
 
@@ -212,32 +219,72 @@ def run_once(spec: Path, wl_path: Path, plan_path: Path, seconds: float, predict
     return json.loads(r.stdout)
 
 
-def run_plan(spec: Path, name: str, wl_name: str, wl_path: Path, plan_path: Path, seconds: float, repeats: int,
-             threads: int, timeout: float, nproc: int | None = None) -> dict:
-    """A plan run ``repeats`` times (``nproc``: as that many rank processes); the row the campaign keeps
-    (medians over the runs)."""
+def plan_row(name: str, wl_name: str, plan_path: Path, runs: list[dict | None], failures: list) -> dict:
+    """The row the campaign keeps for one plan from its ``placer run`` results by round (None: that round's run
+    failed or was not run): the median step with its 90% interval (validation/rounds.py), every round's step
+    (``rounds_step_time_s``, None where it failed; ``runs_step_time_s``: the steps measured), medians of the
+    phases and op kinds over the runs; an error row when no run succeeded."""
     import statistics
 
     plan = json.loads(plan_path.read_text())
     predicted = plan["predicted"]["step_time_s"]
-    runs = [run_once(spec, wl_path, plan_path, seconds, predicted, threads, timeout, nproc) for _ in range(repeats)]
-    med = lambda xs: statistics.median(xs)
-    phases = {ph: {"measured_s": med([r["measured"]["phases_s"][ph] for r in runs]),
-                  "predicted_s": runs[0]["predicted"]["phases_s"][ph]} for ph in runs[0]["predicted"]["phases_s"]}
+    failed = [f"round {r + 1}: {why}" for r, why in failures]
+    ok = [r for r in runs if r is not None]
+    if not ok:
+        return {"name": name, "workload": wl_name, "error": "; ".join(failed) or "not run"}
+    med = statistics.median
+    phases = {ph: {"measured_s": med([r["measured"]["phases_s"][ph] for r in ok]),
+                  "predicted_s": ok[0]["predicted"]["phases_s"][ph]} for ph in ok[0]["predicted"]["phases_s"]}
     ops = {}
-    for row in runs[0]["measured"]["ops"]:
+    for row in ok[0]["measured"]["ops"]:
         k = f"{row['kind']}@{row['stream']}"
         ops[k] = {"kind": row["kind"], "stream": row["stream"], "priced_s": row["priced_s"],
                   "measured_s": med([next((x["measured_s"] for x in r["measured"]["ops"]
                                            if x["kind"] == row["kind"] and x["stream"] == row["stream"]), 0.0)
-                                     for r in runs])}
-    measured = med([r["measured"]["step_time_s"] for r in runs])
-    return {"name": name, "method": plan["method"], "workload": wl_name, "plan_file": plan_path.name,
-            "predicted_step_time_s": predicted, "measured_step_time_s": measured,
-            "ratio": measured / predicted, "runs_step_time_s": [r["measured"]["step_time_s"] for r in runs],
-            "steps_per_run": runs[0]["steps"], "phases": phases, "ops": list(ops.values()),
-            "bottleneck": plan["predicted"].get("bottleneck"), "hardware_note": runs[0].get("hardware_note"),
-            "solver_status": (plan.get("solver") or {}).get("status")}
+                                     for r in ok])}
+    by_round = [None if r is None else r["measured"]["step_time_s"] for r in runs]
+    iv = median_interval(by_round)
+    row = {"name": name, "method": plan["method"], "workload": wl_name, "plan_file": plan_path.name,
+           "predicted_step_time_s": predicted, "measured_step_time_s": iv.median, "measured_interval_s": [iv.lo, iv.hi],
+           "ratio": iv.median / predicted, "rounds_step_time_s": by_round,
+           "runs_step_time_s": [x for x in by_round if x is not None],
+           "steps_per_run": ok[0]["steps"], "phases": phases, "ops": list(ops.values()),
+           "bottleneck": plan["predicted"].get("bottleneck"), "hardware_note": ok[0].get("hardware_note"),
+           "solver_status": (plan.get("solver") or {}).get("status")}
+    return dict(row, failures=failed) if failed else row
+
+
+def run_rounds(spec: Path, wl_name: str, wl_path: Path, plans: list[tuple[str, Path]], seconds: float, rounds: int,
+               threads: int, timeout: float, nproc: int | None = None, seed: int = 0) -> tuple[list[dict], dict]:
+    """Every plan of one workload run in ``rounds`` interleaved rounds (validation/rounds.py: each round runs every
+    plan once, ``placer run`` in a fresh process, in an order shuffled per round with ``seed``; ``nproc``: as that
+    many rank processes); a plan that fails is recorded and not run again. (rows, the rounds' record: rounds
+    asked and completed, each round's order and wall time, s)."""
+    paths = dict(plans)
+    predicted = {name: json.loads(path.read_text())["predicted"]["step_time_s"] for name, path in plans}
+
+    def run(name: str, r: int) -> dict:
+        log(f"{wl_name}: round {r + 1}/{rounds}: {name}")
+        return run_once(spec, wl_path, paths[name], seconds, predicted[name], threads, timeout, nproc)
+
+    done = interleave(list(paths), rounds, run, seed=seed, value=lambda x: x["measured"]["step_time_s"])
+    for name, fails in done.failures.items():
+        for r, why in fails:
+            log(f"  {name}: failed in round {r + 1}: {why}")
+    rows = [plan_row(name, wl_name, path, done.results[name], done.failures[name]) for name, path in plans]
+    record = {"rounds_requested": done.rounds_requested, "rounds_completed": done.rounds_completed,
+              "orders": done.orders, "round_s": done.round_s, "stopped": done.stopped, "seed": seed}
+    return rows, record
+
+
+def rounds_from(args, smoke_rounds: int = 2) -> int:
+    """The rounds per plan: ``--rounds`` (``--repeats``, its deprecated alias, where given instead); the smoke
+    form ``smoke_rounds``."""
+    if args.repeats is not None:
+        log("warning: --repeats is deprecated: the plans run in interleaved rounds, --rounds N")
+    if args.smoke:
+        return smoke_rounds
+    return args.rounds if args.repeats is None else args.repeats
 
 
 def parse_args(argv=None):
@@ -246,11 +293,13 @@ def parse_args(argv=None):
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--spec", help="a calibrated hardware spec of this machine (default: calibrate now)")
     ap.add_argument("--out", default=str(ROOT / "validation" / "results"), help="results folder")
-    ap.add_argument("--repeats", type=int, default=3, help="fresh processes per plan (default 3)")
+    ap.add_argument("--rounds", type=int, default=ROUNDS,
+                    help=f"interleaved rounds: every plan once per round, fresh processes (default {ROUNDS})")
+    ap.add_argument("--repeats", type=int, default=None, help="deprecated alias of --rounds")
     ap.add_argument("--threads", type=int, default=1, help="torch threads, for calibrate and every run (default 1)")
     ap.add_argument("--time-limit", type=float, default=30.0, help="ILP time limit per workload, s (default 30)")
     ap.add_argument("--workloads", help="comma-separated campaign names to run (default all)")
-    ap.add_argument("--smoke", action="store_true", help="two plans of a small tiny, 1 repeat: structure only")
+    ap.add_argument("--smoke", action="store_true", help="two plans of a small tiny, 2 rounds: structure only")
     ap.add_argument("--date", default=_dt.date.today().isoformat())
     args = ap.parse_args(argv)
     if args.device == "cuda":
@@ -273,20 +322,16 @@ def main(argv=None) -> int:
     workloads = make_workloads(cases, work / "workloads")
     spec = Path(args.spec) if args.spec else calibrate(args.device, args.threads, [p for _, p, _ in workloads],
                                                        work / "spec.yaml", quick=args.smoke)
-    rows = []
+    rounds = rounds_from(args)
+    rows, records = [], {}
     for wl_name, wl_path, seconds in workloads:
         log(f"{wl_name}: planning")
         plans = make_plans(spec, wl_path, work / "plans" / wl_path.stem, args.time_limit, args.smoke)
-        for name, plan_path in plans:
-            log(f"{wl_name}: running {name} x{1 if args.smoke else args.repeats}")
-            try:
-                rows.append(run_plan(spec, name, wl_name, wl_path, plan_path, seconds,
-                                     1 if args.smoke else args.repeats, args.threads, timeout=1800))
-            except (RuntimeError, subprocess.TimeoutExpired) as exc:
-                log(f"  {name}: failed: {exc}")
-                rows.append({"name": name, "workload": wl_name, "error": str(exc)})
-    data = {"schema": "placer-fidelity/1", "command": "python3 validation/fidelity.py " + " ".join(sys.argv[1:]),
-            "date": args.date, "device": args.device, "spec": str(spec), "repeats": 1 if args.smoke else args.repeats,
+        log(f"{wl_name}: {len(plans)} plans in {rounds} interleaved rounds")
+        got, records[wl_name] = run_rounds(spec, wl_name, wl_path, plans, seconds, rounds, args.threads, timeout=1800)
+        rows += got
+    data = {"schema": "placer-fidelity/2", "command": "python3 validation/fidelity.py " + " ".join(sys.argv[1:]),
+            "date": args.date, "device": args.device, "spec": str(spec), "rounds": rounds, "workload_rounds": records,
             "threads": args.threads, "wall_s": time.perf_counter() - t0, **environment(),
             "torch": _torch_version(), "device_name": _device_name(spec), "rows": rows}
     data["summary"] = summarize([r for r in rows if "error" not in r])

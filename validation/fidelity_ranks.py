@@ -10,20 +10,25 @@ and the sharding decides the bytes of the all-to-all. One command:
 2. plans per workload (validation/ranks_workloads/): the methods ilp, greedy_size, round_robin, random,
    torchrec, and forced plans: every table on one rank, every table row-wise, every table column-wise, the
    small tables data-parallel (the rest as greedy_size places them); duplicates run once;
-3. every plan run ALONE ``--repeats`` times in fresh processes (``placer run --nproc 2``): the median of the
-   runs' median steps, and the runs' spread ((max - min) / median);
+3. every plan run ALONE in fresh processes (``placer run --nproc 2``), the plans of a workload in ``--rounds``
+   interleaved rounds (every plan once per round, the order shuffled per round: validation/rounds.py): the
+   median of the rounds' median steps with its 90% bootstrap interval, and the rounds' spread ((max - min) /
+   median); per workload Spearman over the plans whose intervals separate, the ILP over the fastest plan and
+   the ILP against each other plan on paired rounds, each with its interval;
 4. with ``--torchrec``, TorchRec as a second trainer: each plan exported (``placer export --torchrec --device
-   cpu``) and trained under DistributedModelParallel on 2 gloo ranks (examples/train_torchrec.py --json),
-   ``--repeats`` fresh runs, the median; a plan TorchRec cannot run says why. Its model is the tables and a
-   linear head (not placer's dense MLP): its absolute times are not placer's step, its ranking is compared.
+   cpu``) and trained under DistributedModelParallel on 2 gloo ranks (examples/train_torchrec.py --json), in
+   ``--rounds`` interleaved rounds of its own, the median with its interval; a plan TorchRec cannot run says
+   why. Its model is the tables and a linear head (not placer's dense MLP): its absolute times are not placer's
+   step, its ranking is compared.
 
 Writes ``<out>/fidelity-ranks-<date>.json`` (command, commit, machine, versions, date, per plan: predicted,
-measured by placer's runner with the runs and their spread, per phase and op kind; TorchRec's measured step),
+measured by placer's runner with its interval, the rounds and their spread, per phase and op kind; TorchRec's
+measured step with its interval; per workload the rounds' orders),
 ``<out>/fidelity-ranks-<date>.png`` and prints a markdown table. Run it with nothing else on the machine.
 
-    python3 validation/fidelity_ranks.py                       # ~40 min on 2 cores (--torchrec: ~+20 min)
+    python3 validation/fidelity_ranks.py                       # ~65 min on 2 cores (--torchrec: ~+35 min)
     python3 validation/fidelity_ranks.py --spec FILE --torchrec
-    python3 validation/fidelity_ranks.py --smoke --out /tmp/r   # 2 plans, 1 repeat, a few steps (CI)
+    python3 validation/fidelity_ranks.py --smoke --out /tmp/r   # 2 plans, 2 rounds, a few steps (CI)
 """
 from __future__ import annotations
 
@@ -43,8 +48,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from validation.common import environment, write_json  # noqa: E402
-from validation.fidelity import calibrate, forced, log, placer_cmd, run_plan, write_plans  # noqa: E402
-from validation.fidelity_report import scatter, summarize  # noqa: E402
+from validation.fidelity import ROUNDS, calibrate, forced, log, placer_cmd, rounds_from, run_rounds, write_plans  # noqa
+from validation.fidelity_report import (_iv, measured_ms, rounds_lines, rounds_ms, runs_said, scatter,  # noqa: E402
+                                       summarize)
+from validation.rounds import interleave, median_interval, paired  # noqa: E402
 
 WORKLOADS = ROOT / "validation" / "ranks_workloads"
 #: (workload file stem, seconds of timed steps per run)
@@ -132,25 +139,53 @@ def _reason(stderr: str) -> str:
     return (errors or lines or ["no output"])[-1][-400:]
 
 
-def torchrec_row(spec: Path, wl_path: Path, plan_path: Path, folder: Path, repeats: int, steps: int, warmup: int
-                 ) -> dict:
-    """The plan exported for TorchRec on CPU and trained ``repeats`` times under DMP: measured median step, the
-    runs, their spread; or why it cannot run."""
+def export_torchrec(spec: Path, wl_path: Path, plan_path: Path, folder: Path) -> tuple[Path | None, str | None]:
+    """The plan exported for TorchRec on CPU (``placer export --torchrec --device cpu``): (the export, None), or
+    (None, why it cannot be)."""
     export = folder / (plan_path.stem + ".torchrec.json")
     with tempfile.TemporaryDirectory() as tmp:  # the ShardingPlan builder module: not what the trainer reads
         r = subprocess.run(placer_cmd("export", "--torchrec", str(spec), str(wl_path), str(plan_path), "--device",
                                       "cpu", "-o", str(export), "--python", str(Path(tmp) / "builder.py")),
                            cwd=ROOT, capture_output=True, text=True, timeout=300)
     if r.returncode != 0:
-        return {"refused": "placer export: " + (r.stderr.strip().splitlines() or ["?"])[-1]}
-    try:
-        runs = [dmp_once(export, spec, wl_path, steps, warmup, timeout=900) for _ in range(repeats)]
-    except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError) as exc:
-        return {"refused": f"DistributedModelParallel: {str(exc)[-400:]}"}
-    steps_s = [x["median_step_s"] for x in runs]
-    med = statistics.median(steps_s)
-    return {"measured_step_time_s": med, "runs_step_time_s": steps_s, "spread": (max(steps_s) - min(steps_s)) / med,
-            "loss_first": runs[0]["losses"][0], "loss_last": runs[0]["losses"][-1]}
+        return None, "placer export: " + (r.stderr.strip().splitlines() or ["?"])[-1]
+    return export, None
+
+
+def torchrec_rows(spec: Path, wl_path: Path, plans: list[tuple[str, Path]], rounds: int, steps: int, warmup: int,
+                  seed: int = 1) -> dict[str, dict]:
+    """Per plan name: the plan exported for TorchRec on CPU and trained under DMP in ``rounds`` interleaved
+    rounds (the plans that export; seeded order): the median step with its 90% interval, the rounds, their
+    spread, the first run's losses; or ``refused``: why it cannot run."""
+    out, exports = {}, {}
+    for name, plan_path in plans:
+        export, why = export_torchrec(spec, wl_path, plan_path, plan_path.parent)
+        if why:
+            out[name] = {"refused": why}
+        else:
+            exports[name] = export
+
+    def run(name: str, r: int) -> dict:
+        log(f"{wl_path.stem}: TorchRec DMP round {r + 1}/{rounds}: {name}")
+        try:
+            return dmp_once(exports[name], spec, wl_path, steps, warmup, timeout=900)
+        except json.JSONDecodeError as exc:
+            raise RuntimeError(f"no JSON from the trainer: {exc}") from None
+
+    done = interleave(list(exports), rounds, run, seed=seed, value=lambda x: x["median_step_s"])
+    for name in exports:
+        runs = [x for x in done.results[name] if x is not None]
+        if not runs:
+            why = "; ".join(w for _, w in done.failures[name]) or "not run"
+            out[name] = {"refused": f"DistributedModelParallel: {why[-400:]}"}
+            continue
+        iv = median_interval(done.values[name])
+        steps_s = [v for v in done.values[name] if v is not None]
+        out[name] = {"measured_step_time_s": iv.median, "measured_interval_s": [iv.lo, iv.hi],
+                     "rounds_step_time_s": done.values[name], "runs_step_time_s": steps_s,
+                     "spread": (max(steps_s) - min(steps_s)) / iv.median, "loss_first": runs[0]["losses"][0],
+                     "loss_last": runs[0]["losses"][-1]}
+    return out
 
 
 def summarize_ranks(rows: list[dict]) -> dict:
@@ -180,6 +215,8 @@ def summarize_ranks(rows: list[dict]) -> dict:
             a, b = by["ilp"]["torchrec"], by["torchrec"]["torchrec"]
             w["torchrec_ilp_over_own"] = a["measured_step_time_s"] / b["measured_step_time_s"]
             w["torchrec_spread"] = max(a["spread"], b["spread"])
+            if a.get("rounds_step_time_s") and b.get("rounds_step_time_s"):  # the same rounds, paired
+                w["torchrec_ilp_over_own_paired"] = paired(a["rounds_step_time_s"], b["rounds_step_time_s"])
         w["torchrec_trained"] = len(tr)
         w["torchrec_refused"] = [f"{r['name']}: {r['torchrec']['refused']}" for r in mine
                                  if (r.get("torchrec") or {}).get("refused")]
@@ -194,26 +231,29 @@ def markdown(data: dict) -> str:
     s = data["summary"]
     commit = (data.get("git_commit") or "?")[:10]
     lines = [f"# Two-rank CPU campaign {data['date']} ({data['device_name']}, {commit})", "",
-             f"`{data['command']}`: {data['repeats']} fresh runs per plan, each alone; spec {data['spec']}", "",
-             "| workload | plan | predicted ms | measured ms | error | runs spread | TorchRec ms |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+             f"`{data['command']}`: {runs_said(data)}, fresh runs, each alone; spec {data['spec']}", "",
+             "| workload | plan | predicted ms | measured ms [90%] | error | rounds (ms) | rounds spread | "
+             "TorchRec ms [90%] |", "|---|---|---:|---:|---:|---|---:|---:|"]
     for r in data["rows"]:
         if "error" in r:
-            lines.append(f"| {r['workload']} | {r['name']} | - | failed | | | |")
+            lines.append(f"| {r['workload']} | {r['name']} | - | failed | | | | |")
             continue
         tr = r.get("torchrec") or {}
-        trs = _ms(tr.get("measured_step_time_s")) if "measured_step_time_s" in tr else ("refused" if tr else "-")
+        trs = measured_ms(tr) if "measured_step_time_s" in tr else ("refused" if tr else "-")
         err = r["predicted_step_time_s"] / r["measured_step_time_s"] - 1
-        lines.append(f"| {r['workload']} | {r['name']} | {_ms(r['predicted_step_time_s'])} | "
-                     f"{_ms(r['measured_step_time_s'])} | {err:+.0%} | {r['spread']:.0%} | {trs} |")
+        lines.append(f"| {r['workload']} | {r['name']} | {_ms(r['predicted_step_time_s'])} | {measured_ms(r)} | "
+                     f"{err:+.0%} | {rounds_ms(r)} | {r['spread']:.0%} | {trs} |")
     lines += ["", "| workload | plans | MAPE | Spearman | ILP rank | ILP / fastest | measured spread | run spread | "
-                  "Spearman vs TorchRec | ILP / TorchRec's plan (DMP) |",
+                  "Spearman vs TorchRec | ILP / TorchRec's plan (DMP, paired) |",
               "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for wl, w in s.get("per_workload", {}).items():
         f = lambda x, fmt: "-" if x is None else format(x, fmt)
+        own = w.get("torchrec_ilp_over_own_paired")
+        own = _iv(own["ratio"], own["lo"], own["hi"], ".2f") if own else f(w.get("torchrec_ilp_over_own"), ".2f")
         lines.append(f"| {wl} | {w['plans']} | {w['mape']:.0%} | {f(w['spearman'], '.2f')} | {w['ilp_rank']} | "
                      f"{f(w['ilp_over_fastest'], '.2f')} | {w['measured_spread']:.0%} | {w['run_spread_median']:.0%} | "
-                     f"{f(w.get('torchrec_spearman'), '.2f')} | {f(w.get('torchrec_ilp_over_own'), '.2f')} |")
+                     f"{f(w.get('torchrec_spearman'), '.2f')} | {own} |")
+    lines += rounds_lines(s.get("per_workload", {}))
     lines += ["", f"All plans: MAPE {s.get('mape', 0):.0%}, Spearman {s.get('spearman')}, worst {s.get('worst_plan')}"]
     return "\n".join(lines)
 
@@ -223,11 +263,13 @@ def parse_args(argv=None):
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--spec", help="a spec from placer calibrate --device cpu --nproc 2 (default: calibrate now)")
     ap.add_argument("--out", default=str(ROOT / "validation" / "results"), help="results folder")
-    ap.add_argument("--repeats", type=int, default=3, help="fresh runs per plan (default 3)")
+    ap.add_argument("--rounds", type=int, default=ROUNDS,
+                    help=f"interleaved rounds: every plan once per round, fresh runs (default {ROUNDS})")
+    ap.add_argument("--repeats", type=int, default=None, help="deprecated alias of --rounds")
     ap.add_argument("--time-limit", type=float, default=30.0, help="solve time limit per method, s (default 30)")
     ap.add_argument("--workloads", help="comma-separated workload names (default all)")
     ap.add_argument("--torchrec", action="store_true", help="also train every plan under TorchRec's DMP")
-    ap.add_argument("--smoke", action="store_true", help="2 plans of ranks-skewed8, 1 repeat, a few steps")
+    ap.add_argument("--smoke", action="store_true", help="2 plans of ranks-skewed8, 2 rounds, a few steps")
     ap.add_argument("--date", default=_dt.date.today().isoformat())
     return ap.parse_args(argv)
 
@@ -248,30 +290,29 @@ def main(argv=None) -> int:
     paths = [(n, WORKLOADS / f"{n}.yaml", sec) for n, sec in cases]
     spec = Path(args.spec) if args.spec else calibrate("cpu", 1, [p for _, p, _ in paths], work / "spec.yaml",
                                                        args.smoke, nproc=NPROC)
-    repeats = 1 if args.smoke else args.repeats
-    rows = []
+    rounds = rounds_from(args)
+    rows, records = [], {}
     for wl_name, wl_path, seconds in paths:
         log(f"{wl_name}: planning")
-        for name, plan_path in make_plans(spec, wl_path, work / "plans" / wl_name, args.time_limit, args.smoke):
-            log(f"{wl_name}: running {name} x{repeats}")
-            try:
-                row = run_plan(spec, name, wl_name, wl_path, plan_path, seconds, repeats, 1, 1800, nproc=NPROC)
-            except (RuntimeError, subprocess.TimeoutExpired) as exc:
-                log(f"  {name}: failed: {exc}")
-                rows.append({"name": name, "workload": wl_name, "error": str(exc)})
-                continue
-            runs = row["runs_step_time_s"]
-            row["spread"] = (max(runs) - min(runs)) / row["measured_step_time_s"]
-            if args.torchrec:
-                log(f"{wl_name}: TorchRec DMP {name} x{repeats}")
-                row["torchrec"] = torchrec_row(spec, wl_path, plan_path, plan_path.parent, repeats,
-                                               3 if args.smoke else DMP_STEPS, 1 if args.smoke else DMP_WARMUP)
-            rows.append(row)
-    data = {"schema": "placer-fidelity-ranks/1",
+        plans = make_plans(spec, wl_path, work / "plans" / wl_name, args.time_limit, args.smoke)
+        log(f"{wl_name}: {len(plans)} plans in {rounds} interleaved rounds")
+        got, records[wl_name] = run_rounds(spec, wl_name, wl_path, plans, seconds, rounds, 1, 1800, nproc=NPROC)
+        for row in got:
+            if "error" not in row:
+                runs = row["runs_step_time_s"]
+                row["spread"] = (max(runs) - min(runs)) / row["measured_step_time_s"]
+        if args.torchrec:
+            trained = torchrec_rows(spec, wl_path, [(n, p) for (n, p), r in zip(plans, got) if "error" not in r],
+                                    rounds, 3 if args.smoke else DMP_STEPS, 1 if args.smoke else DMP_WARMUP)
+            for row in got:
+                if row["name"] in trained:
+                    row["torchrec"] = trained[row["name"]]
+        rows += got
+    data = {"schema": "placer-fidelity-ranks/2",
             "command": "python3 validation/fidelity_ranks.py " + " ".join(sys.argv[1:] if argv is None else argv),
-            "date": args.date, "device": "cpu", "nproc": NPROC, "spec": str(spec), "repeats": repeats,
-            "wall_s": time.perf_counter() - t0, **environment(), **_versions(), "device_name": _device_name(spec),
-            "rows": rows}
+            "date": args.date, "device": "cpu", "nproc": NPROC, "spec": str(spec), "rounds": rounds,
+            "workload_rounds": records, "wall_s": time.perf_counter() - t0, **environment(), **_versions(),
+            "device_name": _device_name(spec), "rows": rows}
     data["summary"] = summarize_ranks(rows)
     write_json(out / f"{stem}.json", data)
     scatter(data, out / f"{stem}.png")
