@@ -21,6 +21,7 @@ from functools import cached_property
 
 from placer.plan import Placement
 from placer.program.build import Buffer, ProgramBuilder
+from placer.program.torchrec_build import TorchRecProgramBuilder
 from placer.program.ops import AR, BWD, BX, DENSE, EVERY_GPU, FWD, FX, PHASES, GroupKey, Op
 from placer.specs.workload import Workload
 from placer.topology import Topology
@@ -102,11 +103,15 @@ class CostModel:
                  cpu_reads_host: bool = False):
         """``include_exchange=False`` leaves out the links' load of the all-to-all of pooled embeddings (FX/BX
         phases), for callers that price it themselves from ``exchange_bytes_per_gpu`` (planner/kinds.py);
-        ``cpu_reads_host``: price GPU rows in host memory as CPU lookups (ProgramBuilder)."""
+        ``cpu_reads_host``: price GPU rows in host memory as CPU lookups (ProgramBuilder). The step is built as the
+        workload's trainer runs it: placer's runner (ProgramBuilder) or TorchRec's DistributedModelParallel
+        (program/torchrec_build.py)."""
         self.include_exchange = include_exchange
         self.topo = topology
         self.wl = workload
-        self.builder = ProgramBuilder(topology, workload, include_exchange, cpu_reads_host)
+        self.trainer = workload.trainer
+        builder = TorchRecProgramBuilder if workload.trainer == "torchrec" else ProgramBuilder
+        self.builder = builder(topology, workload, include_exchange, cpu_reads_host)
         self.traffic = self.builder.traffic
         self.gpus = topology.gpus
         self.W = len(self.gpus)

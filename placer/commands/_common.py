@@ -16,6 +16,21 @@ def add_hw_wl(p: argparse.ArgumentParser) -> None:
     add_allow_implausible(p)
 
 
+def add_trainer(p: argparse.ArgumentParser) -> None:
+    """--trainer: how a step is priced (and so what the ILP optimizes): placer's runner, or TorchRec's
+    DistributedModelParallel with FBGEMM's fused kernels (program/torchrec_build.py)."""
+    p.add_argument("--trainer", default=None, choices=("placer", "torchrec"),
+                   help="what trains the job: placer's runner, or TorchRec's DistributedModelParallel (one fused "
+                        "kernel per sharding type, the ids' and embeddings' all-to-alls; only the forms TorchRec "
+                        "runs are planned); default: the workload's trainer field, else placer")
+
+
+def with_trainer(wl, args):
+    """The workload with --trainer applied (unchanged without the flag)."""
+    trainer = getattr(args, "trainer", None)
+    return wl if trainer is None else wl.model_copy(update={"trainer": trainer})
+
+
 def add_allow_implausible(p: argparse.ArgumentParser) -> None:
     """--allow-implausible: accept hardware values that look like a unit mistake (placer/specs/plausible.py)."""
     p.add_argument("--allow-implausible", action="store_true",
@@ -133,7 +148,7 @@ def load_pair(args):
     hw = load_hardware(args.hardware, allow_implausible=allow_implausible(args))
     if getattr(args, "gpus", None) is not None:
         hw = with_gpus(hw, args.gpus)
-    wl = load_workload(args.workload)
+    wl = with_trainer(load_workload(args.workload), args)
     if getattr(args, "batch", None) is not None:
         wl = with_batch(wl, args.batch)
     return Topology(hw, wl.dense.dtype), wl

@@ -16,7 +16,7 @@ import time
 
 from placer.report import make_console
 
-from placer.commands._common import add_hw_wl, add_solver_options, limit_line, load_pair, solve_config
+from placer.commands._common import add_hw_wl, add_solver_options, add_trainer, limit_line, load_pair, solve_config
 from placer.commands._progress import Heartbeat
 
 #: seconds of the budget kept back from the ILP's solver limit for its model building and pricing
@@ -27,6 +27,7 @@ MIN_ILP_LIMIT_S = 1.0
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_hw_wl(p)
+    add_trainer(p)
     p.add_argument("--json", action="store_true", help="print a JSON list of rows")
     p.add_argument("--methods", default=None, help="comma-separated subset of methods (default: all; the forced "
                                                    "forms qr, tt, int8, node_local where the workload allows them)")

@@ -7,7 +7,7 @@ import json
 import sys
 
 from placer import argtypes as _args
-from placer.commands._common import add_hw_wl, add_what_if, check_devices_exist, load_pair
+from placer.commands._common import add_hw_wl, add_trainer, add_what_if, check_devices_exist, load_pair
 from placer.explain import DEFAULT_TOP
 
 top_count = _args.int_range(1, 1_000_000, "a table count")
@@ -15,6 +15,7 @@ top_count = _args.int_range(1, 1_000_000, "a table count")
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_hw_wl(p)
+    add_trainer(p)
     p.add_argument("plan", metavar="PLAN", help="plan JSON (from placer solve, or written by hand)")
     p.add_argument("tables", metavar="TABLE", nargs="*",
                    help="tables to explain (default: the --top N whose placement matters most)")

@@ -11,7 +11,7 @@ import json
 import re
 from pathlib import Path
 
-from placer.commands._common import add_hw_wl, load_pair
+from placer.commands._common import add_hw_wl, add_trainer, load_pair
 from placer.commands._output import check_output_path, write_text
 from placer.errors import SpecError
 
@@ -20,6 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--torchrec", action="store_true", required=True,
                    help="write TorchRec's plan (the only format for now; required so that others can come)")
     add_hw_wl(p)
+    add_trainer(p)
     p.add_argument("plan", metavar="PLAN", help="plan JSON (from placer solve)")
     p.add_argument("-o", "--output", required=True, metavar="OUT",
                    help="the TorchRec plan JSON to write (ParameterSharding + ParameterConstraints per table)")

@@ -7,12 +7,13 @@ import sys
 
 from placer.report import add_listing_arguments, make_console
 
-from placer.commands._common import add_hw_wl, add_what_if, check_devices_exist, load_pair
+from placer.commands._common import add_hw_wl, add_trainer, add_what_if, check_devices_exist, load_pair
 from placer.commands._output import check_plot_path
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_hw_wl(p)
+    add_trainer(p)
     p.add_argument("plan", metavar="PLAN", help="plan JSON (from placer solve, or written by hand)")
     add_listing_arguments(p)
     from placer.commands.solve import add_plot_argument

@@ -7,7 +7,8 @@ import json
 import sys
 
 from placer import argtypes as _args
-from placer.commands._common import add_hw_wl, add_solver_options, allow_implausible, limit_line, solve_config
+from placer.commands._common import (add_hw_wl, add_solver_options, add_trainer, allow_implausible, limit_line,
+                                     solve_config, with_trainer)
 from placer.commands._output import check_plot_path, save_figure
 from placer.report import make_console
 from rich.text import Text
@@ -20,6 +21,7 @@ MAX_SWEEP_GPUS = 1024
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_hw_wl(p)
+    add_trainer(p)
     p.add_argument("--gpus", metavar="N,N,...",
                    help="GPU counts to plan for, multiples of the template's GPUs per node "
                         "(default: 1, 2 and 4 nodes of the spec's first node template)")
@@ -53,7 +55,7 @@ def run(args) -> int:
     if args.target_throughput is not None and args.target_throughput <= 0:
         raise SpecError("--target-throughput must be positive (samples/s)")
     spec = load_hardware(args.hardware, allow_implausible=allow_implausible(args))  # HW first, as on the command line
-    wl = load_workload(args.workload)
+    wl = with_trainer(load_workload(args.workload), args)
     per = gpus_per_node(spec)
     fabric_note = None
     if args.search:

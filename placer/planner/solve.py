@@ -19,6 +19,7 @@ from placer.plan import Placement, Plan, SolverInfo, SpecRef, check_plan
 from placer.planner import effort, ilp, infeasible, least_work, tiebreak, tiebreak_local
 from placer.planner.fit import with_fit_levels
 from placer.planner.baselines import BASELINES, EXTERNAL, run_baseline
+from placer.planner.trainers import for_trainer
 from placer.planner.budget import WORK_UNIT_S, Budget
 from placer.planner.problem import Problem, build_problem
 from placer.planner.schedule import SCHEDULE
@@ -123,6 +124,7 @@ def solve(topology: Topology, workload: Workload, config: SolveConfig = SolveCon
 
 
 def _solve(topology: Topology, workload: Workload, config: SolveConfig) -> Plan:
+    config = for_trainer(workload, config)  # only the forms the workload's trainer runs (planner/trainers.py)
     model = CostModel(topology, workload)
     if config.work_limit is None:  # said before the work: the least work cannot fit in what the limit leaves
         least_work.say_if_short(model, config.method, config.time_limit_s,
@@ -419,6 +421,9 @@ def _each_feasible_baseline(model: CostModel, seed: int, names) -> Iterator[tupl
             yield name, run_baseline(name, model, seed=seed)
         except InfeasibleError:
             continue
+        except SpecError:  # a form the workload's trainer cannot run (a host table under torchrec): not a plan
+            if model.trainer == "placer":
+                raise
 
 
 def _search_s(model: CostModel, budget: Budget) -> float:

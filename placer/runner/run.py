@@ -140,6 +140,8 @@ def run_plan(hardware, workload: Workload, plan: Plan, config: RunConfig = RunCo
     if config.steps < 1 or config.warmup < 0:
         raise SpecError("--steps must be >= 1 and --warmup >= 0")
     device = resolve_device(config.device)
+    if workload.trainer != "placer":  # placer's runner runs the plan: its step is priced as that runner's
+        workload = workload.model_copy(update={"trainer": "placer"})
     refuse_node_local(plan, "one process", "keeps one copy of every table: run it with --nproc N, one process per "
                       "plan GPU", file=plan_file)
     topo, wl, plan, predicted = prepare(hardware, workload, plan, scale=config.scale, plan_file=plan_file)

@@ -44,6 +44,23 @@ StorageDtype = Literal["fp32", "fp16"]
 RowRates = dict[StorageDtype, dict[L.RowBytes, Rate]]  # storage dtype -> row bytes -> GB/s
 
 
+class TbeCostSpec(StrictModel):
+    """What FBGEMM's fused embedding kernels (TorchRec's TBE) cost on one device, for a step priced as TorchRec's
+    DistributedModelParallel runs it (program/tbe_costs.py; ``placer calibrate --trainer torchrec`` measures it).
+    Every field is optional: a missing one takes its default there."""
+
+    fixed_us: dict[Literal["tbe_forward", "tbe_backward", "input_dist"], L.LatencyUs] = Field(
+        default_factory=dict, description="fixed cost of one TBE forward call, one fused backward (sort, reduce and "
+                                          "optimizer update), one input distribution of the ids (per sharding "
+                                          "type), us")
+    forward_GBps: RowRates | None = Field(
+        default=None, description="storage dtype -> row bytes -> GB/s of rows gathered and pooled by a TBE forward")
+    backward_GBps: RowRates | None = Field(
+        default=None, description="storage dtype -> row bytes -> GB/s of a fused TBE backward: per lookup its "
+                                  "pooled gradient row read, per distinct row its weights and state read and "
+                                  "written")
+
+
 class OpCostSpec(StrictModel):
     """What each kind of op the runner executes costs on one device (placer/program/opcosts.py prices ops with
     it): ``placer calibrate`` measures these. Every field is optional; a missing one takes its datasheet
@@ -95,6 +112,8 @@ class OpCostSpec(StrictModel):
                                   "distinct rows read, updated and written back")
     gemm_warm_TFLOPs: dict[Literal["fp32", "tf32", "bf16", "fp16"], dict[str, Rate]] | None = Field(
         default=None, description="as gemm_TFLOPs, with operands in the caches (see stream_warm_GBps)")
+    torchrec: TbeCostSpec | None = Field(
+        default=None, description="FBGEMM's fused embedding kernels, for steps priced as TorchRec runs them")
     gemm_TFLOPs: dict[Literal["fp32", "tf32", "bf16", "fp16"], dict[str, Rate]] | None = Field(
         default=None, description="dense dtype -> 'MxKxN' or 'MxKxN:tn' (operand layout) -> TFLOP/s measured at "
                                   "that GEMM shape")

@@ -183,6 +183,10 @@ class Workload(StrictModel):
     tables: list[TableSpec] = Field(min_length=1)
     features: list[FeatureSpec] | None = None
     dense: DenseSpec
+    trainer: Literal["placer", "torchrec"] = Field(
+        default="placer", description="what trains the job, and so how a step is priced: placer's runner, or "
+                                      "TorchRec's DistributedModelParallel with FBGEMM's fused kernels "
+                                      "(program/torchrec_build.py); --trainer overrides it")
     source_path: str | None = Field(default=None, exclude=True)
     sha256: str | None = Field(default=None, exclude=True)
 
