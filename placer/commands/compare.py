@@ -58,11 +58,14 @@ def parse_methods(text: str) -> list[str]:
 
 
 def default_methods(wl) -> list[str]:
-    """Every method, less the forced forms (forms.FORCED_FORMS) no table of ``wl`` allows."""
+    """Every method, less the forced forms (forms.FORCED_FORMS) no table of ``wl`` allows and, under TorchRec's
+    trainer, the methods whose plans it cannot run (planner/trainers.py)."""
     from placer.forms import FORCED_FORMS, allowing
     from placer.planner.solve import METHODS
+    from placer.planner.trainers import TORCHREC_REFUSED
 
-    return [m for m in METHODS if m not in FORCED_FORMS or allowing(wl, m)]
+    refused = TORCHREC_REFUSED if wl.trainer == "torchrec" else {}
+    return [m for m in METHODS if (m not in FORCED_FORMS or allowing(wl, m)) and m not in refused]
 
 
 def ilp_time_limit(available_s: float) -> float:
