@@ -363,3 +363,42 @@ def test_the_cold_pool_never_hands_consecutive_repeats_the_same_memory(monkeypat
     assert small.capped and "capped at 16 MiB" in small.describe()
     one = small.sets([(f32, (3 * 2**20,), False)], 3)  # a 12 MiB set in a 16 MiB pool: reused, and said so
     assert one[0][0].data_ptr() == one[1][0].data_ptr() and "reuse" in small.note(12 * 2**20)
+
+
+def test_tbe_costs_are_measured_and_written(tmp_path, monkeypatch, capsys):
+    """calibrate/tbe.py times FBGEMM's TBE (fbgemm-gpu-cpu here: a smoke form, tiny sizes) into op_costs.torchrec:
+    fixed costs, forward and backward rates per storage dtype and row bytes, each with its source; the written
+    spec prices the torchrec trainer with them (program/tbe_costs.py); without fbgemm_gpu the command exits 2 before
+    measuring anything."""
+    import dataclasses
+
+    from placer.calibrate import tbe
+    from placer.calibrate.writer import _op_cost_items, render
+    from placer.program.tbe_costs import tbe_costs
+
+    if tbe.missing():
+        pytest.skip(tbe.missing())
+    cal = Calibration(device=torch.device("cpu"), device_name="test cpu", torch_version=torch.__version__,
+                      date="2026-12-03", quick=True, threads=1, workloads=[])
+    sizes = dataclasses.replace(sizes_for(torch.device("cpu"), True), table_bytes=8 * 2**20, gather_bytes=2**17,
+                                reps=3)
+    hw = load_hardware(ROOT / "hardware_specs" / "measured-cpu-2026-11-23.yaml")
+    topo = Topology(hw)
+    tbe.fit(cal, torch.device("cpu"), sizes, topo.op_costs(topo.gpus[0]), optimizer="adam", widths=(16, 64))
+    spec = cal.device_costs.tbe_spec()
+    assert set(spec.fixed_us) == {"tbe_forward", "tbe_backward"} and spec.fixed_us["tbe_forward"] > 0
+    assert {dt: set(t) for dt, t in spec.forward_GBps.items()} == {"fp32": {64, 256}, "fp16": {32, 128}}
+    assert all(v > 0 for t in spec.backward_GBps.values() for v in t.values())
+    assert any("no adam" in n for n in cal.notes)  # fbgemm-gpu-cpu has no Adam: timed as rowwise Adagrad, said
+    text = "\n".join(render(_op_cost_items(cal.device_costs, "calibrate", {})))
+    assert "torchrec:" in text and "forward_GBps:" in text and "TBE forward of one lookup" in text
+    name, tpl = next(iter(hw.templates.items()))
+    gpus = tpl.gpus.model_copy(update={"op_costs": tpl.gpus.op_costs.model_copy(update={"torchrec": spec})})
+    topo2 = Topology(hw.model_copy(update={"templates": {name: tpl.model_copy(update={"gpus": gpus})}}))
+    priced = tbe_costs(topo2, topo2.gpus[0], "rowwise_adagrad")
+    assert priced.fixed("tbe_forward") == pytest.approx(spec.fixed_us["tbe_forward"] * 1e-6)
+    assert priced.forward["fp16"](128) == pytest.approx(spec.forward_GBps["fp16"][128] * 1e9)
+    monkeypatch.setattr(tbe, "missing", lambda: "fbgemm_gpu does not import here (test)")
+    out = tmp_path / "never.yaml"
+    assert main(["calibrate", "--device", "cpu", "--quick", "--trainer", "torchrec", "-o", str(out)]) == 2
+    assert "fbgemm_gpu" in capsys.readouterr().err and not out.exists()

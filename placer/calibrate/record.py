@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from placer.program.dense import dense_step_s
-from placer.specs.hardware import FIXED_COST_KINDS, OpCostSpec
+from placer.specs.hardware import FIXED_COST_KINDS, OpCostSpec, TbeCostSpec
 
 
 @dataclass
@@ -71,6 +71,18 @@ class OpCostEntries:
     update_GBps: dict[str, dict[str, dict[int, Entry]]] = field(default_factory=dict)
     gemm_TFLOPs: dict[str, dict[str, Entry]] = field(default_factory=dict)
     gemm_warm_TFLOPs: dict[str, dict[str, Entry]] = field(default_factory=dict)
+    torchrec_fixed_us: dict[str, Entry] = field(default_factory=dict)  # TbeCostSpec.fixed_us (calibrate/tbe.py)
+    torchrec_forward_GBps: dict[str, dict[int, Entry]] = field(default_factory=dict)
+    torchrec_backward_GBps: dict[str, dict[int, Entry]] = field(default_factory=dict)
+
+    def tbe_spec(self) -> TbeCostSpec | None:
+        """The TBE costs measured (``placer calibrate --trainer torchrec``), or None."""
+        if not (self.torchrec_fixed_us or self.torchrec_forward_GBps):
+            return None
+        vals = lambda d: {k: e.value for k, e in d.items()}
+        return TbeCostSpec(fixed_us=vals(self.torchrec_fixed_us),
+                           forward_GBps={dt: vals(t) for dt, t in self.torchrec_forward_GBps.items()} or None,
+                           backward_GBps={dt: vals(t) for dt, t in self.torchrec_backward_GBps.items()} or None)
 
     def spec(self) -> OpCostSpec:
         vals = lambda d: {k: e.value for k, e in d.items()} or None
@@ -86,7 +98,8 @@ class OpCostEntries:
             segment_reduce_GBps=vals(self.segment_reduce_GBps),
             update_GBps={o: by_dtype(t) for o, t in self.update_GBps.items() if t} or None,
             gemm_TFLOPs={d: vals(t) for d, t in self.gemm_TFLOPs.items()} or None,
-            gemm_warm_TFLOPs={d: vals(t) for d, t in self.gemm_warm_TFLOPs.items()} or None)
+            gemm_warm_TFLOPs={d: vals(t) for d, t in self.gemm_warm_TFLOPs.items()} or None,
+            torchrec=self.tbe_spec())
 
     def missing_fixed(self) -> list[str]:
         return [k for k in FIXED_COST_KINDS if k not in self.fixed_us]

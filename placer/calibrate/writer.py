@@ -147,6 +147,13 @@ def _op_cost_items(e: OpCostEntries, src: str, checks: dict[str, list[str]]) -> 
             items.append(Item(name, children=[
                 Item(d, children=[Item(k, t[k].value, c(f"{name}.{d}.{k}", t[k].how)) for k in sorted(t, key=order)])
                 for d, t in getattr(e, name).items()]))
+    if e.torchrec_fixed_us or e.torchrec_forward_GBps:
+        tbe = [Item("fixed_us", children=[Item(k, v.value, c(f"torchrec.fixed_us.{k}", v.how))
+                                          for k, v in e.torchrec_fixed_us.items()])]
+        for name in ("forward_GBps", "backward_GBps"):
+            if tables := getattr(e, f"torchrec_{name}"):
+                tbe.append(Item(name, children=rows(f"torchrec.{name}", tables)))
+        items.append(Item("torchrec", comment=f"{src}: FBGEMM's TBE (calibrate/tbe.py)", children=tbe))
     return items
 
 

@@ -34,10 +34,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                      "runs them (one torch thread each): one rank measured while N-1 others work, "
                                      "then the gloo all-to-all and all-reduce between N processes; writes N 'GPUs' "
                                      "linked by that all-to-all")
+    p.add_argument("--trainer", default="placer", choices=("placer", "torchrec"),
+                   help="torchrec: also time FBGEMM's fused embedding kernels (TBE forward and fused backward, "
+                        "op_costs.torchrec) for steps priced as TorchRec runs them (needs fbgemm-gpu or "
+                        "fbgemm-gpu-cpu; exit 2 without); default placer: the runner's ops only")
     p.add_argument("--name", default=None, help="spec name (default <hostname>-cpu|gpu-calibrated)")
     p.add_argument("--threads", type=_args.threads, default=None, metavar="N",
                    help=f"torch CPU threads, 1..{_args.MAX_THREADS} (default: torch's choice)")
     p.add_argument("--json", action="store_true", help="print the measurements as JSON")
+
+
+def fit_tbe(cal, device, quick: bool, workloads) -> None:
+    """op_costs.torchrec (calibrate/tbe.py) with the workloads' embedding optimizer (rowwise Adagrad without)."""
+    from placer.calibrate import tbe
+    from placer.calibrate.timing import sizes_for
+    from placer.calibrate.writer import op_costs
+
+    optimizer = workloads[0].optimizer.name if workloads else "rowwise_adagrad"
+    tbe.fit(cal, device, sizes_for(device, quick), op_costs(cal, "device"), optimizer=optimizer)
 
 
 def run(args) -> int:
@@ -57,6 +71,11 @@ def run(args) -> int:
         raise SpecError("--threads must be >= 1")
     check_output_path(args.output, "-o/--output")  # before the measurements, which take a minute
     device = resolve_device(args.device)
+    if getattr(args, "trainer", "placer") == "torchrec":
+        from placer.calibrate import tbe
+
+        if (why := tbe.missing()) is not None:
+            raise SpecError(why, field="--trainer")
     nproc = getattr(args, "nproc", None)
     if nproc is not None:
         if device.type != "cpu":
@@ -80,6 +99,10 @@ def run(args) -> int:
     try:
         with BusyNeighbours(nproc - 1 if nproc else 0):
             cal = calibrate(device, quick=args.quick, workloads=workloads, gpus=args.gpus, progress=say)
+            if getattr(args, "trainer", "placer") == "torchrec":
+                if say:
+                    say("FBGEMM's TBE forward and fused backward")
+                fit_tbe(cal, device, args.quick, workloads)
     finally:
         torch.set_num_threads(threads_before)
     if nproc:

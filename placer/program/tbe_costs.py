@@ -13,7 +13,8 @@ rows in one kernel chain), whatever the tables' widths. A TBE op costs ``fixed(k
 
 The spec's ``op_costs.torchrec`` (TbeCostSpec, measured by ``placer calibrate --trainer torchrec``) gives these
 where measured. DATASHEET DEFAULTS elsewhere: on a GPU, the forward at TBE_FORWARD_EFFICIENCY and the backward at
-TBE_BACKWARD_EFFICIENCY of the HBM bandwidth, fixed costs at ``kernel_launch_us`` x TBE_KERNELS; on a CPU
+TBE_BACKWARD_EFFICIENCY of the HBM bandwidth, fixed costs at ``kernel_launch_us`` x TBE_KERNELS, an input
+distribution at INPUT_DIST_COLLECTIVES of the device's collective fixed costs; on a CPU
 (fbgemm-gpu-cpu on a unified-memory node) the device's own gather and update rates and fixed costs
 (opcosts.OpCosts: calibrated or datasheet), a TBE's CPU kernels being the same gathers and row updates.
 """
@@ -30,9 +31,11 @@ TBE_FORWARD_EFFICIENCY = 0.75
 #: its fused backward with the optimizer ~1.0 TB/s of the same 3.35 TB/s (same source); to calibrate
 TBE_BACKWARD_EFFICIENCY = 0.30
 #: kernels per call (launch costs of the datasheet defaults): forward = bounds check + the pooled lookup;
-#: backward = linearize ids, radix sort (4 passes), run-length encode, offsets, the fused backward-and-update;
-#: input_dist = two all-to-alls (the splits, then the lengths and ids), each a collective launch
-TBE_KERNELS = {"tbe_forward": 2, "tbe_backward": 8, "input_dist": 2}
+#: backward = linearize ids, radix sort (4 passes), run-length encode, offsets, the fused backward-and-update
+TBE_KERNELS = {"tbe_forward": 2, "tbe_backward": 8}
+#: collectives of one input distribution (KJTAllToAll: the splits, then the lengths and ids): its fixed cost is that
+#: many of the device's collective fixed costs (calibrated between CPU ranks by placer calibrate --nproc)
+INPUT_DIST_COLLECTIVES = 2
 #: extra kernels a fused_uvm_caching TBE runs per step to keep its HBM cache (find the uncached rows, insert them,
 #: write back the evicted ones)
 CACHE_KERNELS = 3
@@ -89,6 +92,8 @@ def tbe_costs(topo, device: str, optimizer: str) -> TbeCosts:
         backward = lambda dt: RateTable.flat(hbm * TBE_BACKWARD_EFFICIENCY)
         per_kernel = us_to_s(gpu.kernel_launch_us)
     fixed = {k: us_to_s(measured[k]) if k in measured else per_kernel * n for k, n in TBE_KERNELS.items()}
+    fixed["input_dist"] = (us_to_s(measured["input_dist"]) if "input_dist" in measured
+                           else INPUT_DIST_COLLECTIVES * costs.fixed("collective"))
     fixed["cache"] = per_kernel * CACHE_KERNELS
     return TbeCosts(fixed_s=fixed, forward=_tables(spec.forward_GBps if spec else None, forward),
                     backward=_tables(spec.backward_GBps if spec else None, backward), device=costs)
