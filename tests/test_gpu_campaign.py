@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,17 @@ def test_what_comes_back_fits_the_machine_limits(dry):
         assert g["captured"] is False and g["not_captured_why"] and g["mode"] in ("on", "auto")
     assert any(r["graph"]["mode"] == "on" for r in rows)
     assert fid["summary"]["plans"] == len(rows) and fid["summary_embedding_phases"]["plans"] == len(rows)
+    # interleaved rounds (validation/gpu_rounds.py): the ILPs in 2 rounds, then the others with the ILP in 2 more
+    assert fid["rounds"] == 2 and [(t["tier"], t["rounds_completed"]) for t in fid["round_tiers"]] == [
+        ("first", 2), ("rest", 2)]
+    for r in rows:
+        lo, hi = r["measured_interval_s"]
+        assert len(r["rounds_step_time_s"]) == 4 and lo <= r["measured_step_time_s"] <= hi
+        assert sum(v is not None for v in r["rounds_step_time_s"]) == (4 if r["name"] == "ilp@calibrated" else 2)
+    w = fid["summary"]["per_workload"][rows[0]["workload"]]
+    assert w["ilp_vs_fastest"]["ilp"] == "ilp@calibrated" and set(w["ilp_paired"]) == {r["name"] for r in rows[1:]}
+    assert all(p["rounds"] == 2 for p in w["ilp_paired"].values()) and "separable_plans" in w
+    assert "separable_plans" in fid["summary_embedding_phases"]["per_workload"][rows[0]["workload"]]
     micro = json.loads((out / "micro.json").read_text())
     assert {r["op"] for r in micro["rows"]} == {"reduce", "reduce_fixed", "sort", "update", "host_gather", "lookup",
                                                "groups"}
@@ -100,7 +112,7 @@ def test_stage_limits_fit_a_330_second_call():
     assert gpu_campaign.DRY_HANG_S >= 300  # the dry run's fixed work, however loaded the machine: only hangs stop it
 
 
-def test_first_plans_of_every_workload_run_first_and_repeats_merge_into_medians():
+def test_first_plans_of_every_workload_run_first():
     import argparse
 
     order = gpu_campaign._plan_order(False, argparse.Namespace(plans=None), {})
@@ -108,9 +120,62 @@ def test_first_plans_of_every_workload_run_first_and_repeats_merge_into_medians(
     first = sum(1 for n in names if n in gpu_campaign.FIRST)
     assert first >= 4 and all(n in gpu_campaign.FIRST for n in names[:first])  # ilp and greedy_size of each first
     assert [w["name"] for w, n, _ in order[:first] if n == "ilp"] == [w["name"] for w in gpu_campaign._workloads(False)]
-    rows = [{"name": "ilp", "workload": "w", "runs_step_time_s": [3.0], "measured_step_time_s": 3.0,
-             "predicted_step_time_s": 2.0, "ratio": 1.5}, {"name": "x", "workload": "w", "error": "skipped"}]
-    merged = gpu_campaign.merge_repeats(rows, [{"name": "ilp", "workload": "w", "measured_step_time_s": 1.0},
-                                               {"name": "ilp", "workload": "w", "measured_step_time_s": 2.0}])
-    assert merged[0]["runs_step_time_s"] == [3.0, 1.0, 2.0] and merged[0]["measured_step_time_s"] == 2.0
-    assert merged[0]["ratio"] == 1.0 and merged[1] == rows[1]
+
+
+def _fake_row(w: dict, name: str, step: float) -> dict:
+    return {"name": name, "workload": w["name"], "method": "ilp" if name.startswith("ilp") else name,
+            "predicted_step_time_s": 1.0, "measured_step_time_s": step, "measured_embedding_s": step / 2,
+            "predicted_embedding_s": 0.5, "phases": {"dense": {"measured_s": step / 2, "predicted_s": 0.5}},
+            "ops": [{"kind": "dense", "stream": "s", "priced_s": 0.5, "measured_s": step / 2}]}
+
+
+def test_plans_run_in_tiers_of_interleaved_rounds_and_merge_by_round():
+    """FIRST's plans in rounds of their own, then the others with each workload's ILP again (the anchor of the
+    paired verdicts), rounds numbered across the tiers; a failing plan is an error row with its reason."""
+    from validation.gpu_rounds import merge_rounds, run_tiers
+    from validation.rounds import paired
+
+    w1, w2 = {"name": "w1"}, {"name": "w2"}
+    todo = [(w1, "ilp@calibrated", None), (w1, "ilp", None), (w2, "ilp", None), (w1, "uvm", None),
+            (w1, "host_cpu", None), (w2, "broken", None)]
+    steps = {"ilp@calibrated": 1.0, "ilp": 1.1, "uvm": 2.0, "host_cpu": 4.0}
+    calls, files = [], {"plans.jsonl": [], "rounds.jsonl": []}
+
+    def measure(w, name, _path):
+        calls.append((w["name"], name))
+        if name == "broken":
+            raise RuntimeError("CUDA out of memory")
+        return _fake_row(w, name, steps[name] * (1 + 0.01 * len(calls)))  # a drift the rounds share
+
+    done = run_tiers(todo, gpu_campaign.FIRST, 2, measure, time.time() + 3600, lambda f, r: files[f].append(r))
+    assert done["tiers"]["first"] == {"plans": 3, "rounds_completed": 2, "stopped": None}
+    assert done["tiers"]["rest"]["plans"] == 5  # uvm, host_cpu, broken and the anchors: w1's ilp@calibrated, w2's ilp
+    assert done["failed"] == 1 and done["never_ran"] == 0
+    assert calls.count(("w1", "ilp@calibrated")) == 4 and calls.count(("w1", "ilp")) == 2
+    assert calls.count(("w2", "ilp")) == 4
+    assert calls.count(("w2", "broken")) == 1  # not run again after its failure
+    rows = merge_rounds(files["plans.jsonl"], files["rounds.jsonl"])
+    assert [(r["workload"], r["name"]) for r in rows] == [(w["name"], n) for w, n, _ in todo]
+    by = {r["name"]: r for r in rows if r["workload"] == "w1"}
+    anchor = by["ilp@calibrated"]["rounds_step_time_s"]
+    assert len(anchor) == 4 and None not in anchor
+    assert by["ilp"]["rounds_step_time_s"][2:] == [None, None] and by["uvm"]["rounds_step_time_s"][:2] == [None, None]
+    lo, hi = by["uvm"]["measured_interval_s"]
+    assert lo <= by["uvm"]["measured_step_time_s"] <= hi and by["uvm"]["ratio"] == by["uvm"]["measured_step_time_s"]
+    assert paired(by["ilp@calibrated"]["rounds_step_time_s"], by["uvm"]["rounds_step_time_s"])["rounds"] == 2
+    assert "CUDA out of memory" in next(r for r in rows if r["name"] == "broken")["error"]
+
+
+def test_a_round_the_deadline_cut_keeps_its_values_without_an_interval():
+    w = {"name": "w"}
+    lines = [dict(_fake_row(w, "ilp", 1.0), round=0), dict(_fake_row(w, "ilp", 1.2), round=1),
+             dict(_fake_row(w, "uvm", 2.0), round=2)]
+    records = [{"order": [["w", "ilp"], ["w", "uvm"], ["w", "fae"]]}, {"tier": "first", "round": 0, "order": []},
+               {"tier": "first", "round": 1, "order": []}]  # round 2 (the rest's first) was cut: no record
+    from validation.gpu_rounds import merge_rounds
+
+    ilp, uvm, fae = merge_rounds(lines, records)
+    assert ilp["rounds_step_time_s"] == [1.0, 1.2] and ilp["measured_interval_s"][0] == 1.0
+    assert uvm["rounds_step_time_s"] == [None, None] and uvm["measured_step_time_s"] == 2.0
+    assert uvm["measured_interval_s"] == [None, None] and uvm["partial_step_time_s"] == [2.0]
+    assert fae["error"].startswith("skipped")

@@ -57,10 +57,13 @@ def test_the_deadline_keeps_complete_rounds_only():
         now[0] += 1.0  # every run takes one second of the fake clock
         return now[0]
 
-    cut = rounds.interleave("abc", 5, run, seed=1, deadline=7.5, clock=lambda: now[0])
+    seen = []
+    cut = rounds.interleave("abc", 5, run, seed=1, deadline=7.5, clock=lambda: now[0],
+                            on_round=lambda r, order: seen.append((r, order)))
     # rounds 1-2 end at t=6; round 3 would need 3 s with 1.5 s left: not begun
     assert cut.rounds_completed == 2 and all(len(v) == 2 for v in cut.values.values())
     assert cut.stopped.startswith("deadline") and not cut.partial
+    assert seen == list(enumerate(cut.orders))  # each complete round said as it completed
     now[0] = 0.0
     mid = rounds.interleave("abc", 5, run, seed=1, deadline=1.5, clock=lambda: now[0])
     # the first round has no estimate: it starts and the deadline cuts it after two runs; nothing kept
@@ -93,11 +96,13 @@ def test_paired_rounds_separate_a_small_steady_difference_that_overlapping_inter
     assert not rounds.separated(rounds.median_interval(a), rounds.median_interval(b))
     p = rounds.paired(a, b)
     assert p["verdict"] == "faster" and p["ratio"] == pytest.approx(1 / 1.05) and p["rounds"] == 5
+    assert p["sign_p"] == pytest.approx(2 / 2 ** 5)  # all 5 on one side: what equal plans do 1 time in 16
     assert rounds.paired(b, a)["verdict"] == "slower"
     flip = rounds.paired([1.0, 1.1, 0.95, 1.05, 1.0], [1.05, 1.0, 1.0, 1.0, 0.98])
     assert flip["verdict"] == "not separable" and flip["lo"] < 1 < flip["hi"]
     skip = rounds.paired([1.0, None, 1.0], [2.0, 2.0, None])  # only round 0 is in both: too few
-    assert skip["rounds"] == 1 and skip["verdict"] == "not separable"
+    assert skip["rounds"] == 1 and skip["verdict"] == "not separable" and skip["sign_p"] == 1.0
+    assert rounds.paired([1.0, 2.0], [1.0, 2.0])["sign_p"] is None  # no ratio off 1
 
 
 def test_a_clear_order_is_found_and_ranked():

@@ -135,10 +135,13 @@ def rounds_lines(per_workload: dict) -> list[str]:
         faster = "-" if v is None else (", ".join(v["separably_faster"]) or "none")
         lines.append(f"| {wl} | {sp['count']} of {sp['of']} | {_iv(sp['rho'], sp['lo'], sp['hi'], '.2f')} | "
                      f"{ilp} | {faster} |")
-    lines += ["", "| workload | the ILP against | ILP / plan (paired) | the ILP is |", "| --- | --- | --: | --- |"]
+    lines += ["", "| workload | the ILP against | ILP / plan (paired) | rounds | sign test p | the ILP is |",
+              "| --- | --- | --: | --: | --: | --- |"]
     for wl, w in mine:
         for name, p in (w["ilp_paired"] or {}).items():
-            lines.append(f"| {wl} | {name} | {_iv(p['ratio'], p['lo'], p['hi'], '.3f')} | {p['verdict']} |")
+            sign = "-" if p.get("sign_p") is None else f"{p['sign_p']:.2f}"
+            lines.append(f"| {wl} | {name} | {_iv(p['ratio'], p['lo'], p['hi'], '.3f')} | {p['rounds']} | {sign} | "
+                         f"{p['verdict']} |")
     return lines
 
 

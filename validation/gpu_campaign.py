@@ -20,13 +20,16 @@ next stage runs), results written into DIR as they come:
               this machine; needs pulp and highspy: scripts/gpu_kit.sh carries them)
 5. plans:     every plan of validation/gpu_plans/ (made by --make-plans for hardware_specs/h100-pcie-host.yaml;
               priced on the selected datasheet spec and the calibrated one)
-              and the re-solved ILPs run on the GPU in this process one after another (placer's runner: CUDA
-              events, warm-up, a phase pass, an op pass, median step), each priced under both specs
+              and the re-solved ILPs run on the GPU in this process in interleaved rounds (validation/gpu_rounds.py:
+              the ILPs and greedy_size of every workload in 3 rounds, then the other plans with each workload's
+              ILP in rounds while the stage has time; placer's runner: CUDA events, warm-up, a phase pass, an op
+              pass, median step), each priced under both specs
 6. profile:   validation/gpu_profile.py: where a GPU step's time goes, the host issuing ops or the device running
               them (dense steps per stage, whole planned steps: host time, kernels, syncs) -> profile.json
 7. report:    fidelity-<device>-<date>.json (the CPU campaign's schema: rows with predicted and measured step,
-              phases, ops; MAPE and Spearman for the step AND the embedding phases alone), a scatter PNG, and
-              the summary table printed
+              its 90% interval and every round's, phases, ops; MAPE and Spearman for the step AND the embedding
+              phases alone; per workload Spearman over the plans whose intervals separate, the ILP / fastest and
+              the ILP against each plan on paired rounds, with intervals), a scatter PNG, the summary printed
 
 With ``--dry-run`` the device is the CPU, sizes are tiny (calibrate --device cpu --quick, the micro-benchmarks'
 tiny sizes, the tiny workload's first plans, a few steps): the same code paths but the device, in under two
@@ -40,7 +43,6 @@ import datetime as _dt
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -304,10 +306,9 @@ def _row(name: str, wl_name: str, plan_file: str, result: dict, datasheet: dict 
             "runner_over_floor": (result.get("floor") or {}).get("runner_over_floor")}
 
 
-#: plans measured first, in every workload before the others (a stage cut by its limit loses the rest), and timed
-#: again while the stage has time left (their run-to-run spread; the report keeps the median)
+#: plans measured first, in every workload before the others, in rounds of their own (validation/gpu_rounds.py:
+#: a stage cut by its limit keeps them with their intervals)
 FIRST = ("ilp@calibrated", "ilp", "greedy_size")
-REPEAT_RESERVE_S = 30  # a repeat starts only with this much of the stage left
 
 
 def _plan_order(dry: bool, args, resolved: dict) -> list[tuple[dict, str, Path]]:
@@ -322,16 +323,17 @@ def _plan_order(dry: bool, args, resolved: dict) -> list[tuple[dict, str, Path]]
 
 
 def stage_plans(out: Path, dry: bool, deadline: float, args) -> dict:
-    """Run every plan in this process, one after another, a row appended to plans.jsonl after each; then, while
-    time is left, FIRST's plans again (repeats.jsonl: the report merges their runs)."""
+    """Run the plans in this process in interleaved rounds (validation/gpu_rounds.py: FIRST's plans of every
+    workload in GPU_ROUNDS rounds, DRY_ROUNDS in a dry run, then the rest with each workload's ILP while time is
+    left); a line appended to plans.jsonl after every run and to rounds.jsonl after every complete round."""
     import torch
 
-    from placer.errors import PlacerError
     from placer.plan import load_plan
     from placer.runner.graph_step import plan_why_not_capturable
     from placer.runner.run import RunConfig, run_plan
     from placer.specs import load_hardware, load_workload
     from placer.topology import Topology
+    from validation.gpu_rounds import DRY_ROUNDS, GPU_ROUNDS, ROUND_WINDOW, run_tiers
 
     cal = out / "calibrated.yaml"
     sheet = datasheet(out)
@@ -341,14 +343,13 @@ def stage_plans(out: Path, dry: bool, deadline: float, args) -> dict:
         resolved = json.loads((out / "stage-resolve.json").read_text()).get("result") or {}
     todo = _plan_order(dry, args, resolved)
     workloads = {w["name"]: load_workload(ROOT / w["file"]) for w, _, _ in todo}
-    ran = failed = skipped = repeats = 0
 
     def measure(w: dict, name: str, plan_path: Path) -> dict:
         wl = workloads[w["name"]]
         plan = load_plan(plan_path)
         on_sheet = _price(plan, sheet, wl)
         predicted = (_price(plan, spec, wl) or {}).get("step_time_s", 1e-3)
-        steps, warmup, phase_steps = _steps(w["seconds"], predicted, dry)
+        steps, warmup, phase_steps = _steps(w["seconds"] * ROUND_WINDOW, predicted, dry)
         # a GPU replays the step as CUDA graphs where the plan allows (auto); a dry run takes the same path up to
         # the capture call (on: the graph step's segments as plain calls) wherever the plan has a graph-safe step
         graph = "on" if dry and plan_why_not_capturable(plan, Topology(load_hardware(spec)), wl) is None else "auto"
@@ -359,57 +360,15 @@ def stage_plans(out: Path, dry: bool, deadline: float, args) -> dict:
         finally:
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
-        return _row(name, w["name"], plan_path.name, result, on_sheet)
+        row = _row(name, w["name"], plan_path.name, result, on_sheet)
+        log(f"{w['name']}: {name}: measured {row['measured_step_time_s'] * 1e3:.3f} ms, predicted "
+            f"{row['predicted_step_time_s'] * 1e3:.3f} ms (datasheet "
+            f"{(row['predicted_datasheet_step_time_s'] or 0) * 1e3:.3f}), host reads {row['host_read_mechanism']}")
+        return row
 
-    errors = (PlacerError, RuntimeError, ValueError, KeyError, OSError)
-    for w, name, plan_path in todo:
-        if time.time() > deadline - 5:
-            skipped += 1
-            _append(out / "plans.jsonl", {"name": name, "workload": w["name"],
-                                          "error": "skipped: the stage's time ran out"})
-            continue
-        log(f"{w['name']}: {name}")
-        try:
-            row = measure(w, name, plan_path)
-            log(f"    measured {row['measured_step_time_s'] * 1e3:.3f} ms, predicted "
-                f"{row['predicted_step_time_s'] * 1e3:.3f} ms (datasheet "
-                f"{(row['predicted_datasheet_step_time_s'] or 0) * 1e3:.3f}), host reads "
-                f"{row['host_read_mechanism']}")
-            _append(out / "plans.jsonl", row)
-            ran += 1
-        except errors as exc:
-            failed += 1
-            log(f"    failed: {type(exc).__name__}: {exc}")
-            _append(out / "plans.jsonl", {"name": name, "workload": w["name"], "error": f"{type(exc).__name__}: {exc}"})
-    for w, name, plan_path in [t for t in todo if t[1] in FIRST]:
-        if dry or time.time() > deadline - REPEAT_RESERVE_S:
-            break
-        log(f"{w['name']}: {name} again")
-        try:
-            row = measure(w, name, plan_path)
-            _append(out / "repeats.jsonl", {"name": name, "workload": w["name"],
-                                            "measured_step_time_s": row["measured_step_time_s"]})
-            repeats += 1
-        except errors as exc:
-            log(f"    failed: {type(exc).__name__}: {exc}")
-    return {"ran": ran, "failed": failed, "skipped": skipped, "repeated": repeats, "spec": spec.name}
-
-
-def merge_repeats(rows: list[dict], repeats: list[dict]) -> list[dict]:
-    """Rows with their repeats' steps added to ``runs_step_time_s``, the measured step their median."""
-    extra: dict = {}
-    for r in repeats:
-        extra.setdefault((r["workload"], r["name"]), []).append(r["measured_step_time_s"])
-    out = []
-    for r in rows:
-        more = extra.get((r.get("workload"), r.get("name")))
-        if "error" in r or not more:
-            out.append(r)
-            continue
-        runs = r["runs_step_time_s"] + more
-        step = statistics.median(runs)
-        out.append(dict(r, runs_step_time_s=runs, measured_step_time_s=step, ratio=step / r["predicted_step_time_s"]))
-    return out
+    done = run_tiers(todo, FIRST, DRY_ROUNDS if dry else GPU_ROUNDS, measure, deadline,
+                     lambda name, record: _append(out / name, record))
+    return dict(done, spec=spec.name)
 
 
 def _kit_commit() -> dict:
@@ -430,14 +389,17 @@ def _append(path: Path, row: dict) -> None:
 def stage_report(out: Path, dry: bool, args) -> dict:
     from validation.common import environment, write_json
     from validation.fidelity_report import markdown, scatter, summarize
+    from validation.gpu_rounds import merge_rounds
 
     def read(name: str) -> list[dict]:
         path = out / name
         return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
-    rows = merge_repeats(read("plans.jsonl"), read("repeats.jsonl"))
+    tiers = [r for r in read("rounds.jsonl") if "rounds_completed" in r]
+    rows = merge_rounds(read("plans.jsonl"), read("rounds.jsonl"))
     good = [r for r in rows if "error" not in r]
-    emb = [dict(r, predicted_step_time_s=r["predicted_embedding_s"], measured_step_time_s=r["measured_embedding_s"])
+    emb = [dict(r, predicted_step_time_s=r["predicted_embedding_s"], measured_step_time_s=r["measured_embedding_s"],
+                measured_interval_s=r["measured_embedding_interval_s"], rounds_step_time_s=r["rounds_embedding_s"])
            for r in good if r["predicted_embedding_s"] > 0 and r["measured_embedding_s"] > 0]
     env = json.loads((out / "env.json").read_text()) if (out / "env.json").exists() else {}
     device = env.get("device_slug") or ("cpu-dry-run" if dry else "gpu")
@@ -446,7 +408,7 @@ def stage_report(out: Path, dry: bool, args) -> dict:
             "date": args.date, "device": device, "device_name": (good[0]["device_name"] if good else env.get("gpu")),
             "spec": "calibrated.yaml" if (out / "calibrated.yaml").exists() else datasheet(out).name,
             "datasheet_spec": datasheet(out).name, "datasheet_note": env.get("datasheet_note"),
-            "repeats": max((len(r.get("runs_step_time_s", [])) for r in good), default=1), "threads": None,
+            "rounds": max((t["rounds_requested"] for t in tiers), default=None), "round_tiers": tiers, "threads": None,
             **environment(), **_kit_commit(), "torch": env.get("torch"), "env": env,
             "stages": _stage_results(out), "rows": rows}
     data["summary"] = summarize(good)
@@ -547,7 +509,7 @@ def _tidy(out: Path) -> None:
     for p in out.glob("stage-*.json"):
         p.unlink()
     (out / "plans.jsonl").unlink(missing_ok=True)
-    (out / "repeats.jsonl").unlink(missing_ok=True)
+    (out / "rounds.jsonl").unlink(missing_ok=True)
     if (out / "resolved").exists():
         shutil.rmtree(out / "resolved")
 

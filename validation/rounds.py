@@ -9,7 +9,9 @@ the plans of one round ran under the same state of the machine.
 
 What an interval means here: a percentile bootstrap of the median over the rounds. With 3 to 5 rounds the 90%
 interval of a median is (nearly) the rounds' range, min..max: two plans separate when their ranges do not
-overlap, and a paired verdict says "faster" when (nearly) every round's ratio is below 1.
+overlap, and a paired verdict says "faster" when (nearly) every round's ratio is below 1. Few rounds make weak
+verdicts: two equal plans give every one of n paired ratios on one side by chance with probability 2 / 2^n
+(n = 2: 0.5, 3: 0.25, 5: 0.06), so each paired result carries its sign test's p-value (``sign_p``) and rounds.
 
     from validation.rounds import interleave, median_interval
     done = interleave(["a", "b", "c"], 5, lambda item, r: time_it(item), seed=0)
@@ -53,7 +55,7 @@ class Rounds:
 
 def interleave(items: Sequence[Hashable], rounds: int, run: Callable[[Any, int], Any], *, seed: int,
                deadline: float | None = None, value: Callable[[Any], float] = float, retry_failed: bool = False,
-               clock: Callable[[], float] = time.time) -> Rounds:
+               clock: Callable[[], float] = time.time, on_round: Callable[[int, list], None] | None = None) -> Rounds:
     """Run ``run(item, round_index)`` for every item in each of ``rounds`` rounds, the order within a round a
     permutation drawn per round from ``random.Random(seed)`` (drawn again when it equals the previous round's, so
     that consecutive rounds differ). ``value(result)`` is the measured seconds (default: the result itself).
@@ -62,7 +64,8 @@ def interleave(items: Sequence[Hashable], rounds: int, run: Callable[[Any, int],
     and the failed item is not run again in later rounds unless ``retry_failed``. ``deadline`` (a ``clock()``
     time, s): no run starts after it, and a round starts only while the time left exceeds the longest round so
     far; a round the deadline cuts is dropped (its values kept in ``partial``), so that every kept round holds
-    every item that ran. ``run`` itself is not interrupted: bound its time inside it (a subprocess timeout)."""
+    every item that ran. ``run`` itself is not interrupted: bound its time inside it (a subprocess timeout).
+    ``on_round(round_index, order)`` is called after each completed round (to record it as it comes)."""
     items = list(items)
     if len(set(items)) != len(items):
         raise ValueError("interleave: items must be distinct")
@@ -107,6 +110,8 @@ def interleave(items: Sequence[Hashable], rounds: int, run: Callable[[Any, int],
         done.orders.append(order)
         done.rounds_completed += 1
         previous = order
+        if on_round is not None:
+            on_round(r, order)
     return done
 
 
@@ -153,8 +158,12 @@ def separated(a: Interval, b: Interval) -> bool:
 
 def paired(a_rounds, b_rounds, level: float = LEVEL, n: int = RESAMPLES, seed: int = SEED) -> dict:
     """``a`` against ``b`` on the rounds both completed (entries None or NaN skipped; the lists align by round):
-    the per-round ratios a/b, their median with its bootstrap interval, and the verdict: "faster" (a takes less
-    time: the interval below 1), "slower" (above 1) or "not separable" (it holds 1, or fewer than 2 rounds)."""
+    the per-round ratios a/b, their median with its bootstrap interval, the verdict: "faster" (a takes less
+    time: the interval below 1), "slower" (above 1) or "not separable" (it holds 1, or fewer than 2 rounds), and
+    ``sign_p``: the two-sided sign test's p-value of the ratios' sides of 1 (ties left out; None without a
+    ratio off 1), how often equal plans would look this one-sided."""
+    from scipy.stats import binomtest
+
     pairs = [(float(a), float(b)) for a, b in zip(a_rounds, b_rounds)
              if a is not None and b is not None and np.isfinite(a) and np.isfinite(b) and b > 0]
     iv = median_interval([a / b for a, b in pairs], level, n, seed)
@@ -163,7 +172,10 @@ def paired(a_rounds, b_rounds, level: float = LEVEL, n: int = RESAMPLES, seed: i
         verdict = "faster"
     elif iv.lo is not None and iv.lo > 1.0:
         verdict = "slower"
-    return {"ratio": iv.median, "lo": iv.lo, "hi": iv.hi, "rounds": iv.n, "verdict": verdict}
+    below = sum(a < b for a, b in pairs)
+    off = below + sum(a > b for a, b in pairs)
+    sign_p = float(binomtest(below, off, 0.5).pvalue) if off else None
+    return {"ratio": iv.median, "lo": iv.lo, "hi": iv.hi, "rounds": iv.n, "verdict": verdict, "sign_p": sign_p}
 
 
 def _spearman_rows(x: np.ndarray, ys: np.ndarray) -> np.ndarray:
@@ -244,5 +256,6 @@ def ilp_vs_fastest(measured: dict, ilp, level: float = LEVEL, n: int = RESAMPLES
     slower = [k for k, v in verdicts.items() if v["verdict"] == "slower"]
     return {"ilp": ilp, "fastest": fastest, "versus": versus, "ilp_is_fastest": fastest == ilp,
             "ratio": p["ratio"], "lo": p["lo"], "hi": p["hi"], "rounds": p["rounds"], "verdict": p["verdict"],
+            "sign_p": p["sign_p"],
             "median_ratio": meds[ilp] / meds[versus], "separably_faster": slower,
             "any_separably_faster": bool(slower), "paired": verdicts}
