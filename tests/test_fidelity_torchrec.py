@@ -1,0 +1,30 @@
+"""validation/fidelity_torchrec.py --smoke: the TorchRec campaign's structure on this machine (a quick calibrate
+--nproc 2 --trainer torchrec, two plans of ranks-skewed8 planned under the torchrec trainer, exported and trained
+under DistributedModelParallel on 2 gloo ranks in 2 interleaved rounds, the summary); not its timings."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from validation import fidelity_torchrec  # noqa: E402
+
+
+def test_smoke_trains_plans_under_dmp_beside_their_prediction(tmp_path, capsys):
+    assert fidelity_torchrec.main(["--smoke", "--out", str(tmp_path)]) == 0
+    data = json.loads(next(tmp_path.glob("fidelity-torchrec-2ranks-*-smoke.json")).read_text())
+    assert data["nproc"] == 2 and data["rounds"] == 2 and {r["name"] for r in data["rows"]} == {"ilp", "greedy_size"}
+    spec = Path(data["spec"]).read_text()
+    assert "torchrec:" in spec  # the calibration timed FBGEMM's TBE
+    for r in data["rows"]:
+        assert "error" not in r, r
+        assert r["measured_step_time_s"] > 0 and r["predicted_step_time_s"] > 0
+        lo, hi = r["measured_interval_s"]
+        assert len(r["rounds_step_time_s"]) == 2 and lo <= r["measured_step_time_s"] <= hi
+        assert set(r["predicted_phases_s"]) >= {"embedding_forward", "embedding_backward", "dense"}
+    w = data["summary"]["per_workload"]["ranks-skewed8"]
+    assert w["plans"] == 2 and w["mape"] >= 0 and w["separable_plans"] <= 2
+    assert "TorchRec campaign" in capsys.readouterr().out
