@@ -384,20 +384,26 @@ def test_tbe_costs_are_measured_and_written(tmp_path, monkeypatch, capsys):
                                 reps=3)
     hw = load_hardware(ROOT / "hardware_specs" / "measured-cpu-2026-11-23.yaml")
     topo = Topology(hw)
-    tbe.fit(cal, torch.device("cpu"), sizes, topo.op_costs(topo.gpus[0]), optimizer="adam", widths=(16, 64))
+    tbe.fit(cal, torch.device("cpu"), sizes, topo.op_costs(topo.gpus[0]), optimizers=("adam", "sgd", "adagrad"),
+            widths=(16, 64))
     spec = cal.device_costs.tbe_spec()
     assert set(spec.fixed_us) == {"tbe_forward", "tbe_backward"} and spec.fixed_us["tbe_forward"] > 0
     assert {dt: set(t) for dt, t in spec.forward_GBps.items()} == {"fp32": {64, 256}, "fp16": {32, 128}}
-    assert all(v > 0 for t in spec.backward_GBps.values() for v in t.values())
-    assert any("no adam" in n for n in cal.notes)  # fbgemm-gpu-cpu has no Adam: timed as rowwise Adagrad, said
+    assert set(spec.backward_GBps) == {"sgd", "adagrad"}  # one table per optimizer timed
+    assert all(v > 0 for by in spec.backward_GBps.values() for t in by.values() for v in t.values())
+    assert any("no adam" in n for n in cal.notes)  # fbgemm-gpu-cpu has no Adam: its default kept, said
     text = "\n".join(render(_op_cost_items(cal.device_costs, "calibrate", {})))
     assert "torchrec:" in text and "forward_GBps:" in text and "TBE forward of one lookup" in text
     name, tpl = next(iter(hw.templates.items()))
     gpus = tpl.gpus.model_copy(update={"op_costs": tpl.gpus.op_costs.model_copy(update={"torchrec": spec})})
     topo2 = Topology(hw.model_copy(update={"templates": {name: tpl.model_copy(update={"gpus": gpus})}}))
-    priced = tbe_costs(topo2, topo2.gpus[0], "rowwise_adagrad")
+    priced = tbe_costs(topo2, topo2.gpus[0], "adagrad")
     assert priced.fixed("tbe_forward") == pytest.approx(spec.fixed_us["tbe_forward"] * 1e-6)
     assert priced.forward["fp16"](128) == pytest.approx(spec.forward_GBps["fp16"][128] * 1e9)
+    assert priced.backward["fp32"](64) == pytest.approx(spec.backward_GBps["adagrad"]["fp32"][64] * 1e9)
+    other = tbe_costs(topo2, topo2.gpus[0], "rowwise_adagrad")  # not timed: the device's own update rate
+    update = topo2.op_costs(topo2.gpus[0]).update["rowwise_adagrad"]["fp32"]
+    assert other.backward["fp32"](64) == pytest.approx(update(64))
     monkeypatch.setattr(tbe, "missing", lambda: "fbgemm_gpu does not import here (test)")
     out = tmp_path / "never.yaml"
     assert main(["calibrate", "--device", "cpu", "--quick", "--trainer", "torchrec", "-o", str(out)]) == 2

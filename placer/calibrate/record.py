@@ -73,7 +73,7 @@ class OpCostEntries:
     gemm_warm_TFLOPs: dict[str, dict[str, Entry]] = field(default_factory=dict)
     torchrec_fixed_us: dict[str, Entry] = field(default_factory=dict)  # TbeCostSpec.fixed_us (calibrate/tbe.py)
     torchrec_forward_GBps: dict[str, dict[int, Entry]] = field(default_factory=dict)
-    torchrec_backward_GBps: dict[str, dict[int, Entry]] = field(default_factory=dict)
+    torchrec_backward_GBps: dict[str, dict[str, dict[int, Entry]]] = field(default_factory=dict)  # by optimizer
 
     def tbe_spec(self) -> TbeCostSpec | None:
         """The TBE costs measured (``placer calibrate --trainer torchrec``), or None."""
@@ -82,7 +82,8 @@ class OpCostEntries:
         vals = lambda d: {k: e.value for k, e in d.items()}
         return TbeCostSpec(fixed_us=vals(self.torchrec_fixed_us),
                            forward_GBps={dt: vals(t) for dt, t in self.torchrec_forward_GBps.items()} or None,
-                           backward_GBps={dt: vals(t) for dt, t in self.torchrec_backward_GBps.items()} or None)
+                           backward_GBps={o: {dt: vals(t) for dt, t in by.items()}
+                                          for o, by in self.torchrec_backward_GBps.items()} or None)
 
     def spec(self) -> OpCostSpec:
         vals = lambda d: {k: e.value for k, e in d.items()} or None

@@ -7,13 +7,13 @@ Each number inverts the formula tbe_costs.TbeCosts prices with; T is a median ti
   backward) - T(forward) of that lookup;
 - forward_GBps[dtype][rb] = L rb / (T_f - fixed_forward - out / stream) for L random lookups (bags of BAG) of rows
   of rb bytes from a table far larger than the caches (Sizes.table_bytes), out the pooled output;
-- backward_GBps[dtype][rb] = (L g + 2 U m) / (T_fb - T_f - fixed_backward), g the pooled gradient row (fp32), U
-  the expected distinct rows, m a row's weights and optimizer state.
+- backward_GBps[optimizer][dtype][rb] = (L g + 2 U m) / (T_fb - T_f - fixed_backward), g the pooled gradient row
+  (fp32), U the expected distinct rows, m a row's weights and optimizer state.
 
-The optimizer is the workloads' (the first given), else EXACT_ROWWISE_ADAGRAD (TorchRec's usual); one without a
-TBE on this device (Adam on a CPU) is timed as rowwise Adagrad and said so. On a CPU the TBE runs its host kernels
-(fbgemm-gpu-cpu), on CUDA its device kernels with the rows in HBM. Where fbgemm_gpu does not import, ``missing``
-says why (the command exits 2 before measuring anything).
+The backward is timed per optimizer of the workloads given (EXACT_ROWWISE_ADAGRAD, TorchRec's usual, without any);
+one without a TBE on this device (Adam on a CPU) keeps its default, said in the notes. On a CPU the TBE runs its
+host kernels (fbgemm-gpu-cpu), on CUDA its device kernels with the rows in HBM. Where fbgemm_gpu does not import,
+``missing`` says why (the command exits 2 before measuring anything).
 """
 from __future__ import annotations
 
@@ -70,23 +70,27 @@ def _timed(tbe, ids: list[torch.Tensor], offsets: torch.Tensor, device: torch.de
     return bench(lambda i: fwd(i), device, reps), bench(fwd_bwd, device, reps)
 
 
-def fit(cal: Calibration, device: torch.device, sizes: Sizes, opcosts, optimizer: str = "rowwise_adagrad",
+def fit(cal: Calibration, device: torch.device, sizes: Sizes, opcosts, optimizers=("rowwise_adagrad",),
         widths: tuple[int, ...] | None = None) -> None:
-    """Fill ``cal.device_costs``'s torchrec entries (module docstring). ``opcosts``: the device's OpCosts measured
-    so far (the pooled output's write is priced at its stream rate, as tbe_costs prices it)."""
+    """Fill ``cal.device_costs``'s torchrec entries (module docstring): the fixed costs and the forward once, the
+    backward per optimizer of ``optimizers`` that has a TBE here (on a CPU: not Adam, said in the notes).
+    ``opcosts``: the device's OpCosts measured so far (the pooled output's write is priced at its stream rate, as
+    tbe_costs prices it)."""
     costs = cal.device_costs
-    used = optimizer
-    if device.type != "cuda" and optimizer not in CPU_OPTIMIZERS:
-        used = "rowwise_adagrad"
-        cal.notes.append(f"torchrec: fbgemm-gpu-cpu's TBE has no {optimizer}: its backward timed with rowwise "
-                         "Adagrad")
+    timed = [o for o in dict.fromkeys(optimizers) if device.type == "cuda" or o in CPU_OPTIMIZERS]
+    for o in dict.fromkeys(optimizers):
+        if o not in timed:
+            cal.notes.append(f"torchrec: fbgemm-gpu-cpu's TBE has no {o}: its backward keeps the default "
+                             "(program/tbe_costs.py)")
+    timed = timed or ["rowwise_adagrad"]
     gen = torch.Generator(device="cpu").manual_seed(11)
     dev_ids = lambda high, n: torch.randint(0, high, (n,), generator=gen).to(device)
-    small = _tbe(FIXED_ROWS, 4, "fp32", device, used)
+    first = timed[0]
+    small = _tbe(FIXED_ROWS, 4, "fp32", device, first)
     one = [dev_ids(FIXED_ROWS, 1) for _ in range(4)]
     t_f, t_fb = _timed(small, one, torch.tensor([0, 1], device=device), device, sizes.reps)
     fixed_f, fixed_b = t_f, max(t_fb - t_f, 0.0)
-    what = f"{used}, median of {sizes.reps}"
+    what = f"{first}, median of {sizes.reps}"
     costs.torchrec_fixed_us["tbe_forward"] = Entry(fixed_f * 1e6, f"a TBE forward of one lookup ({what})")
     costs.torchrec_fixed_us["tbe_backward"] = Entry(fixed_b * 1e6, f"its fused backward ({what})")
     for dt in DTYPES:
@@ -94,18 +98,19 @@ def fit(cal: Calibration, device: torch.device, sizes: Sizes, opcosts, optimizer
             rb = c * ESIZE[dt]
             rows = max(FIXED_ROWS, int(sizes.table_bytes // (rb * 2)))
             L = max(BAG, min(sizes.max_ids, max(sizes.min_ids, int(sizes.gather_bytes // rb))) // BAG * BAG)
-            tbe = _tbe(rows, c, dt, device, used)
             ids = [dev_ids(rows, L) for _ in range(3)]
             offsets = torch.arange(0, L + 1, BAG, device=device)
-            t_f, t_fb = _timed(tbe, ids, offsets, device, sizes.reps)
-            out = L // BAG * c * 4
-            excess_f = max(t_f - fixed_f - opcosts.stream_s(out), MIN_EXCESS * t_f)
             u = expected_unique(rows, L)
-            m = rb + state_bytes_per_row(used, c)
-            excess_b = max(t_fb - t_f - fixed_b, MIN_EXCESS * max(t_fb - t_f, 1e-9))
-            how = f"{L} lookups of {rb} B rows from {rows} rows ({dt} x{c}, {used}): forward {t_f * 1e3:.4g} ms, " \
-                  f"with backward {t_fb * 1e3:.4g} ms"
-            costs.torchrec_forward_GBps.setdefault(dt, {})[rb] = Entry(L * rb / excess_f / 1e9, how)
-            costs.torchrec_backward_GBps.setdefault(dt, {})[rb] = Entry(
-                (L * c * 4 + 2 * u * m) / excess_b / 1e9, how + f", {u:.0f} expected distinct rows")
-            del tbe, ids
+            for o in timed:
+                tbe = _tbe(rows, c, dt, device, o)
+                t_f, t_fb = _timed(tbe, ids, offsets, device, sizes.reps)
+                how = f"{L} lookups of {rb} B rows from {rows} rows ({dt} x{c}, {o}): forward {t_f * 1e3:.4g} " \
+                      f"ms, with backward {t_fb * 1e3:.4g} ms"
+                if o == first:
+                    excess_f = max(t_f - fixed_f - opcosts.stream_s(L // BAG * c * 4), MIN_EXCESS * t_f)
+                    costs.torchrec_forward_GBps.setdefault(dt, {})[rb] = Entry(L * rb / excess_f / 1e9, how)
+                m = rb + state_bytes_per_row(o, c)
+                excess_b = max(t_fb - t_f - fixed_b, MIN_EXCESS * max(t_fb - t_f, 1e-9))
+                costs.torchrec_backward_GBps.setdefault(o, {}).setdefault(dt, {})[rb] = Entry(
+                    (L * c * 4 + 2 * u * m) / excess_b / 1e9, how + f", {u:.0f} expected distinct rows")
+                del tbe

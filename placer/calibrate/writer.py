@@ -150,9 +150,11 @@ def _op_cost_items(e: OpCostEntries, src: str, checks: dict[str, list[str]]) -> 
     if e.torchrec_fixed_us or e.torchrec_forward_GBps:
         tbe = [Item("fixed_us", children=[Item(k, v.value, c(f"torchrec.fixed_us.{k}", v.how))
                                           for k, v in e.torchrec_fixed_us.items()])]
-        for name in ("forward_GBps", "backward_GBps"):
-            if tables := getattr(e, f"torchrec_{name}"):
-                tbe.append(Item(name, children=rows(f"torchrec.{name}", tables)))
+        if e.torchrec_forward_GBps:
+            tbe.append(Item("forward_GBps", children=rows("torchrec.forward_GBps", e.torchrec_forward_GBps)))
+        if e.torchrec_backward_GBps:
+            tbe.append(Item("backward_GBps", children=[Item(o, children=rows(f"torchrec.backward_GBps.{o}", t))
+                                                       for o, t in e.torchrec_backward_GBps.items()]))
         items.append(Item("torchrec", comment=f"{src}: FBGEMM's TBE (calibrate/tbe.py)", children=tbe))
     return items
 

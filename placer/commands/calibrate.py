@@ -45,13 +45,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def fit_tbe(cal, device, quick: bool, workloads) -> None:
-    """op_costs.torchrec (calibrate/tbe.py) with the workloads' embedding optimizer (rowwise Adagrad without)."""
+    """op_costs.torchrec (calibrate/tbe.py): the backward of each of the workloads' embedding optimizers (rowwise
+    Adagrad without workloads)."""
     from placer.calibrate import tbe
     from placer.calibrate.timing import sizes_for
     from placer.calibrate.writer import op_costs
 
-    optimizer = workloads[0].optimizer.name if workloads else "rowwise_adagrad"
-    tbe.fit(cal, device, sizes_for(device, quick), op_costs(cal, "device"), optimizer=optimizer)
+    optimizers = sorted({w.optimizer.name for w in workloads}) or ["rowwise_adagrad"]
+    tbe.fit(cal, device, sizes_for(device, quick), op_costs(cal, "device"), optimizers=optimizers)
 
 
 def run(args) -> int:

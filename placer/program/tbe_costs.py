@@ -7,7 +7,8 @@ rows in one kernel chain), whatever the tables' widths. A TBE op costs ``fixed(k
 - ``tbe_forward``: rows gathered and pooled, ``lookups x row bytes`` at ``forward`` (rows in HBM), at the device's
   host-gather rate for rows in host memory (``fused_uvm``: every lookup crosses the link);
 - ``tbe_backward``: ``lookups x pooled gradient row + 2 x distinct rows x (row + optimizer state) bytes`` at
-  ``backward`` (rows in host memory: the distinct rows' bytes also cross the link twice);
+  ``backward``, the workload's optimizer's (rows in host memory: the distinct rows' bytes also cross the link
+  twice);
 - ``input_dist``: the all-to-all of a sharding type's ids and lengths (TorchRec's KJTAllToAll: the splits, then the
   lengths and ids), a fixed cost per call; its bytes are priced on the links by the builder.
 
@@ -95,5 +96,6 @@ def tbe_costs(topo, device: str, optimizer: str) -> TbeCosts:
     fixed["input_dist"] = (us_to_s(measured["input_dist"]) if "input_dist" in measured
                            else INPUT_DIST_COLLECTIVES * costs.fixed("collective"))
     fixed["cache"] = per_kernel * CACHE_KERNELS
+    measured_backward = (spec.backward_GBps or {}).get(optimizer) if spec else None  # this optimizer's, if timed
     return TbeCosts(fixed_s=fixed, forward=_tables(spec.forward_GBps if spec else None, forward),
-                    backward=_tables(spec.backward_GBps if spec else None, backward), device=costs)
+                    backward=_tables(measured_backward, backward), device=costs)

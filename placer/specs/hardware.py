@@ -55,10 +55,10 @@ class TbeCostSpec(StrictModel):
                                           "type), us")
     forward_GBps: RowRates | None = Field(
         default=None, description="storage dtype -> row bytes -> GB/s of rows gathered and pooled by a TBE forward")
-    backward_GBps: RowRates | None = Field(
-        default=None, description="storage dtype -> row bytes -> GB/s of a fused TBE backward: per lookup its "
-                                  "pooled gradient row read, per distinct row its weights and state read and "
-                                  "written")
+    backward_GBps: dict[Literal[OPTIMIZERS], RowRates] | None = Field(
+        default=None, description="optimizer -> storage dtype -> row bytes -> GB/s of a fused TBE backward with that "
+                                  "optimizer: per lookup its pooled gradient row read, per distinct row its weights "
+                                  "and state read and written")
 
 
 class OpCostSpec(StrictModel):
