@@ -142,3 +142,43 @@ def test_cli_prices_by_the_trainer(tmp_path, capsys):
     assert main(["simulate", str(HW4), str(wl_file), str(plan), "--json"]) == 0
     out = capsys.readouterr()
     assert json.loads(out.out)["predicted"]["step_time_s"] == pytest.approx(steps["torchrec"])
+
+
+def test_dmp_own_cost_is_fitted_on_synthetic_steps(monkeypatch):
+    """calibrate/dmp.py: two synthetic models (one sharding type, two) priced under the torchrec trainer; their
+    measured-less-priced residuals give dmp_step (per step) and input_dist's extra per sharding type, which the
+    builder then charges (a dmp_step op on every rank). DMP's runs are stubbed here: the arithmetic, not a timing."""
+    import torch
+
+    from placer.calibrate import Calibration, dmp
+    from placer.torchrec_io import dmp_train
+
+    hw, _, topo = _setup()
+    wl = dmp.synthetic_workload(len(topo.gpus))
+    plans = dmp.synthetic_plans(topo, wl)
+    kinds = {n: {p.sharding for p in plan.placements} for n, plan in plans.items()}
+    assert kinds == {"one sharding type": {"table_wise"}, "two sharding types": {"table_wise", "row_wise"}}
+    model = CostModel(topo, wl)
+    priced = {n: predict(model, p, check_memory=False)["step_time_s"] for n, p in plans.items()}
+    extra = {"one sharding type": 0.003, "two sharding types": 0.005}  # S + K, S + 2K: S = 1 ms, K = 2 ms
+    by_types = {1: "one sharding type", 2: "two sharding types"}
+
+    def stub(doc, wl, **kw):
+        name = by_types[len({t["parameter_sharding"]["sharding_type"] for t in doc["tables"].values()})]
+        return {"median_step_s": priced[name] + extra[name]}
+
+    monkeypatch.setattr(dmp_train, "train", stub)
+    cal = Calibration(device=torch.device("cpu"), device_name="t", torch_version=torch.__version__,
+                      date="2026-12-03", quick=True, threads=1, workloads=[])
+    dmp.fit(cal, HW4.read_text(), len(topo.gpus))
+    fixed = cal.device_costs.torchrec_fixed_us
+    assert not cal.notes and fixed["dmp_step"].value == pytest.approx(1000.0, rel=1e-6)
+    default = tbe_costs(topo, topo.gpus[0], "sgd").fixed("input_dist") * 1e6
+    assert fixed["input_dist"].value == pytest.approx(default + 2000.0, rel=1e-6)
+    from placer.specs.hardware import OpCostSpec
+
+    name, tpl = next(iter(hw.templates.items()))
+    gpus = tpl.gpus.model_copy(update={"op_costs": OpCostSpec(torchrec=cal.device_costs.tbe_spec())})
+    topo2 = Topology(hw.model_copy(update={"templates": {name: tpl.model_copy(update={"gpus": gpus})}}))
+    steps = [op for op in CostModel(topo2, wl).builder.base_ops() if op.kind == "dmp_step"]
+    assert len(steps) == len(topo2.gpus) and all(op.seconds == pytest.approx(1e-3) for op in steps)

@@ -110,6 +110,12 @@ def run(args) -> int:
         if say:
             say(f"gloo all-to-all and all-reduce between {nproc} processes")
         apply_collectives(cal, measure_collectives(nproc, quick=args.quick))
+        if getattr(args, "trainer", "placer") == "torchrec":
+            from placer.calibrate import dmp
+
+            if say:
+                say(f"DistributedModelParallel's own step cost on {nproc} ranks (synthetic models)")
+            dmp.fit(cal, to_yaml(cal, name=args.name, gpus=args.gpus), nproc)
     text = to_yaml(cal, name=args.name, gpus=args.gpus)
     out = Path(args.output)
     write_text(out, text, "-o/--output")

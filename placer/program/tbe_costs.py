@@ -10,7 +10,9 @@ rows in one kernel chain), whatever the tables' widths. A TBE op costs ``fixed(k
   ``backward``, the workload's optimizer's (rows in host memory: the distinct rows' bytes also cross the link
   twice);
 - ``input_dist``: the all-to-all of a sharding type's ids and lengths (TorchRec's KJTAllToAll: the splits, then the
-  lengths and ids), a fixed cost per call; its bytes are priced on the links by the builder.
+  lengths and ids), a fixed cost per call; its bytes are priced on the links by the builder;
+- ``dmp_step``: DMP's own Python per step and rank (the DDP wrapper, the awaitables), fitted on synthetic DMP steps
+  by calibrate/dmp.py; 0 where not measured.
 
 The spec's ``op_costs.torchrec`` (TbeCostSpec, measured by ``placer calibrate --trainer torchrec``) gives these
 where measured. DATASHEET DEFAULTS elsewhere: on a GPU, the forward at TBE_FORWARD_EFFICIENCY and the backward at
@@ -95,6 +97,7 @@ def tbe_costs(topo, device: str, optimizer: str) -> TbeCosts:
     fixed = {k: us_to_s(measured[k]) if k in measured else per_kernel * n for k, n in TBE_KERNELS.items()}
     fixed["input_dist"] = (us_to_s(measured["input_dist"]) if "input_dist" in measured
                            else INPUT_DIST_COLLECTIVES * costs.fixed("collective"))
+    fixed["dmp_step"] = us_to_s(measured.get("dmp_step", 0.0))  # no datasheet figure: measured, else none
     fixed["cache"] = per_kernel * CACHE_KERNELS
     measured_backward = (spec.backward_GBps or {}).get(optimizer) if spec else None  # this optimizer's, if timed
     return TbeCosts(fixed_s=fixed, forward=_tables(spec.forward_GBps if spec else None, forward),

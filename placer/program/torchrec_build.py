@@ -13,7 +13,8 @@ the planner and the reports read it alike). What differs from placer's runner, p
   table's ids bucketized first;
 - the output distribution as placer's (the pooled embeddings' all-to-all and its reverse for the gradients, the
   row-wise partial sums added and the column-wise pieces joined on the sample owners), the data-parallel
-  gradients' all-reduce, and the dense part as placer traces it.
+  gradients' all-reduce, and the dense part as placer traces it;
+- DMP's own Python per step on every rank (``dmp_step``, where calibrated).
 
 TorchRec cannot run placer's other forms: a table on a host CPU, QR, TT, int8 rows, node-local replicas. A plan
 with one is refused (SpecError naming the table); the planner offers none of them under this trainer
@@ -140,6 +141,14 @@ class TorchRecProgramBuilder(ProgramBuilder):
             traffic = tuple((link, per_gpu * spb) for link, spb in unit) if self.include_exchange else ()
             ops.append(Op("input_dist", FWD, st, seconds + per_gpu * busiest, table=p.table, traffic=traffic,
                           sizes={"bytes": ids_bytes}))
+        return ops
+
+    def base_ops(self) -> list[Op]:
+        """placer's placement-free ops and DMP's own cost per step on every rank (tbe_costs: ``dmp_step``)."""
+        ops = super().base_ops()
+        if any(self.tbe(g).fixed("dmp_step") for g in self.gpus):
+            ops += [Op("dmp_step", FWD, st, self.tbe(g).fixed("dmp_step"))
+                    for g, st in zip(self.gpus, self.gpu_streams)]
         return ops
 
     def shard_buffers(self, p: Placement) -> list:

@@ -49,10 +49,10 @@ class TbeCostSpec(StrictModel):
     DistributedModelParallel runs it (program/tbe_costs.py; ``placer calibrate --trainer torchrec`` measures it).
     Every field is optional: a missing one takes its default there."""
 
-    fixed_us: dict[Literal["tbe_forward", "tbe_backward", "input_dist"], L.LatencyUs] = Field(
+    fixed_us: dict[Literal["tbe_forward", "tbe_backward", "input_dist", "dmp_step"], L.LatencyUs] = Field(
         default_factory=dict, description="fixed cost of one TBE forward call, one fused backward (sort, reduce and "
                                           "optimizer update), one input distribution of the ids (per sharding "
-                                          "type), us")
+                                          "type), and DMP's own Python per step (calibrate/dmp.py), us")
     forward_GBps: RowRates | None = Field(
         default=None, description="storage dtype -> row bytes -> GB/s of rows gathered and pooled by a TBE forward")
     backward_GBps: dict[Literal[OPTIMIZERS], RowRates] | None = Field(
