@@ -69,11 +69,11 @@ def placer_cmd(*argv: str) -> list[str]:
     return [sys.executable, "-m", "placer.cli", *argv]
 
 
-def calibrate(device: str, threads: int, workloads: list[Path], out: Path, quick: bool, nproc: int | None = None
-              ) -> Path:
+def calibrate(device: str, threads: int, workloads: list[Path], out: Path, quick: bool, nproc: int | None = None,
+              extra: tuple[str, ...] = ()) -> Path:
     """``placer calibrate`` of this machine into ``out`` (GEMM shapes of the campaign's workloads included;
-    ``nproc``: a machine of that many CPU rank processes, ``--nproc``)."""
-    cmd = placer_cmd("calibrate", "--device", device, "--threads", str(threads), "-o", str(out))
+    ``nproc``: a machine of that many CPU rank processes, ``--nproc``; ``extra``: more flags)."""
+    cmd = placer_cmd("calibrate", "--device", device, "--threads", str(threads), "-o", str(out), *extra)
     cmd += ["--nproc", str(nproc)] if nproc else []
     for w in workloads:
         cmd += ["--workload", str(w)]

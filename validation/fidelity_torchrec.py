@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,7 +42,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from validation.common import environment, write_json  # noqa: E402
-from validation.fidelity import log, placer_cmd, write_plans  # noqa: E402
+from validation.fidelity import calibrate, log, write_plans  # noqa: E402
 from validation.fidelity_ranks import CAMPAIGN, WORKLOADS, forced_plans, torchrec_rows  # noqa: E402
 from validation.fidelity_report import measured_ms, rounds_lines, round_statistics, summarize  # noqa: E402
 from validation.rounds import paired  # noqa: E402
@@ -51,18 +50,6 @@ from validation.rounds import paired  # noqa: E402
 METHODS = ["ilp", "torchrec", "greedy_size", "round_robin", "random"]
 ROUNDS = 5
 DMP_STEPS, DMP_WARMUP = 30, 5
-
-
-def calibrate(nproc: int, workloads: list[Path], out: Path, quick: bool) -> Path:
-    """``placer calibrate --device cpu --nproc N --trainer torchrec`` into ``out``."""
-    cmd = placer_cmd("calibrate", "--device", "cpu", "--nproc", str(nproc), "--trainer", "torchrec", "-o", str(out))
-    for w in workloads:
-        cmd += ["--workload", str(w)]
-    if quick:
-        cmd.append("--quick")
-    log("calibrating: " + " ".join(cmd[2:]))
-    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-    return out
 
 
 def torchrec_workload(wl_path: Path):
@@ -189,8 +176,8 @@ def main(argv=None) -> int:
     work = Path(tempfile.mkdtemp(prefix="placer-trec-")) if args.smoke else out / stem
     work.mkdir(parents=True, exist_ok=True)
     paths = [(n, WORKLOADS / f"{n}.yaml") for n in names]
-    spec = Path(args.spec) if args.spec else calibrate(args.nproc, [p for _, p in paths], work / "spec.yaml",
-                                                       args.smoke)
+    spec = Path(args.spec) if args.spec else calibrate("cpu", 1, [p for _, p in paths], work / "spec.yaml", args.smoke,
+                                                       nproc=args.nproc, extra=("--trainer", "torchrec"))
     rounds = 2 if args.smoke else args.rounds
     rows = []
     for wl_name, wl_path in paths:
