@@ -51,6 +51,7 @@ INFEASIBLE_PAIRS = {
     ("cpu-server", "synthetic-1000"),
     ("h100-pcie-host", "mlperf-dlrm-v2"), ("h100-pcie-host", "production-856"),
     ("h100-pcie-host", "synthetic-1000"),
+    ("h200-sxm-host", "production-856"), ("h200-sxm-host", "synthetic-1000"),
     *(("local-cpu-procs", w) for w in ("criteo-terabyte-full", "mlperf-dlrm-v1", "mlperf-dlrm-v2", "production-856",
                                        "synthetic-1000")),
     *(("measured-cpu-2026-11-23", w) for w in ("criteo-terabyte-full", "mlperf-dlrm-v1", "mlperf-dlrm-v2",
@@ -65,6 +66,8 @@ INFEASIBLE_METHODS = {
     **{(h, "synthetic-1000"): {"greedy_size", "round_robin", "random"}
        for h in ("dgx-a100", "dgx-h100", "dgx-h100-2node")},
     ("pcie-4gpu-workstation", "production-856"): {"greedy_size", "round_robin", "random"},
+    # one H200: v2's largest tables fit no memory whole, whether on the host CPU or read through UVA
+    ("h200-sxm-host", "mlperf-dlrm-v2"): {"host_cpu", "uvm"},
 }
 #: why TorchRec cannot express a placement -> what the export's mapping_note for that table says
 #: (torchrec_io/mapping.nearest_mappable; docs/torchrec.md 'Mapping')
@@ -88,6 +91,8 @@ EXPORT_MAY_REFUSE = {
     ("pcie-4gpu-workstation", "production-856", "ilp"),
     ("dgx-a100", "synthetic-1000", "ilp"), ("dgx-h100", "synthetic-1000", "ilp"),
     ("dgx-h100-2node", "synthetic-1000", "ilp"),
+    # one H200 and mlperf-dlrm-v2: HBM full, a few tables on the host CPU, whichever method fills it
+    *(("h200-sxm-host", "mlperf-dlrm-v2", m) for m in ("ilp", "greedy_size", "round_robin", "random")),
 }
 
 HEAVY_WORKLOADS = {"production-856", "synthetic-1000"}
