@@ -18,18 +18,26 @@ from placer.topology import Topology
 from placer.units import us_to_s
 
 
+def with_gpus(topo: Topology, change) -> Topology:
+    """``topo``'s machine with every template's GPU spec replaced by ``change(gpus)``."""
+    spec = topo.spec
+    templates = {name: t.model_copy(update={"gpus": change(t.gpus)}) for name, t in spec.templates.items()}
+    return Topology(spec.model_copy(update={"templates": templates}), topo.dense_dtype)
+
+
+def step_launch_s(topo: Topology, graphs: int = 1) -> float:
+    """Seconds to launch ``graphs`` whole steps (graphs): one kernel launch each, the slowest template's
+    kernel_launch_us."""
+    return graphs * us_to_s(max(t.gpus.kernel_launch_us for t in topo.spec.templates.values()))
+
+
 def floor_topology(topo: Topology) -> Topology:
     """``topo``'s machine at datasheet rates with no fixed cost per GPU kernel (module docstring)."""
-    spec = topo.spec
-    templates = {name: t.model_copy(update={"gpus": t.gpus.model_copy(update={"op_costs": None,
-                                                                                "kernel_launch_us": 0.0})})
-                 for name, t in spec.templates.items()}
-    return Topology(spec.model_copy(update={"templates": templates}), topo.dense_dtype)
+    return with_gpus(topo, lambda g: g.model_copy(update={"op_costs": None, "kernel_launch_us": 0.0}))
 
 
 def floor_step_s(topo: Topology, workload: Workload, plan: Plan) -> float:
     """Seconds of ``plan``'s step on ``topo`` as a production-class trainer would take it: the program priced by
-    floor_topology, plus one step launch (the slowest GPU template's kernel_launch_us)."""
+    floor_topology, plus one step launch (step_launch_s)."""
     step = predict(CostModel(floor_topology(topo), workload), plan, check_memory=False)["step_time_s"]
-    launch = max(t.gpus.kernel_launch_us for t in topo.spec.templates.values())
-    return step + us_to_s(launch)
+    return step + step_launch_s(topo)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from placer.cost import CostModel
 from placer.plan import Plan
+from placer.program.floor import step_launch_s, with_gpus
 from placer.program.opcosts import GRAPH_KERNEL_US
 from placer.simulate import predict
 from placer.specs.workload import Workload
 from placer.topology import Topology
-from placer.units import us_to_s
 
 #: host issue per op: nothing where a graph replays the ops
 HOST_ISSUE_KINDS = ("dense_op", "embedding_op")
@@ -34,14 +34,7 @@ def graph_gpu(gpu):
 
 def graph_topology(topo: Topology) -> Topology:
     """``topo``'s machine with every GPU priced as graph_gpu says."""
-    spec = topo.spec
-    templates = {name: t.model_copy(update={"gpus": graph_gpu(t.gpus)}) for name, t in spec.templates.items()}
-    return Topology(spec.model_copy(update={"templates": templates}), topo.dense_dtype)
-
-
-def graph_launch_s(topo: Topology, graphs: int = 1) -> float:
-    """Seconds to launch ``graphs`` graphs: one kernel launch each (the slowest template's kernel_launch_us)."""
-    return graphs * us_to_s(max(t.gpus.kernel_launch_us for t in topo.spec.templates.values()))
+    return with_gpus(topo, graph_gpu)
 
 
 def predict_graph(topo: Topology, workload: Workload, plan: Plan, graphs: int = 1, *, cpu_reads_host: bool = False
@@ -49,7 +42,7 @@ def predict_graph(topo: Topology, workload: Workload, plan: Plan, graphs: int = 
     """simulate.predict's answer for ``plan`` with the step replayed as ``graphs`` CUDA graphs: the program priced
     on graph_topology, each graph's launch added to the step (and to its throughput)."""
     out = predict(CostModel(graph_topology(topo), workload, cpu_reads_host=cpu_reads_host), plan, check_memory=False)
-    launch = graph_launch_s(topo, graphs)
+    launch = step_launch_s(topo, graphs)
     out["step_time_s"] += launch
     if "samples_per_s" in out and out["step_time_s"] > 0:
         out["samples_per_s"] = workload.batch_size / out["step_time_s"]

@@ -26,8 +26,8 @@ import contextlib
 
 import torch
 
-from placer.runner.batches import Batch
 from placer.program.build import ProgramBuilder
+from placer.runner.batches import Batch
 from placer.runner.graph_groups import GraphSafeGroup, graph_safe
 from placer.runner.groups import GroupInput
 from placer.runner.timing import OpTimer, StepTimer, synchronize
@@ -164,10 +164,8 @@ class GraphStep:
         """The host-CPU groups' backward, once segment B's gradients have arrived."""
         if not self.eager_keys:
             return
-        if self._b_done is not None:
+        if self._b_done is not None:  # set on CUDA (_one_step): B's copies of the gradients have landed
             self._b_done.synchronize()
-        elif self.device.type == "cuda":
-            synchronize(self.device)
         batch = self.tr.pool[self.position % len(self.tr.pool)]
         for k in sorted(self.eager_keys):
             g = self.tr.groups[k]
