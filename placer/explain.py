@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from placer.cost import PHASES, Cost, CostModel
 from placer.errors import SpecError
 from placer.forms import form_label
+from placer.planner.trainers import options_for
 from placer.options import OptionConfig, table_options
 from placer.plan import Placement, Plan
 from placer.simulate import MEMORY_SLACK
@@ -91,7 +92,8 @@ class Explainer:
     """Prices one-placement swaps of ``plan`` against the plan's total cost, held once."""
 
     def __init__(self, model: CostModel, plan: Plan, options: OptionConfig = OptionConfig()):
-        self.model, self.plan, self.options = model, plan, options
+        # the alternatives the workload's trainer can run (no host-CPU table under torchrec: planner/trainers.py)
+        self.model, self.plan, self.options = model, plan, options_for(model.wl, options)
         self.topo = model.topo
         self.specs = {t.name: t for t in model.wl.tables}
         self.index = {p.table: i for i, p in enumerate(plan.placements)}

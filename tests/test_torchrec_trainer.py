@@ -142,6 +142,10 @@ def test_cli_prices_by_the_trainer(tmp_path, capsys):
     assert main(["simulate", str(HW4), str(wl_file), str(plan), "--json"]) == 0
     out = capsys.readouterr()
     assert json.loads(out.out)["predicted"]["step_time_s"] == pytest.approx(steps["torchrec"])
+    # explain under torchrec weighs only the alternatives TorchRec runs (no host-CPU table to price)
+    assert main(["explain", str(HW4), str(TINY), str(plan), "--trainer", "torchrec", "--json"]) == 0
+    tables = json.loads(capsys.readouterr().out)["tables"]
+    assert tables and all("host" not in (t.get("sentence") or "").split("Next best:")[-1] for t in tables)
 
 
 def test_dmp_own_cost_is_fitted_on_synthetic_steps(monkeypatch):

@@ -18,6 +18,13 @@ TORCHREC_REFUSED = {
 }
 
 
+def options_for(workload, options):
+    """``options`` (options.OptionConfig) less the forms the workload's trainer cannot run."""
+    if workload.trainer != "torchrec":
+        return options
+    return dataclasses.replace(options, host=False, compressed=False, node_local=False)
+
+
 def for_trainer(workload, config):
     """``config`` (planner.solve.SolveConfig) restricted to the forms the workload's trainer runs; SpecError naming
     --method for a method whose plans the trainer cannot run."""
@@ -27,5 +34,4 @@ def for_trainer(workload, config):
     if why is not None:
         raise SpecError(f"--method {config.method} with --trainer torchrec: {why}; choose ilp, a baseline or "
                         "torchrec", field="--method")
-    options = dataclasses.replace(config.options, host=False, compressed=False, node_local=False)
-    return dataclasses.replace(config, options=options)
+    return dataclasses.replace(config, options=options_for(workload, config.options))
