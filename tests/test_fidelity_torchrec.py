@@ -25,6 +25,9 @@ def test_smoke_trains_plans_under_dmp_beside_their_prediction(tmp_path, capsys):
         lo, hi = r["measured_interval_s"]
         assert len(r["rounds_step_time_s"]) == 2 and lo <= r["measured_step_time_s"] <= hi
         assert set(r["predicted_phases_s"]) >= {"embedding_forward", "embedding_backward", "dense"}
+        for key in ("torchrec_estimate", "torchrec_estimate_defaults"):  # TorchRec's own rating of the plan
+            assert r[key]["rating_ms"] > 0 and len(r[key]["per_rank_ms"]) == 2, r
     w = data["summary"]["per_workload"]["ranks-skewed8"]
     assert w["plans"] == 2 and w["mape"] >= 0 and w["separable_plans"] <= 2
+    assert w["torchrec_estimator"]["torchrec_estimate"]["plans"] == 2
     assert "TorchRec campaign" in capsys.readouterr().out

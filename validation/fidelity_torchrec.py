@@ -6,24 +6,28 @@ On CPU gloo ranks (``--nproc N``, default 2), one command:
 
 1. calibrate: ``placer calibrate --device cpu --nproc N --trainer torchrec`` (one rank measured while the others
    work, the gloo all-to-all and all-reduce, FBGEMM's TBE forward and fused backward on the CPU), unless ``--spec``;
-2. plans per workload (validation/ranks_workloads/), every one planned and priced under ``--trainer torchrec``:
-   placer's ILP, TorchRec's own planner (``--method torchrec``), greedy_size, round_robin, random, and the forced
+2. plans per workload (validation/ranks_workloads/: fidelity_ranks.py's three and ranks-tiny-dp), every one
+   planned and priced under ``--trainer torchrec``: placer's ILP, TorchRec's own planner told the machine as placer
+   models it (``--method torchrec``) and told only its defaults (``torchrec-defaults``: world size, ranks per
+   host, compute device, as a user who writes no bandwidths), greedy_size, round_robin, random, and the forced
    plans of fidelity_ranks.py (every table on one rank, every table row-wise, column-wise, the small tables
    data-parallel); duplicates run once;
 3. every plan exported (``placer export --torchrec --device cpu``) and trained under DistributedModelParallel on
    N gloo ranks (examples/train_torchrec.py --json: TorchRec's DLRM, or placer's dense model over DMP's sharded
    tables where TorchRec's classes cannot express it, so the step has the dense work placer prices), the plans in
    ``--rounds`` interleaved rounds (validation/rounds.py), each plan's median with its bootstrap 90% interval;
-4. the summary per workload: MAPE of placer's prediction against DMP's measured step, Spearman over the plans whose
-   intervals separate (with its interval), the ILP against the fastest plan and against TorchRec's own plan on
-   paired rounds.
-
-Not here yet: TorchRec's own estimate of each plan (its planner's perf figures) beside placer's.
+4. TorchRec's own estimate of every plan (placer/torchrec_io/estimate.py: its perf model's rating, the largest
+   rank's sum of shard perfs, with the Topology placer tells it and with TorchRec's defaults), beside placer's
+   prediction; it covers the sharded embeddings only (no dense part, no DMP overhead), so its error against the
+   step is reported with its rank correlation, which is what a planner needs of it;
+5. the summary per workload: MAPE of placer's prediction against DMP's measured step, Spearman over the plans whose
+   intervals separate (with its interval), the ILP against the fastest plan and against TorchRec's own plans on
+   paired rounds; the same MAPE and Spearman of TorchRec's estimate.
 
 Writes ``<out>/fidelity-torchrec-<nproc>ranks-<date>.json`` (command, commit, machine, versions, date, rows) and
 prints a markdown table. Run it with nothing else on the machine.
 
-    python3 validation/fidelity_torchrec.py                     # 3 workloads, 2 ranks, 5 rounds
+    python3 validation/fidelity_torchrec.py                     # 4 workloads, 2 ranks, 5 rounds
     python3 validation/fidelity_torchrec.py --nproc 4 --spec FILE
     python3 validation/fidelity_torchrec.py --smoke --out /tmp/t  # 2 plans of one workload, 2 rounds (CI)
 """
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import json
 import os
 import sys
 import tempfile
@@ -48,6 +53,8 @@ from validation.fidelity_report import measured_ms, rounds_lines, round_statisti
 from validation.rounds import paired  # noqa: E402
 
 METHODS = ["ilp", "torchrec", "greedy_size", "round_robin", "random"]
+#: fidelity_ranks.py's workloads and one where TorchRec's perf model and DMP's gloo costs part (its yaml says why)
+TORCHREC_CAMPAIGN = [name for name, _ in CAMPAIGN] + ["ranks-tiny-dp"]
 ROUNDS = 5
 DMP_STEPS, DMP_WARMUP = 30, 5
 
@@ -75,9 +82,44 @@ def make_plans(spec: Path, wl_path: Path, folder: Path, time_limit: float, smoke
         except PlacerError as exc:
             log(f"  {method}: no plan ({exc})")
     if not smoke:
+        model = CostModel(topo, wl)
+        plans += torchrec_defaults_plan(model, time_limit)
         greedy = next((p for m, p in plans if m == "greedy_size"), None)
-        plans += forced_plans(topo, wl, CostModel(topo, wl), greedy)
+        plans += forced_plans(topo, wl, model, greedy)
     return write_plans(plans, folder)
+
+
+def torchrec_defaults_plan(model, time_limit: float) -> list[tuple[str, object]]:
+    """TorchRec's planner told only its default Topology (``torchrec-defaults``), priced by placer; [] if it fails."""
+    from placer.errors import PlacerError
+    from placer.planner.solve import make_plan
+    from placer.torchrec_io import planner as trec_planner
+
+    try:
+        got = trec_planner.collect(trec_planner.start(model, time_limit, topology="defaults"))
+        return [("torchrec-defaults", make_plan(model, "torchrec-defaults", got.placements, None))]
+    except PlacerError as exc:
+        log(f"  torchrec-defaults: no plan ({exc})")
+        return []
+
+
+def torchrec_estimates(spec: Path, wl_path: Path, export: Path) -> dict:
+    """TorchRec's perf model's figures for the exported plan (module docstring, item 4): told placer's machine
+    (``torchrec_estimate``) and TorchRec's defaults (``torchrec_estimate_defaults``); or why not."""
+    from placer.cost import CostModel
+    from placer.specs import load_hardware
+    from placer.topology import Topology
+    from placer.torchrec_io.estimate import torchrec_estimate
+    from placer.torchrec_io.planner import default_topology, planner_inputs
+
+    wl = torchrec_workload(wl_path)
+    inputs = planner_inputs(CostModel(Topology(load_hardware(spec), wl.dense.dtype), wl))
+    doc = json.loads(export.read_text())
+    try:
+        return {"torchrec_estimate": torchrec_estimate(doc, inputs).as_json(),
+                "torchrec_estimate_defaults": torchrec_estimate(doc, inputs, default_topology(inputs)).as_json()}
+    except (ValueError, RuntimeError) as exc:  # a plan TorchRec's enumerator cannot express
+        return {"torchrec_estimate_error": f"{type(exc).__name__}: {exc}"[:300]}
 
 
 def predicted(spec: Path, wl_path: Path, plan_path: Path) -> dict:
@@ -103,11 +145,28 @@ def rows_of(spec: Path, wl_name: str, wl_path: Path, plans: list[tuple[str, Path
             rows.append({"name": name, "workload": wl_name, "error": got.get("refused")})
             continue
         pred = predicted(spec, wl_path, plan_path)
+        got = {**got, **torchrec_estimates(spec, wl_path, Path(got["export"]))}
         rows.append({"name": name, "method": name.split(":")[0] if not name.startswith("forced") else name,
                      "workload": wl_name, "plan_file": plan_path.name, "predicted_step_time_s": pred["step_time_s"],
                      "predicted_phases_s": pred["phases_s"], "bottleneck": pred.get("bottleneck"),
                      "ratio": got["measured_step_time_s"] / pred["step_time_s"], "ops": [], "phases": {}, **got})
     return rows
+
+
+def estimator_fit(rows: list[dict], key: str, separable: list[str] | None) -> dict:
+    """MAPE of TorchRec's rating (``key``) against the measured steps, Spearman over all plans and over the plans
+    whose intervals separate (``separable``: names), and the number of plans it rated."""
+    from scipy.stats import spearmanr
+
+    got = [(r[key]["rating_ms"] / 1e3, r["measured_step_time_s"], r["name"]) for r in rows if key in r]
+    if len(got) < 2:
+        return {"plans": len(got)}
+    out = {"plans": len(got), "mape": sum(abs(e / m - 1) for e, m, _ in got) / len(got),
+           "spearman": float(spearmanr([e for e, _, _ in got], [m for _, m, _ in got])[0])}
+    sep = [(e, m) for e, m, n in got if n in (separable or [])]
+    out["spearman_separable"] = (float(spearmanr([e for e, _ in sep], [m for _, m in sep])[0])
+                                 if len(sep) >= 3 else None)
+    return out
 
 
 def summarize_torchrec(rows: list[dict]) -> dict:
@@ -117,12 +176,16 @@ def summarize_torchrec(rows: list[dict]) -> dict:
     out = summarize(ok)
     for wl, w in out.get("per_workload", {}).items():
         mine = {r["method"]: r for r in ok if r["workload"] == wl}
-        if "ilp" in mine and "torchrec" in mine:
-            w["ilp_over_torchrec_paired"] = paired(mine["ilp"]["rounds_step_time_s"],
-                                                   mine["torchrec"]["rounds_step_time_s"])
-            w["ilp_over_torchrec_predicted"] = (mine["ilp"]["predicted_step_time_s"]
-                                                / mine["torchrec"]["predicted_step_time_s"])
+        for own in ("torchrec", "torchrec-defaults"):
+            if "ilp" in mine and own in mine:
+                tag = own.replace("-", "_")
+                w[f"ilp_over_{tag}_paired"] = paired(mine["ilp"]["rounds_step_time_s"], mine[own]["rounds_step_time_s"])
+                w[f"ilp_over_{tag}_predicted"] = (mine["ilp"]["predicted_step_time_s"]
+                                                  / mine[own]["predicted_step_time_s"])
         w.update(round_statistics([r for r in ok if r["workload"] == wl]) if len(mine) > 1 else {})
+        these = [r for r in ok if r["workload"] == wl]
+        w["torchrec_estimator"] = {k: estimator_fit(these, k, w.get("separable"))
+                                   for k in ("torchrec_estimate", "torchrec_estimate_defaults")}
     return out
 
 
@@ -130,21 +193,33 @@ def markdown(data: dict) -> str:
     commit = (data.get("git_commit") or "?")[:10]
     lines = [f"# TorchRec campaign {data['date']}: {data['nproc']} CPU gloo ranks ({commit})",
              "", f"`{data['command']}`: {data['rounds']} interleaved rounds; spec {data['spec']}", "",
-             "| workload | plan | predicted ms | DMP measured ms [90%] | error |", "|---|---|---:|---:|---:|"]
+             "| workload | plan | predicted ms | DMP measured ms [90%] | error | TorchRec's estimate ms (told / defaults) |",
+             "|---|---|---:|---:|---:|---:|"]
     for r in data["rows"]:
         if "error" in r:
             lines.append(f"| {r['workload']} | {r['name']} | - | refused: {r['error'][:80]} | |")
             continue
+        est = " / ".join(f"{r[k]['rating_ms']:.3f}" if k in r else "-"
+                         for k in ("torchrec_estimate", "torchrec_estimate_defaults"))
         lines.append(f"| {r['workload']} | {r['name']} | {r['predicted_step_time_s'] * 1e3:.3f} | {measured_ms(r)} | "
-                     f"{r['predicted_step_time_s'] / r['measured_step_time_s'] - 1:+.0%} |")
+                     f"{r['predicted_step_time_s'] / r['measured_step_time_s'] - 1:+.0%} | {est} |")
     s = data["summary"]
-    lines += ["", "| workload | plans | MAPE | Spearman (all) | ILP / TorchRec's plan, paired [90%] |",
-              "|---|---:|---:|---:|---|"]
+    lines += ["", "| workload | plans | MAPE | Spearman (all) | ILP / TorchRec's plan, paired [90%] | "
+              "ILP / TorchRec-defaults' plan | TorchRec's estimate: MAPE, Spearman (told; defaults) |",
+              "|---|---:|---:|---:|---|---|---|"]
+
+    def ratio(p):
+        return "-" if not p else f"{p['ratio']:.3f} [{p['lo']:.3f}, {p['hi']:.3f}] {p['verdict']}"
+
+    def fit(f):
+        return "-" if "mape" not in f else f"{f['mape']:.0%}, {f['spearman']:.2f}"
+
     for wl, w in s.get("per_workload", {}).items():
-        p = w.get("ilp_over_torchrec_paired")
-        own = "-" if not p else f"{p['ratio']:.3f} [{p['lo']:.3f}, {p['hi']:.3f}] {p['verdict']}"
         rho = "-" if w.get("spearman") is None else f"{w['spearman']:.2f}"
-        lines.append(f"| {wl} | {w['plans']} | {w['mape']:.0%} | {rho} | {own} |")
+        est = w.get("torchrec_estimator", {})
+        lines.append(f"| {wl} | {w['plans']} | {w['mape']:.0%} | {rho} | {ratio(w.get('ilp_over_torchrec_paired'))} | "
+                     f"{ratio(w.get('ilp_over_torchrec_defaults_paired'))} | "
+                     f"{fit(est.get('torchrec_estimate', {}))}; {fit(est.get('torchrec_estimate_defaults', {}))} |")
     lines += rounds_lines(s.get("per_workload", {}))
     return "\n".join(lines)
 
@@ -168,8 +243,8 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = f"fidelity-torchrec-{args.nproc}ranks-{args.date}" + ("-smoke" if args.smoke else "")
-    names = [n for n, _ in CAMPAIGN if (n == "ranks-skewed8" if args.smoke else
-                                        not args.workloads or n in args.workloads.split(","))]
+    names = [n for n in TORCHREC_CAMPAIGN if (n == "ranks-skewed8" if args.smoke else
+                                              not args.workloads or n in args.workloads.split(","))]
     if os.getloadavg()[0] > 1.5 and not args.smoke:
         log(f"warning: load average {os.getloadavg()[0]:.2f}: another process is busy; timings will be disturbed")
     t0 = time.perf_counter()

@@ -181,15 +181,13 @@ def _class(path: str):
     return getattr(importlib.import_module(mod), name)
 
 
-def _run_torchrec(inputs: PlannerInputs, time_limit_s: float):
-    """TorchRec's ShardingPlan for ``inputs`` and the number of proposals it rated (needs torchrec)."""
+def meta_model(inputs: PlannerInputs):
+    """(a meta-device EmbeddingBagCollection of the workload's tables, its sharder with the fused optimizer):
+    what TorchRec's planner and its estimators read (needs torchrec; no memory is allocated)."""
     import torch
     from fbgemm_gpu.split_embedding_configs import EmbOptimType
     from torchrec import EmbeddingBagCollection, EmbeddingBagConfig
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
-    from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints
-    from torchrec.distributed.planner import Topology as TrecTopology
-    from torchrec.distributed.planner.storage_reservations import HeuristicalStorageReservation
     from torchrec.modules.embedding_configs import DataType
 
     configs = [EmbeddingBagConfig(name=t, embedding_dim=dim, num_embeddings=rows, feature_names=inputs.feature_names[t],
@@ -200,11 +198,21 @@ def _run_torchrec(inputs: PlannerInputs, time_limit_s: float):
     cls = _class(opt_class)
     for _, p in ebc.named_parameters():
         p._optimizer_classes = [cls]  # what apply_optimizer_in_backward sets; TorchRec's storage estimate reads it
+    sharder = EmbeddingBagCollectionSharder(fused_params={"optimizer": getattr(EmbOptimType, opt_type),
+                                                          "learning_rate": inputs.learning_rate})
+    return ebc, sharder
+
+
+def _run_torchrec(inputs: PlannerInputs, time_limit_s: float):
+    """TorchRec's ShardingPlan for ``inputs`` and the number of proposals it rated (needs torchrec)."""
+    from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints
+    from torchrec.distributed.planner import Topology as TrecTopology
+    from torchrec.distributed.planner.storage_reservations import HeuristicalStorageReservation
+
+    ebc, sharder = meta_model(inputs)
     constraints = {t: ParameterConstraints(sharding_types=list(SHARDING_TYPES), compute_kernels=list(mapping.KERNELS),
                                            pooling_factors=inputs.pooling_factors[t])
                    for t, _, _ in inputs.tables}
-    sharder = EmbeddingBagCollectionSharder(fused_params={"optimizer": getattr(EmbOptimType, opt_type),
-                                                          "learning_rate": inputs.learning_rate})
     planner = EmbeddingShardingPlanner(
         topology=TrecTopology(**inputs.topology), batch_size=inputs.batch_size, constraints=constraints,
         storage_reservation=HeuristicalStorageReservation(percentage=STORAGE_RESERVE_PERCENTAGE,
@@ -214,7 +222,7 @@ def _run_torchrec(inputs: PlannerInputs, time_limit_s: float):
     return plan, getattr(planner, "_num_proposals", None)
 
 
-def _quietly(fn, *args):
+def quietly(fn, *args):
     """``fn(*args)`` with TorchRec's planner warnings (direct Topology construction, the heuristic reservation)
     and log lines silenced: they concern training jobs, not a dry-run plan."""
     root = logging.getLogger()
@@ -330,12 +338,29 @@ class PlannerRun:
         self.watch.close()
 
 
-def start(model: CostModel, time_limit_s: float = 60.0, deadline_s: float | None = None) -> PlannerRun:
+def default_topology(inputs: PlannerInputs) -> dict:
+    """TorchRec's Topology arguments as a TorchRec user writes them for these ranks (world size, ranks per host,
+    compute device): TorchRec's own bandwidth and capacity constants for the rest."""
+    t = inputs.topology
+    return {"world_size": t["world_size"], "local_world_size": t["local_world_size"],
+            "compute_device": t["compute_device"]}
+
+
+#: what TorchRec's planner is told of the machine: placer's figures (planner_inputs) or TorchRec's defaults
+TOPOLOGIES = ("placer", "defaults")
+
+
+def start(model: CostModel, time_limit_s: float = 60.0, deadline_s: float | None = None,
+          topology: str = "placer") -> PlannerRun:
     """Start TorchRec's planner for ``model``'s machine and workload in a child process and return at once.
     ``time_limit_s`` bounds TorchRec's proposal search; the child is killed ``deadline_s`` after the start
     (default: time_limit_s + WATCHDOG_GRACE_S). TorchRecUnavailable when no torchrec package is found (a broken
     one is reported by ``collect``); TorchRecPlannerError where TorchRec's Topology cannot describe the
-    machine."""
+    machine. ``topology``: ``placer`` tells TorchRec the machine as placer models it (module docstring);
+    ``defaults`` only its world size, ranks per host and compute device (default_topology), as a user who
+    writes no bandwidths gets."""
+    if topology not in TOPOLOGIES:
+        raise ValueError(f"topology must be one of {TOPOLOGIES}, not {topology!r}")
     t0 = time.perf_counter()
     ok, why = installed()
     if not ok:
@@ -343,6 +368,9 @@ def start(model: CostModel, time_limit_s: float = 60.0, deadline_s: float | None
     from placer.torchrec_io.importer import plan_from_document  # noqa: F401 -- imported before the fork, once
 
     inputs = planner_inputs(model)
+    if topology == "defaults":
+        inputs.topology = default_topology(inputs)
+        inputs.notes.append("TorchRec's default Topology (world size, ranks per host and compute device only)")
     file = "<TorchRec planner>"
 
     def run():  # in the child: TorchRec's plan as placer's export document (plain data, pickles)
@@ -352,7 +380,7 @@ def start(model: CostModel, time_limit_s: float = 60.0, deadline_s: float | None
             raise _NoTorchRec(version)
         from placer.torchrec_io.torchrec_types import document_from_plan
 
-        sharding_plan, proposals = _quietly(_run_torchrec, inputs, time_limit_s)
+        sharding_plan, proposals = quietly(_run_torchrec, inputs, time_limit_s)
         doc = document_from_plan(sharding_plan, file=file, data_types={t: "FP16" for t in inputs.fp16_tables})
         defaulted = _default_load_factors(doc)  # here: TorchRec's default needs torchrec, which the parent lacks
         return doc, defaulted, proposals, version, time.perf_counter() - c0
@@ -431,6 +459,7 @@ def describe(result: TorchRecResult) -> str:
     gib = 1024 ** 3
     parts = [f"TorchRec {result.version} EmbeddingShardingPlanner (its own perf model; placer's prices the plan)",
              f"world {t['world_size']}, local {t['local_world_size']}, per-rank batch {result.inputs.batch_size}",
-             f"hbm_cap {t['hbm_cap'] / gib:.1f} GiB, ddr_cap {t['ddr_cap'] / gib:.1f} GiB per rank",
+             (f"hbm_cap {t['hbm_cap'] / gib:.1f} GiB, ddr_cap {t['ddr_cap'] / gib:.1f} GiB per rank"
+              if "hbm_cap" in t else "TorchRec's default capacities"),
              f"{result.num_proposals} proposals rated" if result.num_proposals is not None else ""]
     return "; ".join(p for p in parts + result.inputs.notes if p)
