@@ -17,6 +17,9 @@ from placer.commands._output import check_output_path, write_text
 
 #: GPUs per node calibrate writes at most (a node template; the spec's own schema bounds apply too)
 MAX_CALIBRATE_GPUS = 64
+#: passes of a full calibration by default (calibrate/passes.py: the median of three rejects one disturbed pass)
+FULL_PASSES = 3
+MAX_PASSES = 9
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -38,6 +41,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="torchrec: also time FBGEMM's fused embedding kernels (TBE forward and fused backward, "
                         "op_costs.torchrec) for steps priced as TorchRec runs them (needs fbgemm-gpu or "
                         "fbgemm-gpu-cpu; exit 2 without); default placer: the runner's ops only")
+    p.add_argument("--passes", type=_args.int_range(1, MAX_PASSES, "a pass count"), default=None, metavar="K",
+                   help=f"time every benchmark K times, one whole pass after another, and keep each number's median "
+                        f"with its spread between passes in its comment, 1..{MAX_PASSES} (default {FULL_PASSES}, "
+                        f"with --quick 1)")
     p.add_argument("--name", default=None, help="spec name (default <hostname>-cpu|gpu-calibrated)")
     p.add_argument("--threads", type=_args.threads, default=None, metavar="N",
                    help=f"torch CPU threads, 1..{_args.MAX_THREADS} (default: torch's choice)")
@@ -59,6 +66,7 @@ def run(args) -> int:
     import torch
 
     from placer.calibrate import calibrate, to_yaml
+    from placer.calibrate.passes import combine
     from placer.calibrate.ranks import BusyNeighbours, measure_collectives
     from placer.calibrate.ranks import apply as apply_collectives
     from placer.calibrate.writer import checked as checked_samples
@@ -97,13 +105,19 @@ def run(args) -> int:
         torch.set_num_threads(args.threads)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     say = None if args.json else (lambda msg: err.print(f"[dim]measuring {escape(msg)}...[/]"))
+    passes = args.passes or (1 if args.quick else FULL_PASSES)
+    done = []
     try:
         with BusyNeighbours(nproc - 1 if nproc else 0):
-            cal = calibrate(device, quick=args.quick, workloads=workloads, gpus=args.gpus, progress=say)
-            if getattr(args, "trainer", "placer") == "torchrec":
-                if say:
-                    say("FBGEMM's TBE forward and fused backward")
-                fit_tbe(cal, device, args.quick, workloads)
+            for k in range(passes):
+                step = say if passes == 1 or not say else (lambda msg, k=k: say(f"pass {k + 1}/{passes}: {msg}"))
+                cal = calibrate(device, quick=args.quick, workloads=workloads, gpus=args.gpus, progress=step)
+                if getattr(args, "trainer", "placer") == "torchrec":
+                    if step:
+                        step("FBGEMM's TBE forward and fused backward")
+                    fit_tbe(cal, device, args.quick, workloads)
+                done.append(cal)
+        cal = combine(done)
     finally:
         torch.set_num_threads(threads_before)
     if nproc:
