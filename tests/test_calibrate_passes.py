@@ -29,7 +29,8 @@ def _scaled(factor: float, seconds: float = 1e-3):
 def test_each_number_is_the_median_of_its_passes_and_says_its_spread():
     base = _fake_gpu_calibration()
     got = combine([_scaled(1.0, 1e-3), _scaled(1.2, 3e-3), _scaled(0.9, 2e-3)])
-    assert got.device_costs.gather_GBps["fp32"][16].value == pytest.approx(base.device_costs.gather_GBps["fp32"][16].value)
+    want = base.device_costs.gather_GBps["fp32"][16].value
+    assert got.device_costs.gather_GBps["fp32"][16].value == pytest.approx(want)
     assert got.host_costs.fixed_us["copy"].value == pytest.approx(base.host_costs.fixed_us["copy"].value)
     assert got.values["hbm_bw_GBps"].value == pytest.approx(3000) and got.peaks["bf16"].value == pytest.approx(700)
     how = got.device_costs.stream_GBps[2**16].how

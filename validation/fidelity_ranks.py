@@ -181,7 +181,8 @@ def torchrec_rows(spec: Path, wl_path: Path, plans: list[tuple[str, Path]], roun
             continue
         iv = median_interval(done.values[name])
         steps_s = [v for v in done.values[name] if v is not None]
-        out[name] = {"export": str(exports[name]), "measured_step_time_s": iv.median, "measured_interval_s": [iv.lo, iv.hi],
+        out[name] = {"export": str(exports[name]), "measured_step_time_s": iv.median,
+                     "measured_interval_s": [iv.lo, iv.hi],
                      "rounds_step_time_s": done.values[name], "runs_step_time_s": steps_s,
                      "spread": (max(steps_s) - min(steps_s)) / iv.median, "loss_first": runs[0]["losses"][0],
                      "loss_last": runs[0]["losses"][-1]}

@@ -193,7 +193,8 @@ def markdown(data: dict) -> str:
     commit = (data.get("git_commit") or "?")[:10]
     lines = [f"# TorchRec campaign {data['date']}: {data['nproc']} CPU gloo ranks ({commit})",
              "", f"`{data['command']}`: {data['rounds']} interleaved rounds; spec {data['spec']}", "",
-             "| workload | plan | predicted ms | DMP measured ms [90%] | error | TorchRec's estimate ms (told / defaults) |",
+             "| workload | plan | predicted ms | DMP measured ms [90%] | error "
+             "| TorchRec's estimate ms (told / defaults) |",
              "|---|---|---:|---:|---:|---:|"]
     for r in data["rows"]:
         if "error" in r:
