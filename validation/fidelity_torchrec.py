@@ -103,17 +103,23 @@ def torchrec_defaults_plan(model, time_limit: float) -> list[tuple[str, object]]
         return []
 
 
-def torchrec_estimates(spec: Path, wl_path: Path, export: Path) -> dict:
-    """TorchRec's perf model's figures for the exported plan (module docstring, item 4): told placer's machine
-    (``torchrec_estimate``) and TorchRec's defaults (``torchrec_estimate_defaults``); or why not."""
+def torchrec_model(spec: Path, wl_path: Path):
+    """placer's cost model of ``spec`` and the workload under the torchrec trainer."""
     from placer.cost import CostModel
     from placer.specs import load_hardware
     from placer.topology import Topology
-    from placer.torchrec_io.estimate import torchrec_estimate
-    from placer.torchrec_io.planner import default_topology, planner_inputs
 
     wl = torchrec_workload(wl_path)
-    inputs = planner_inputs(CostModel(Topology(load_hardware(spec), wl.dense.dtype), wl))
+    return CostModel(Topology(load_hardware(spec), wl.dense.dtype), wl)
+
+
+def torchrec_estimates(inputs, export: Path) -> dict:
+    """TorchRec's perf model's figures for the exported plan (module docstring, item 4): told placer's machine
+    (``inputs``: planner.planner_inputs; ``torchrec_estimate``) and TorchRec's defaults
+    (``torchrec_estimate_defaults``); or why not."""
+    from placer.torchrec_io.estimate import torchrec_estimate
+    from placer.torchrec_io.planner import default_topology
+
     doc = json.loads(export.read_text())
     try:
         return {"torchrec_estimate": torchrec_estimate(doc, inputs).as_json(),
@@ -122,30 +128,31 @@ def torchrec_estimates(spec: Path, wl_path: Path, export: Path) -> dict:
         return {"torchrec_estimate_error": f"{type(exc).__name__}: {exc}"[:300]}
 
 
-def predicted(spec: Path, wl_path: Path, plan_path: Path) -> dict:
-    """placer's prediction of the plan's step under the torchrec trainer on ``spec``."""
-    from placer.cost import CostModel
+def predicted(model, plan_path: Path) -> dict:
+    """placer's prediction of the plan's step on ``model`` (torchrec_model)."""
     from placer.plan import load_plan
     from placer.simulate import predict
-    from placer.specs import load_hardware
-    from placer.topology import Topology
 
-    wl = torchrec_workload(wl_path)
-    return predict(CostModel(Topology(load_hardware(spec), wl.dense.dtype), wl), load_plan(plan_path))
+    return predict(model, load_plan(plan_path))
 
 
 def rows_of(spec: Path, wl_name: str, wl_path: Path, plans: list[tuple[str, Path]], rounds: int, smoke: bool
             ) -> list[dict]:
-    """One row per plan: placer's prediction beside DMP's measured step (interleaved rounds)."""
+    """One row per plan: placer's prediction and TorchRec's estimate beside DMP's measured step (interleaved
+    rounds)."""
+    from placer.torchrec_io.planner import planner_inputs
+
     trained = torchrec_rows(spec, wl_path, plans, rounds, 3 if smoke else DMP_STEPS, 1 if smoke else DMP_WARMUP)
+    model = torchrec_model(spec, wl_path)
+    inputs = planner_inputs(model)
     rows = []
     for name, plan_path in plans:
         got = trained.get(name, {"refused": "not run"})
         if "measured_step_time_s" not in got:
             rows.append({"name": name, "workload": wl_name, "error": got.get("refused")})
             continue
-        pred = predicted(spec, wl_path, plan_path)
-        got = {**got, **torchrec_estimates(spec, wl_path, Path(got["export"]))}
+        pred = predicted(model, plan_path)
+        got = {**got, **torchrec_estimates(inputs, Path(got["export"]))}
         rows.append({"name": name, "method": name.split(":")[0] if not name.startswith("forced") else name,
                      "workload": wl_name, "plan_file": plan_path.name, "predicted_step_time_s": pred["step_time_s"],
                      "predicted_phases_s": pred["phases_s"], "bottleneck": pred.get("bottleneck"),
@@ -153,20 +160,21 @@ def rows_of(spec: Path, wl_name: str, wl_path: Path, plans: list[tuple[str, Path
     return rows
 
 
-def estimator_fit(rows: list[dict], key: str, separable: list[str] | None) -> dict:
+def estimator_fit(rows: list[dict], key: str) -> dict:
     """MAPE of TorchRec's rating (``key``) against the measured steps, Spearman over all plans and over the plans
-    whose intervals separate (``separable``: names), and the number of plans it rated."""
+    whose intervals separate (rounds.spearman_separable, as placer's own), and the number of plans it rated."""
     from scipy.stats import spearmanr
 
-    got = [(r[key]["rating_ms"] / 1e3, r["measured_step_time_s"], r["name"]) for r in rows if key in r]
+    from validation.rounds import spearman_separable
+
+    got = [r for r in rows if key in r]
     if len(got) < 2:
         return {"plans": len(got)}
-    out = {"plans": len(got), "mape": sum(abs(e / m - 1) for e, m, _ in got) / len(got),
-           "spearman": float(spearmanr([e for e, _, _ in got], [m for _, m, _ in got])[0])}
-    sep = [(e, m) for e, m, n in got if n in (separable or [])]
-    out["spearman_separable"] = (float(spearmanr([e for e, _ in sep], [m for _, m in sep])[0])
-                                 if len(sep) >= 3 else None)
-    return out
+    rating = {r["name"]: r[key]["rating_ms"] / 1e3 for r in got}
+    measured = [r["measured_step_time_s"] for r in got]
+    return {"plans": len(got), "mape": sum(abs(rating[r["name"]] / r["measured_step_time_s"] - 1) for r in got)
+            / len(got), "spearman": float(spearmanr([rating[r["name"]] for r in got], measured)[0]),
+            "spearman_separable": spearman_separable(rating, {r["name"]: r["rounds_step_time_s"] for r in got})}
 
 
 def summarize_torchrec(rows: list[dict]) -> dict:
@@ -184,7 +192,7 @@ def summarize_torchrec(rows: list[dict]) -> dict:
                                                   / mine[own]["predicted_step_time_s"])
         w.update(round_statistics([r for r in ok if r["workload"] == wl]) if len(mine) > 1 else {})
         these = [r for r in ok if r["workload"] == wl]
-        w["torchrec_estimator"] = {k: estimator_fit(these, k, w.get("separable"))
+        w["torchrec_estimator"] = {k: estimator_fit(these, k)
                                    for k in ("torchrec_estimate", "torchrec_estimate_defaults")}
     return out
 
