@@ -17,7 +17,9 @@ from dataclasses import asdict, dataclass, field
 
 from placer.cost import PHASES, Cost, CostModel
 from placer.errors import SpecError
-from placer.forms import form_label
+from placer.forms import table_wise
+from placer.forms.shardings import sharding_of
+from placer.forms.storage import form_label
 from placer.planner.trainers import options_for
 from placer.options import OptionConfig, table_options
 from placer.plan import Placement, Plan
@@ -240,7 +242,7 @@ class Explainer:
             mems.append(MemoryUse(m, kind, b, self.free_bytes(m), self.usable[m]))
         gpus = sorted({self.topo.memory_of(s.device) for s in p.shards if s.device in self.topo.gpus}
                       & set(self.topo.gpus))
-        if p.sharding == "host":  # the HBM it would want: the GPU of its host with the most free
+        if not sharding_of(p).on_gpus:  # the HBM it would want: the GPU of its host with the most free
             node_gpus = [g for g in self.topo.gpus if self.topo.host_of(g) == p.shards[0].device
                          and self.topo.memory_of(g) == g]
             gpus = sorted(node_gpus, key=lambda g: -self.free_bytes(g))[:1]
@@ -255,7 +257,8 @@ class Explainer:
         bshare = cost.loads.get((self.worst, bres), 0.0) / self.full[(self.worst, bres)] if bres else 0.0
         e = TableExplanation(
             table=table, placement=p.label(), sharding=p.sharding, precision=p.precision,
-            devices=sorted({s.device for s in p.shards}), hot_fraction=p.hot_fraction if p.sharding != "host" else 0.0,
+            devices=sorted({s.device for s in p.shards}),
+            hot_fraction=p.hot_fraction if sharding_of(p).on_gpus else 0.0,
             size_bytes=spec.size_bytes(p.precision), memory=mems, hbm_wanted_bytes=wanted, hbm_free_bytes=hbm_free,
             hbm_devices=gpus,
             main_load=main, bottleneck_share=bshare, options_priced=priced, options_infeasible=infeasible,
@@ -272,12 +275,11 @@ class Explainer:
     def _hbm_wanted(self, p: Placement, cost: Cost, gpus: list[str]) -> float:
         """More HBM bytes (on ``gpus``) the table would hold with every row in HBM: the same shards all hot, or
         for a host table table-wise on ``gpus[0]``; priced by the cost model (optimizer state, buffers)."""
-        if p.sharding == "host":
+        if not sharding_of(p).on_gpus:
             if not gpus:
                 return 0.0
             spec = self.specs[p.table]
-            full = Placement.model_construct(table=p.table, sharding="table_wise", precision=p.precision, shards=[
-                p.shards[0].model_copy(update={"device": gpus[0], "hbm_rows": spec.rows, "host_rows": 0})])
+            full = table_wise.placement(spec, gpus[0], p.precision, spec.rows)
         elif all(s.host_rows == 0 for s in p.shards):
             return 0.0
         else:
@@ -297,7 +299,7 @@ class Explainer:
         if e.hbm_wanted_bytes > 0:
             gpus = ", ".join(d for d in e.devices if d in self.topo.gpus) or "its GPU"
             full = e.hbm_free_bytes < e.hbm_wanted_bytes
-            if e.sharding == "host":
+            if not sharding_of(e.sharding).on_gpus:
                 gpus = "the emptiest GPU of its host" + (f" ({e.hbm_devices[0]})" if e.hbm_devices else "")
             out += (f" Fully in HBM it would need {fmt_bytes(e.hbm_wanted_bytes)} more; {gpus} has "
                     f"{fmt_bytes(max(e.hbm_free_bytes, 0))} free"

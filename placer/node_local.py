@@ -11,10 +11,11 @@ that drift apart (each sees 1 / nodes of the samples: an accuracy question the w
 from __future__ import annotations
 
 from placer.errors import SpecError
+from placer.forms.shardings import names_where
 from placer.plan import Placement, Shard
 
 #: the shardings a node-local replica may have (one node's intra-node layouts)
-NODE_LOCAL_SHARDINGS = ("table_wise", "row_wise", "column_wise")
+NODE_LOCAL_SHARDINGS = names_where("node_local")
 
 
 def local_name(device: str) -> str:

@@ -1,4 +1,5 @@
-"""Candidate placements of every table: the menu the planner chooses from.
+"""Candidate placements of every table: the menu the planner chooses from, each form's own options in the
+registry's order (placer/forms: each sharding's ``options``, each compressed form's ``compressions``).
 
 Per table (docs/design.md): table-wise on each GPU at each hot-row level (the hottest fraction f of rows in
 that GPU's HBM, the rest in its host's DRAM read by the GPU; f = 0 is UVM); row-wise over each node's GPUs
@@ -18,17 +19,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from placer.errors import SpecError
-from placer.forms import FORCED_FORMS, force
+from placer.forms import table_wise
+from placer.forms.base import first
+from placer.forms.shardings import SHARDINGS
+from placer.forms.storage import FORCED_FORMS, MENU_ORDER, force
 from placer.node_local import node_local_options
-from placer.plan import Compression, Placement, QRForm, Shard, TTForm
+from placer.plan import Placement
 from placer.specs.workload import TableSpec, Workload
 from placer.topology import Topology
 
 DEFAULT_HOT_LEVELS = (1.0, 0.5, 0.25, 0.1, 0.05, 0.01, 0.0)
-COLUMN_PIECES = (2, 4, 8)
-MIN_COLUMN_PIECE = 4  # narrowest column piece offered, elements
-DATA_PARALLEL_MAX_BYTES = 64 * 2**20  # replicate only tables up to 64 MiB (their all-reduce is whole-table)
-QR_SMALL_COLLISIONS = (2, 4)  # QR collisions offered below the allowed maximum (the maximum is always offered)
 
 
 @dataclass(frozen=True)
@@ -67,19 +67,6 @@ class OptionConfig:
         return tuple(self.hot_levels) + tuple(f for f in extra if f not in self.hot_levels)
 
 
-def _first(items: list, canonical: bool) -> list:
-    return items[:1] if canonical else items
-
-
-def _shard(**kw) -> Shard:
-    """A Shard built without validation: options are correct by construction and there are many."""
-    return Shard.model_construct(**kw)
-
-
-def _placement(**kw) -> Placement:
-    return Placement.model_construct(**kw)
-
-
 def precisions(t: TableSpec, cfg: OptionConfig) -> list[str]:
     """Storage precisions allowed for a table: its own, plus fp16 when the workload allows it."""
     if t.dtype == "fp16":
@@ -87,96 +74,15 @@ def precisions(t: TableSpec, cfg: OptionConfig) -> list[str]:
     return ["fp32", "fp16"] if (cfg.fp16 and t.allow_fp16) else ["fp32"]
 
 
-def hot_rows_levels(rows: int, levels) -> list[int]:
-    """Distinct HBM row counts for a shard of ``rows`` rows, hottest levels first."""
-    out = []
-    for f in levels:
-        k = int(round(f * rows))
-        if k not in out:
-            out.append(k)
-    return out
-
-
-def row_split(rows: int, pieces: int) -> list[tuple[int, int]]:
-    """Contiguous id ranges of near-equal size (the first ``rows % pieces`` one row longer)."""
-    base, extra = divmod(rows, pieces)
-    out, start = [], 0
-    for i in range(pieces):
-        stop = start + base + (1 if i < extra else 0)
-        out.append((start, stop))
-        start = stop
-    return [r for r in out if r[1] > r[0]]
-
-
-def data_parallel_allowed(t: TableSpec, precision: str, topo: Topology, cfg: OptionConfig) -> bool:
-    return cfg.data_parallel and len(topo.gpus) > 1 and t.size_bytes(precision) <= DATA_PARALLEL_MAX_BYTES
-
-
-def row_wise_placement(t: TableSpec, gpus: list[str], precision: str, hot_fraction: float,
-                       first_only: bool = False, smallest_only: bool = False) -> Placement | None:
-    """Row-wise over ``gpus`` (near-equal id ranges), each shard's hottest ``hot_fraction`` in HBM.
-    ``first_only``: just the first shard, the largest (a probe for the memory a split needs);
-    ``smallest_only``: just the last range, the smallest, on the first GPU (a probe that prices every shard
-    at most at what it costs: planner/kinds.py repeats it for a lower bound)."""
-    if t.rows < len(gpus):
-        return None
-    ranges = row_split(t.rows, len(gpus))
-    pairs = list(zip(gpus, ranges))
-    if first_only:
-        pairs = pairs[:1]
-    elif smallest_only:
-        pairs = [(gpus[0], ranges[-1])]
-    shards = []
-    for g, (a, b) in pairs:
-        k = int(round(hot_fraction * (b - a)))
-        shards.append(_shard(device=g, rows=(a, b), cols=(0, t.dim), hbm_rows=k, host_rows=b - a - k))
-    return _placement(table=t.name, sharding="row_wise", precision=precision, shards=shards)
-
-
-def data_parallel_placement(t: TableSpec, gpus: list[str], precision: str) -> Placement:
-    return _placement(table=t.name, sharding="data_parallel", precision=precision, shards=[
-        _shard(device=g, rows=(0, t.rows), cols=(0, t.dim), hbm_rows=t.rows, host_rows=0) for g in gpus])
-
-
 def table_options(t: TableSpec, topo: Topology, wl: Workload, cfg: OptionConfig = OptionConfig()) -> list[Placement]:
-    """Every candidate placement of one table."""
+    """Every candidate placement of one table: per precision, each sharding's options in the registry's order
+    (placer/forms/shardings.py), then the compressed forms it allows; then the node-local variants; held to
+    ``cfg.forced_form`` when one is forced."""
     out: list[Placement] = []
-    seen_row_wise: set = set()
-    full_rows, full_cols = (0, t.rows), (0, t.dim)
+    seen: dict[str, set] = {name: set() for name in SHARDINGS}  # per form, shared across precisions
     for prec in precisions(t, cfg):
-        for g in _first(topo.gpus, cfg.canonical):
-            for k in hot_rows_levels(t.rows, cfg.levels_for(t.name)):
-                out.append(_placement(table=t.name, sharding="table_wise", precision=prec, shards=[
-                    _shard(device=g, rows=full_rows, cols=full_cols, hbm_rows=k, host_rows=t.rows - k)]))
-        if cfg.row_wise:
-            groups = [topo.gpus_of_node(n) for n in _first(topo.nodes, cfg.canonical) if len(topo.gpus_of_node(n)) > 1]
-            if len(topo.nodes) > 1 and cfg.all_gpu_kinds:
-                groups.append(list(topo.gpus))
-            for group in groups:
-                for f in cfg.levels_for(t.name):
-                    p = row_wise_placement(t, group, prec, f)
-                    key = p and (len(group), group[0], tuple(s.hbm_rows for s in p.shards))
-                    if p is not None and key not in seen_row_wise:
-                        seen_row_wise.add(key)
-                        out.append(p)
-        if cfg.column_wise:
-            for pieces in COLUMN_PIECES:
-                if t.dim % pieces or t.dim // pieces < MIN_COLUMN_PIECE:
-                    continue
-                width = t.dim // pieces
-                for node in _first(topo.nodes, cfg.canonical):
-                    gpus = topo.gpus_of_node(node)
-                    for start in _first(list(range(0, len(gpus) - pieces + 1, pieces)), cfg.canonical):
-                        block = gpus[start:start + pieces]
-                        out.append(_placement(table=t.name, sharding="column_wise", precision=prec, shards=[
-                            _shard(device=g, rows=full_rows, cols=(i * width, (i + 1) * width), hbm_rows=t.rows,
-                                  host_rows=0) for i, g in enumerate(block)]))
-        if cfg.all_gpu_kinds and data_parallel_allowed(t, prec, topo, cfg):
-            out.append(data_parallel_placement(t, topo.gpus, prec))
-        if cfg.host:
-            for host in _first(topo.hosts, cfg.canonical):
-                out.append(_placement(table=t.name, sharding="host", precision=prec, shards=[
-                    _shard(device=host, rows=full_rows, cols=full_cols, hbm_rows=0, host_rows=t.rows)]))
+        for name, form in SHARDINGS.items():
+            out += form.options(t, topo, prec, cfg, seen[name])
         if cfg.compressed:
             out += compressed_options(t, topo, prec, cfg)
     if t.node_local and cfg.node_local:  # replicas of node0's intra-node options (placer/node_local.py)
@@ -184,29 +90,13 @@ def table_options(t: TableSpec, topo: Topology, wl: Workload, cfg: OptionConfig 
     return force(out, t, cfg.forced_form) if cfg.forced_form else out
 
 
-def qr_collisions(t: TableSpec) -> list[int]:
-    """The QR collisions k offered for a table: its allowed max_collisions, then QR_SMALL_COLLISIONS below it
-    (none if the workload does not allow QR)."""
-    qr = t.compression.qr if t.compression is not None else None
-    if qr is None:
-        return []
-    return [qr.max_collisions] + [k for k in QR_SMALL_COLLISIONS if k < qr.max_collisions]
-
-
 def compressed_options(t: TableSpec, topo: Topology, precision: str, cfg: OptionConfig) -> list[Placement]:
-    """The compressed forms the workload allows for ``t`` at ``precision``, table-wise on each GPU in HBM: QR at
-    each of qr_collisions, TT at the allowed ranks (trained tables, fp32 cores: offered at fp32 only), and (frozen
-    tables, fp32 source only) int8 rows."""
-    forms = [Compression.model_construct(qr=QRForm.model_construct(collisions=k, combine=t.compression.qr.combine),
-                                         int8=False) for k in qr_collisions(t)]
-    if t.compression is not None and t.compression.int8 and t.frozen and precision == t.dtype:
-        forms.append(Compression.model_construct(qr=None, int8=True))
-    if t.compression is not None and t.compression.tt is not None and not t.frozen and precision == "fp32":
-        tt = TTForm.model_construct(ranks=tuple(t.compression.tt.ranks))
-        forms.append(Compression.model_construct(qr=None, tt=tt, int8=False))
-    return [_placement(table=t.name, sharding="table_wise", precision=precision, compression=form, shards=[
-        _shard(device=g, rows=(0, t.rows), cols=(0, t.dim), hbm_rows=t.rows, host_rows=0)])
-        for form in forms for g in _first(topo.gpus, cfg.canonical)]
+    """The compressed forms the workload allows for ``t`` at ``precision`` (each form's ``compressions``: QR at
+    each of its collisions, int8 rows of a frozen table, TT at the allowed ranks of a trained fp32 table),
+    table-wise on each GPU with every row in HBM."""
+    forms = [c for f in MENU_ORDER for c in f.compressions(t, precision)]
+    return [table_wise.placement(t, g, precision, t.rows, compression=c) for c in forms
+            for g in first(topo.gpus, cfg.canonical)]
 
 
 def all_options(topo: Topology, wl: Workload, cfg: OptionConfig = OptionConfig()) -> dict[str, list[Placement]]:

@@ -19,13 +19,15 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator, with_config
 from typing_extensions import TypedDict
 
 from placer.errors import SpecError
-from placer.node_local_check import check_per_node
+from placer.forms.names import CPU_LOOKUP, SHARDING_NAMES
+from placer.forms.tiers import tier_label
 from placer.specs.detect import detect_kind
 from placer.specs.documents import parse_json
 from placer.specs.loading import load_model, read_document
 from placer.specs.plausible import SpecWarning
 
-Sharding = Literal["table_wise", "row_wise", "column_wise", "data_parallel", "host"]
+#: the names of the shardings (placer/forms/names.py; each form's module: placer/forms)
+Sharding = Literal[SHARDING_NAMES]
 SCHEMA_VERSION = 1
 
 
@@ -61,6 +63,11 @@ class Shard(_PlanModel):
     def num_cols(self) -> int:
         return self.cols[1] - self.cols[0]
 
+    @property
+    def is_split(self) -> bool:
+        """Whether the shard keeps some rows in HBM and some in host memory (placer/forms/tiers.py)."""
+        return 0 < self.hbm_rows < self.num_rows
+
 
 class QRForm(_PlanModel):
     """Quotient-remainder rows (placer/specs/compression.py): ceil(rows / collisions) + collisions rows."""
@@ -68,12 +75,20 @@ class QRForm(_PlanModel):
     collisions: int = Field(ge=2)
     combine: Literal["mult", "add"] = "mult"
 
+    @property
+    def text(self) -> str:
+        return f"qr k={self.collisions}"
+
 
 class TTForm(_PlanModel):
     """Tensor-train rows (TT-Rec): three fp32 cores of inner ranks ``ranks`` = [r1, r2]; the row and column
     factors follow from the table's rows and dim (program/tt_shape.py, one function for pricing and runner)."""
 
     ranks: tuple[int, int]
+
+    @property
+    def text(self) -> str:
+        return f"tt r={self.ranks[0]}x{self.ranks[1]}"
 
     @model_validator(mode="after")
     def _positive(self) -> "TTForm":
@@ -99,7 +114,7 @@ class Compression(_PlanModel):
 
     @property
     def form(self) -> str:
-        return "qr" if self.qr is not None else "tt" if self.tt is not None else "int8"
+        return next(name for name in type(self).model_fields if getattr(self, name) not in (None, False))
 
 
 class Placement(_PlanModel):
@@ -131,8 +146,7 @@ class Placement(_PlanModel):
         c = self.compression
         if c is None:
             return None
-        return f"qr k={c.qr.collisions}" if c.qr is not None else \
-            f"tt r={c.tt.ranks[0]}x{c.tt.ranks[1]}" if c.tt is not None else "int8"
+        return "int8" if c.int8 else getattr(c, c.form).text
 
     @property
     def hot_fraction(self) -> float:
@@ -147,13 +161,7 @@ class Placement(_PlanModel):
         if self.node_local:  # 'node*/gpu1', '8 GPUs per node'
             local = sorted({d.split("/", 1)[-1] for d in devices})
             where = f"node*/{local[0]}" if len(local) == 1 else f"{len(local)} GPUs per node"
-        kind = self.sharding
-        if self.sharding != "host":
-            f = self.hot_fraction
-            if f == 0:
-                kind += " uvm"
-            elif f < 1:
-                kind += f" hot {f:.0%}"
+        kind = self.sharding + ("" if self.sharding in CPU_LOOKUP else tier_label(self.hot_fraction))
         prec = "" if self.precision == "fp32" else f" {self.precision}"
         form = f" {self.form_text}" if self.compression is not None else ""
         return f"{kind} {where}{prec}{form}{' node_local' if self.node_local else ''}"
@@ -394,193 +402,6 @@ def spec_changes(plan: Plan, hardware, workload) -> list[str]:
         more = f"; and {len(changes) - _CHANGES_SHOWN} more" if len(changes) > _CHANGES_SHOWN else ""
         out.append(f"{head}: {'; '.join(changes[:_CHANGES_SHOWN])}{more}; re-priced")
     return out
-
-
-def check_plan(plan: Plan, topology, workload, *, file: str | None = None, check_hashes: bool = True) -> None:
-    """Refuse a plan that does not match its hardware or workload: unknown device, missing or unknown table,
-    rows or columns not covered exactly once, devices of the wrong kind. Raises SpecError. A hardware spec or
-    workload that differs from the one the plan was made for is no refusal: with ``check_hashes`` it is a
-    SpecWarning naming what changed (``spec_changes``), and the plan is checked and priced against it."""
-    hw = topology.spec
-    if check_hashes:
-        for change in spec_changes(plan, hw, workload):
-            warnings.warn(f"{file}: {change}" if file else change, SpecWarning, stacklevel=2)
-    tables = {t.name: t for t in workload.tables}
-    seen = set()
-    gpus, hosts = set(topology.gpus), set(topology.hosts)
-    for i, p in enumerate(plan.placements):
-        where = f"placements[{i}]"
-        if p.table not in tables:
-            raise SpecError(f"unknown table {p.table!r}", file=file, field=f"{where}.table")
-        if p.table in seen:
-            raise SpecError(f"table {p.table!r} placed twice", file=file, field=f"{where}.table")
-        seen.add(p.table)
-        t = tables[p.table]
-        if p.precision == "fp16" and t.dtype == "fp32" and not t.allow_fp16:
-            raise SpecError(f"table {p.table!r} may not be stored at fp16 (allow_fp16 is false)",
-                            file=file, field=f"{where}.precision")
-        if p.compression is not None:
-            _check_form(p, t, file, where)
-        for j, s in enumerate(p.shards):
-            f = f"{where}.shards[{j}]"
-            allowed = hosts if p.sharding == "host" else gpus
-            if s.device not in allowed:
-                kind = "host" if p.sharding == "host" else "GPU"
-                raise SpecError(f"unknown {kind} device {s.device!r} for sharding {p.sharding}",
-                                file=file, field=f"{f}.device")
-            if s.rows[1] > t.rows or s.cols[1] > t.dim:
-                raise SpecError(f"shard rows {list(s.rows)} x cols {list(s.cols)} exceed the table's "
-                                f"{t.rows} rows x {t.dim} dims", file=file, field=f)
-            if p.sharding == "host" and s.hbm_rows:
-                raise SpecError("a host shard has no HBM rows", file=file, field=f"{f}.hbm_rows")
-        if p.replicated is not None:  # every node's replica alike (node_local_check.py), node0's a placement
-            one = check_per_node(p, t, topology, file, where)
-            _check_coverage(one, t, file, where)
-            _check_label(one, t, file, where)
-        elif geometry_label(p, t) is not None:  # several whole copies labelled table_wise: data_parallel, not overlap
-            _check_label(p, t, file, where)
-            _check_coverage(p, t, file, where)
-        else:  # coverage faults first; a grid that covers the table exactly: no label describes it
-            _check_coverage(p, t, file, where)
-            _check_label(p, t, file, where)
-    missing = [n for n in tables if n not in seen]
-    if missing:
-        raise SpecError(f"tables without a placement: {', '.join(missing[:8])}"
-                        f"{' ...' if len(missing) > 8 else ''}", file=file, field="placements")
-
-
-def _check_form(p: Placement, t, file, where) -> None:
-    """A compressed placement: its form allowed by the table's workload entry (``compression``), on one GPU with
-    every row in HBM (the only geometry priced and run compressed)."""
-    c, allowed = p.compression, t.compression
-    field = f"{where}.compression"
-    if c.qr is not None:
-        if allowed is None or allowed.qr is None:
-            raise SpecError(f"table {p.table!r} is stored QR-compressed, but its workload entry does not allow it "
-                            "(compression.qr)", file=file, field=field)
-        if c.qr.collisions > allowed.qr.max_collisions:
-            raise SpecError(f"table {p.table!r}: QR collisions {c.qr.collisions} exceed the workload's "
-                            f"compression.qr.max_collisions {allowed.qr.max_collisions}", file=file,
-                            field=f"{field}.qr.collisions")
-        if c.qr.combine != allowed.qr.combine:
-            raise SpecError(f"table {p.table!r}: QR combine {c.qr.combine!r} is not the workload's "
-                            f"{allowed.qr.combine!r}", file=file, field=f"{field}.qr.combine")
-        if c.qr.collisions > t.rows // 2:
-            raise SpecError(f"table {p.table!r}: QR collisions {c.qr.collisions} leave fewer than 2 quotient rows "
-                            f"of its {t.rows} rows", file=file, field=f"{field}.qr.collisions")
-    elif c.tt is not None:
-        _check_tt(p, t, file, field)
-    elif allowed is None or not allowed.int8 or not t.frozen:
-        raise SpecError(f"table {p.table!r} is stored int8, but its workload entry does not allow it "
-                        "(compression.int8 on a frozen table)", file=file, field=field)
-    s = p.shards[0]
-    if p.sharding != "table_wise" or len(p.shards) != 1 or s.hbm_rows != s.num_rows:
-        raise SpecError(f"table {p.table!r}: a compressed table must be table_wise on one GPU with every row in "
-                        f"HBM (hbm_rows = rows), got {p.label()}", file=file, field=f"{where}.sharding")
-
-
-def _check_tt(p: Placement, t, file, field) -> None:
-    """A TT placement: allowed by the workload (compression.tt) at exactly its ranks, on a trained table, fp32."""
-    allowed = t.compression.tt if t.compression is not None else None
-    if allowed is None:
-        raise SpecError(f"table {p.table!r} is stored TT-compressed, but its workload entry does not allow it "
-                        "(compression.tt)", file=file, field=field)
-    if tuple(p.compression.tt.ranks) != tuple(allowed.ranks):
-        raise SpecError(f"table {p.table!r}: TT ranks {list(p.compression.tt.ranks)} are not the workload's "
-                        f"compression.tt.ranks {list(allowed.ranks)}", file=file, field=f"{field}.tt.ranks")
-    if t.frozen or p.precision != "fp32":
-        raise SpecError(f"table {p.table!r}: TT cores are fp32 and trained (a frozen table takes int8 rows, and "
-                        f"fp16 cores are not run), got precision {p.precision}{' on a frozen table' * t.frozen}",
-                        file=file, field=field)
-
-
-def geometry_label(p: Placement, t) -> str | None:
-    """The sharding label the shards' geometry is, whatever ``p.sharding`` says: 'table_wise' (one shard, the
-    whole table), 'row_wise' (pieces of full width, split by rows), 'column_wise' (pieces of all rows, split by
-    columns), 'data_parallel' (several whole copies); None for a grid of row and column pieces, which no label
-    describes. ``host`` is a table_wise geometry on a host device (check_plan checks the device's kind)."""
-    shards = p.shards
-    whole_rows = all(s.rows == (0, t.rows) for s in shards)
-    whole_cols = all(s.cols == (0, t.dim) for s in shards)
-    if len(shards) == 1:
-        return "table_wise" if whole_rows and whole_cols else None
-    if whole_rows and whole_cols:
-        return "data_parallel"
-    if whole_cols:
-        return "row_wise"
-    if whole_rows:
-        return "column_wise"
-    return None
-
-
-#: what each label's shards must be, for the message that refuses another geometry
-_LABEL_MEANS = {"table_wise": "one shard holding the whole table on one GPU",
-                "host": "one shard holding the whole table in a host's memory",
-                "row_wise": "pieces of the table's full width, split by rows",
-                "column_wise": "pieces holding all of the table's rows, split by columns",
-                "data_parallel": "a whole copy of the table on each of several GPUs"}
-
-
-def _shape(p: Placement, t, label: str | None) -> str:
-    """'its 4 shards split the rows over 4 devices' and the like, for a refusal."""
-    n, devices = len(p.shards), len({s.device for s in p.shards})
-    if label == "table_wise":
-        return "its one shard holds the whole table"
-    if label == "row_wise":
-        return f"its {n} shards split the rows over {devices} device(s)"
-    if label == "column_wise":
-        return f"its {n} shards split the columns over {devices} device(s)"
-    if label == "data_parallel":
-        return f"its {n} shards are whole copies of the table"
-    if n == 1:
-        return f"its one shard holds rows {list(p.shards[0].rows)} x cols {list(p.shards[0].cols)}, not the whole table"
-    return f"its {n} shards split both rows and columns (a grid, which no sharding label describes)"
-
-
-def _check_label(p: Placement, t, file, where) -> None:
-    """The placement's sharding label against the geometry of its shards (``geometry_label``): a label that says
-    one thing over shards of another is refused, so that what is priced, run and exported (TorchRec's sharding
-    type is this label) is what the shards are. One-shard row_wise / column_wise (a split into one piece, as a
-    TorchRec plan on one GPU writes it) are accepted: the geometry is the same as table_wise's."""
-    shape = geometry_label(p, t)
-    label = p.sharding
-    fits = {"table_wise": shape == "table_wise", "host": shape == "table_wise",
-            "row_wise": shape in ("row_wise", "table_wise"), "column_wise": shape in ("column_wise", "table_wise"),
-            "data_parallel": shape in ("data_parallel", "table_wise")}[label]
-    if fits:
-        return
-    suggest = f" (that is {shape})" if shape and shape != label and label != "host" else ""
-    raise SpecError(f"table {p.table!r} is labelled {label}, which is {_LABEL_MEANS[label]}, but "
-                    f"{_shape(p, t, shape)}{suggest}: the label must describe the shards", file=file,
-                    field=f"{where}.sharding")
-
-
-def _check_coverage(p: Placement, t, file, where) -> None:
-    """Every (row, col) of the table covered exactly once (data_parallel: once per replica, full table)."""
-    if p.sharding == "data_parallel":
-        for j, s in enumerate(p.shards):
-            if s.rows != (0, t.rows) or s.cols != (0, t.dim):
-                raise SpecError("a data_parallel shard must hold the whole table", file=file,
-                                field=f"{where}.shards[{j}]")
-        if len({s.device for s in p.shards}) != len(p.shards):
-            raise SpecError("a data_parallel table has two replicas on one device", file=file, field=where)
-        return
-    area = sum(s.num_rows * s.num_cols for s in p.shards)
-    # Column blocks x row blocks must tile the table: check by sweeping every distinct column band.
-    bounds = sorted({c for s in p.shards for c in s.cols})
-    for lo, hi in zip(bounds, bounds[1:]):
-        spans = sorted(s.rows for s in p.shards if s.cols[0] <= lo and s.cols[1] >= hi)
-        pos = 0
-        for a, b in spans:
-            if a != pos:
-                raise SpecError(f"rows not covered exactly once in columns [{lo}, {hi}): "
-                                f"gap or overlap at row {min(a, pos)}", file=file, field=where)
-            pos = b
-        if pos != t.rows:
-            raise SpecError(f"rows [{pos}, {t.rows}) of columns [{lo}, {hi}) are not placed", file=file,
-                            field=where)
-    if bounds[0] != 0 or bounds[-1] != t.dim or area != t.rows * t.dim:
-        raise SpecError(f"shards cover {area:,} of the table's {t.rows * t.dim:,} cells", file=file, field=where)
 
 
 def plan_from_json(text: str, file: str | None = None) -> Plan:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from placer.cost import CostModel
 from placer.errors import SpecError
-from placer.plan import Plan, check_plan, load_plan
+from placer.plan import Plan, load_plan
+from placer.plan_check import check_plan
 from placer.simulate import predict
 from placer.specs.workload import Workload
 from placer.topology import Topology

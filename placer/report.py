@@ -7,6 +7,7 @@ from rich.text import Text
 
 from placer import shown_text
 from placer.cost import PHASES
+from placer.forms.shardings import sharding_of
 from placer.plan import Plan
 from placer.units import fmt_bytes, fmt_seconds
 
@@ -39,7 +40,7 @@ def table_matches(p, which: str | None) -> bool:
     from fnmatch import fnmatchcase
 
     for w in (x.strip() for x in which.split(",")):
-        on_gpu = p.sharding != "host"
+        on_gpu = sharding_of(p).on_gpus
         if w == "host" and not on_gpu or w == "fp16" and p.precision == "fp16":
             return True
         if on_gpu and (w == "hbm" and p.hot_fraction >= 1 or w == "uvm" and p.hot_fraction <= 0
@@ -113,7 +114,7 @@ def plan_summary(plan: Plan, workload, console: Console, max_tables: int = 12, m
     tt.add_column("in HBM", justify="right")
     for p in largest[:max_tables]:
         tt.add_row(shown_text.name(p.table), fmt_bytes(sizes.get(p.table, 0)), p.label(),
-                   "-" if p.sharding == "host" else f"{p.hot_fraction:.0%}")
+                   "-" if not sharding_of(p).on_gpus else f"{p.hot_fraction:.0%}")
     console.print(tt)
     s = plan.solver
     if s:
@@ -184,7 +185,7 @@ def explain_report(result: dict, console: Console) -> None:
         else:
             alt = nb["label"]
             delta = f"{nb['delta_s'] * 1e3:+.3f} ms ({nb['delta_pct']:+.2f}%)"
-        has_gpu = any(m["kind"] == "HBM" for m in e["memory"]) or e["sharding"] != "host"
+        has_gpu = any(m["kind"] == "HBM" for m in e["memory"]) or sharding_of(e["sharding"]).on_gpus
         free = fmt_bytes(max(e["hbm_free_bytes"], 0)) if has_gpu else "-"
         t.add_row(shown_text.name(e["table"]), e["placement"], used, free,
                   load, f"{e['bottleneck_share']:.1%}", alt, delta)

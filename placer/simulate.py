@@ -9,7 +9,8 @@ from collections import defaultdict
 
 from placer.cost import PHASES, Cost, CostModel
 from placer.errors import SpecError
-from placer.plan import Plan, check_plan
+from placer.plan import Plan
+from placer.plan_check import check_plan
 from placer.specs.workload import Workload
 from placer.topology import Topology
 from placer.units import fmt_bytes

@@ -14,7 +14,8 @@ from placer.cli import main
 from placer.cost import CostModel
 from placer.errors import SpecError
 from placer.options import OptionConfig, table_options
-from placer.plan import check_plan, load_plan, plan_from_json
+from placer.plan import load_plan, plan_from_json
+from placer.plan_check import check_plan
 from placer.program.build import ProgramBuilder
 from placer.program.ops import BWD, BX, FWD, FX
 from placer.runner.compressed import Int8EmbeddingBag, QREmbeddingBag

@@ -16,7 +16,8 @@ import torch
 
 from placer.cli import main
 from placer.errors import SpecError
-from placer.plan import Placement, Plan, Shard, SpecRef, check_plan
+from placer.plan import Placement, Plan, Shard, SpecRef
+from placer.plan_check import check_plan
 from placer.runner import RunConfig, Trainer
 from placer.runner.distributed import free_port, run_distributed
 from placer.runner.exchange import AllToAllLayout, ExchangeKey

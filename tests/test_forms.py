@@ -7,7 +7,7 @@ import json
 import pytest
 
 from placer.cli import main
-from placer.forms import allowing, force, table_allows, uses
+from placer.forms.storage import allowing, force, table_allows, uses
 from placer.options import OptionConfig, table_options
 from placer.plan import load_plan
 from placer.specs import load_hardware, load_workload

@@ -20,7 +20,8 @@ from placer.cli import main
 from placer.cost import CostModel
 from placer.errors import InfeasibleError, PlacerError, SpecError
 from placer.limits import MAX_TIME_LIMIT_S
-from placer.options import OptionConfig, row_wise_placement
+from placer.forms import row_wise
+from placer.options import OptionConfig
 from placer.plan import Placement, Shard
 from placer.planner import fit, ilp
 from placer.planner.solve import SolveConfig, solve
@@ -107,7 +108,7 @@ def _even_split_fits(model: CostModel, t, gpus: list[str], f: float) -> bool:
         p = Placement(table=t.name, sharding="table_wise", precision="fp32", shards=[
             Shard(device=gpus[0], rows=(0, t.rows), cols=(0, t.dim), hbm_rows=k, host_rows=t.rows - k)])
     else:
-        p = row_wise_placement(t, gpus, "fp32", f)
+        p = row_wise.placement(t, gpus, "fp32", f)
     mem = model.placement_cost(p).memory
     return all(b <= model.usable_memory[m] for m, b in mem.items())
 

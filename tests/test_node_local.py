@@ -14,7 +14,8 @@ from placer.cost import CostModel
 from placer.errors import SpecError
 from placer.node_local import per_node
 from placer.options import OptionConfig, table_options
-from placer.plan import Placement, Shard, check_plan, plan_from_json
+from placer.plan import Placement, Shard, plan_from_json
+from placer.plan_check import check_plan
 from placer.planner.context import Context
 from placer.planner.kinds import KindFolder
 from placer.planner.symmetry import Symmetry

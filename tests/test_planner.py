@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from placer.cli import main
 from placer.cost import FWD, FX, PHASES, CostModel
-from placer.forms import FORCED_FORMS
+from placer.forms.storage import FORCED_FORMS
 from placer.options import OptionConfig, all_options
 from placer.planner import ilp
 from placer.planner.baselines import BASELINES

@@ -12,7 +12,8 @@ import torch
 
 from placer.cli import main
 from placer.errors import InfeasibleError
-from placer.plan import Placement, Plan, Shard, SpecRef, check_plan
+from placer.plan import Placement, Plan, Shard, SpecRef
+from placer.plan_check import check_plan
 from placer.runner import RunConfig, Trainer, run_plan, scale_plan
 from placer.program.dense import trace
 from placer.runner.memory import MemoryNeeds, check_memory, estimate_needs

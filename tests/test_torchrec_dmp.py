@@ -31,7 +31,7 @@ def _kind_plans(topo, wl) -> dict:
     """Hand-made plans with every sharding TorchRec has: row_wise over every rank (uneven: 20001 rows),
     table_row_wise on one node (where the spec has two), column_wise with 6-wide pieces (exported as 8 + 4),
     data_parallel, a hot/cold split and table_wise."""
-    from placer import options
+    from placer.forms import data_parallel, row_wise
     from placer.plan import Placement, Plan, Shard, SpecRef
 
     t = {x.name: x for x in wl.tables}
@@ -50,10 +50,10 @@ def _kind_plans(topo, wl) -> dict:
             Shard(device=d, rows=(0, t[name].rows), cols=(i * w, (i + 1) * w), hbm_rows=t[name].rows, host_rows=0)
             for i, d in enumerate(devs)])
 
-    placements = [options.row_wise_placement(t["big"], g, "fp32", 0.0),
-                  options.row_wise_placement(t["wide"], last, "fp32", 0.5),
+    placements = [row_wise.placement(t["big"], g, "fp32", 0.0),
+                  row_wise.placement(t["wide"], last, "fp32", 0.5),
                   cw("odd", node0),
-                  options.data_parallel_placement(t["small"], g, "fp32"),
+                  data_parallel.placement(t["small"], g, "fp32"),
                   tw("mid", g[-1], 0.5)]
     ref = dict(hardware=SpecRef(name=topo.spec.name), workload=SpecRef(name=wl.name))
     return {"kinds": Plan(method="kinds", placements=placements, **ref)}
@@ -80,7 +80,7 @@ def _documents(world: int) -> dict:
 def _near_equal(doc: dict, table: str) -> dict:
     """``doc`` with ``table``'s row-wise shards at placer's near-equal split (what the export wrote before it
     followed TorchRec's routing)."""
-    from placer.options import row_split
+    from placer.forms.row_wise import row_split
 
     doc = json.loads(json.dumps(doc))
     shards = doc["tables"][table]["parameter_sharding"]["sharding_spec"]["shards"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from placer.cost import CostModel
-from placer.options import data_parallel_placement, row_wise_placement
+from placer.forms import data_parallel, row_wise
 from placer.plan import Placement, Shard
 from placer.planner.solve import SolveConfig, make_plan, solve
 from placer.torchrec_io import planner as trec_planner
@@ -53,8 +53,8 @@ def test_row_wise_and_data_parallel_tables_are_rated_on_every_rank():
     gpus = list(topo.gpus)
     big, small = max(wl.tables, key=lambda t: t.rows), min(wl.tables, key=lambda t: t.rows)
     base = {p.table: p for p in solve(topo, wl, SolveConfig(method="round_robin")).placements}
-    base[big.name] = row_wise_placement(big, gpus, big.dtype, 1.0)
-    base[small.name] = data_parallel_placement(small, gpus, small.dtype)
+    base[big.name] = row_wise.placement(big, gpus, big.dtype, 1.0)
+    base[small.name] = data_parallel.placement(small, gpus, small.dtype)
     plan = make_plan(model, "mixed", [base[t.name] for t in wl.tables], None)
     e = _estimate(plan, topo, wl, inputs)
     assert all(x > 0 for x in e.per_rank_ms)

@@ -13,7 +13,7 @@ import pytest
 from placer.cli import main
 from placer.plan import Placement, Plan, load_plan
 from placer.plan_price import priced_plan
-from placer.forms import FORCED_FORMS
+from placer.forms.storage import FORCED_FORMS
 from placer.planner.solve import METHODS, SolveConfig, solve
 from placer.torchrec_io.exporter import builder_module, export_document, mapped_plan
 from placer.torchrec_io.importer import plan_from_document
@@ -78,7 +78,7 @@ def test_cache_load_factor_round_trip():
     base = _plan("dgx-h100", "tiny", "greedy_size")
     t = next(t for t in w.tables if t.rows >= 1000)
     gpus = topo.gpus_of_node("node0")
-    from placer.options import row_wise_placement
+    from placer.forms.row_wise import placement as row_wise_placement
 
     rw = row_wise_placement(t, gpus, "fp32", 0.37)
     rw = Placement.model_validate(rw.model_dump())
@@ -102,7 +102,7 @@ def test_export_refuses_a_mapping_that_does_not_fit(monkeypatch):
     gpu = topo.gpus[0]
 
     def everything_on_one_gpu(plan, topo, wl):  # stands in for a mapping that overflows a GPU's HBM
-        from placer.options import row_wise_placement
+        from placer.forms.row_wise import placement as row_wise_placement
 
         tables = {t.name: t for t in wl.tables}
         return plan.model_copy(update={"placements": [
@@ -117,7 +117,7 @@ def test_export_refuses_a_mapping_that_does_not_fit(monkeypatch):
 def test_two_node_row_wise_is_table_row_wise():
     topo, w = shipped_pair("dgx-h100-2node", "tiny")
     t = w.tables[0]
-    from placer.options import row_wise_placement
+    from placer.forms.row_wise import placement as row_wise_placement
 
     one = row_wise_placement(t, topo.gpus_of_node("node1"), "fp32", 1.0)
     every = row_wise_placement(t, topo.gpus, "fp32", 0.0)
@@ -287,7 +287,7 @@ dense:
 def odd_plan(tmp_path):
     """dgx-h100 (8 GPUs) and three tables: a row-wise over 8 GPUs (49 rows: TorchRec's blocks of 7 leave rank 7
     empty), b column-wise in two 6-wide pieces, c table-wise (dim 10)."""
-    from placer.options import row_wise_placement
+    from placer.forms.row_wise import placement as row_wise_placement
     from placer.plan import Shard, SpecRef
     from placer.specs import load_hardware, load_workload
     from placer.topology import Topology

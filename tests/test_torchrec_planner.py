@@ -14,7 +14,7 @@ from placer.cli import main
 from placer.commands import compare
 from placer.cost import CostModel
 from placer.plan_price import priced_plan
-from placer.forms import FORCED_FORMS
+from placer.forms.storage import FORCED_FORMS
 from placer.planner.solve import METHODS, SolveConfig, solve
 from placer.specs import load_hardware
 from placer.topology import Topology

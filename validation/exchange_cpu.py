@@ -101,7 +101,8 @@ def spec_for(nproc: int, loop: dict | None, tmp: Path) -> tuple[Path, dict]:
 # ---- plans and cases ------------------------------------------------------------------------------------
 
 def plans_for(hw, wl) -> dict:
-    from placer.plan import Placement, Plan, Shard, SpecRef, check_plan
+    from placer.plan import Placement, Plan, Shard, SpecRef
+    from placer.plan_check import check_plan
     from placer.topology import Topology
 
     topo = Topology(hw, wl.dense.dtype)

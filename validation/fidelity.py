@@ -161,7 +161,7 @@ def make_plans(spec: Path, wl_path: Path, folder: Path, time_limit: float, smoke
     topo = Topology(hw, wl.dense.dtype)
     model = CostModel(topo, wl)
     plans: list[tuple[str, Plan]] = []
-    from placer.forms import FORCED_FORMS, allowing
+    from placer.forms.storage import FORCED_FORMS, allowing
 
     forced_forms = [f for f in FORCED_FORMS if allowing(wl, f)]  # each answer the workload allows, forced
     for method in (SMOKE_METHODS if smoke else METHODS + forced_forms):

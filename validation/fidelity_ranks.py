@@ -68,7 +68,7 @@ def forced_plans(topo, wl, model, greedy) -> list[tuple[str, object]]:
     """The forced plans (module docstring) priced on ``model``; ``greedy``: the greedy_size plan (its
     placements of the large tables for small-dp), or None."""
     from placer.errors import PlacerError
-    from placer.options import data_parallel_placement, row_wise_placement
+    from placer.forms import data_parallel, row_wise
     from placer.plan import Placement, Shard
     from placer.planner.solve import make_plan
 
@@ -84,11 +84,11 @@ def forced_plans(topo, wl, model, greedy) -> list[tuple[str, object]]:
             for i, g in enumerate(gpus)])
 
     variants = {"one-rank": one_rank,
-                "row-wise": [row_wise_placement(t, gpus, t.dtype, 1.0) for t in wl.tables],
+                "row-wise": [row_wise.placement(t, gpus, t.dtype, 1.0) for t in wl.tables],
                 "column-wise": [columns(t, whole) for t, whole in zip(wl.tables, one_rank)]}
     if greedy is not None:
         by_table = {p.table: p for p in greedy.placements}
-        variants["small-dp"] = [data_parallel_placement(t, gpus, t.dtype) if t.size_bytes(t.dtype) <= SMALL_DP_BYTES
+        variants["small-dp"] = [data_parallel.placement(t, gpus, t.dtype) if t.size_bytes(t.dtype) <= SMALL_DP_BYTES
                                 else by_table[t.name] for t in wl.tables]
     out = []
     for name, placements in variants.items():

@@ -44,17 +44,12 @@ def synthetic_workload(ranks: int):
 
 def synthetic_plans(topo, wl) -> dict[str, object]:
     """A: every table whole on rank i mod N; B: the same with every other table row-wise over all ranks."""
-    from placer.options import row_wise_placement
-    from placer.plan import Placement, Plan, Shard, SpecRef
+    from placer.forms import row_wise, table_wise
+    from placer.plan import Plan, SpecRef
 
     gpus = list(topo.gpus)
-
-    def tw(i, t):
-        return Placement(table=t.name, sharding="table_wise", shards=[Shard(
-            device=gpus[i % len(gpus)], rows=(0, t.rows), cols=(0, t.dim), hbm_rows=t.rows, host_rows=0)])
-
-    one = [tw(i, t) for i, t in enumerate(wl.tables)]
-    two = [row_wise_placement(t, gpus, "fp32", 1.0) if i % 2 else p for i, (t, p) in enumerate(zip(wl.tables, one))]
+    one = [table_wise.placement(t, gpus[i % len(gpus)], "fp32", t.rows) for i, t in enumerate(wl.tables)]
+    two = [row_wise.placement(t, gpus, "fp32", 1.0) if i % 2 else p for i, (t, p) in enumerate(zip(wl.tables, one))]
     ref = lambda: dict(hardware=SpecRef(name=topo.spec.name), workload=SpecRef(name=wl.name), method="synthetic")
     return {"one sharding type": Plan(**ref(), placements=one), "two sharding types": Plan(**ref(), placements=two)}
 

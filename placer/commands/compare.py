@@ -60,7 +60,7 @@ def parse_methods(text: str) -> list[str]:
 def default_methods(wl) -> list[str]:
     """Every method, less the forced forms (forms.FORCED_FORMS) no table of ``wl`` allows and, under TorchRec's
     trainer, the methods whose plans it cannot run (planner/trainers.py)."""
-    from placer.forms import FORCED_FORMS, allowing
+    from placer.forms.storage import FORCED_FORMS, allowing
     from placer.planner.solve import METHODS
     from placer.planner.trainers import TORCHREC_REFUSED
 
@@ -117,7 +117,7 @@ def compare_rows(topo, wl, args, started: float | None = None, heartbeat=None) -
     from placer.cost import CostModel
     from placer.errors import InfeasibleError, SolverError
     from placer.planner import infeasible
-    from placer.forms import FORCED_FORMS
+    from placer.forms.storage import FORCED_FORMS
     from placer.planner.solve import solve
 
     started = time.perf_counter() if started is None else started

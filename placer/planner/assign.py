@@ -16,6 +16,7 @@ from typing import Callable
 import numpy as np
 
 from placer.cost import PHASES, Cost, CostModel
+from placer.forms.shardings import sharding_of
 from placer.plan import Placement
 from placer.planner import effort
 from placer.planner.accumulator import Accumulator, load_index, packed
@@ -192,7 +193,7 @@ class Assigner:
                     self._reserve -= shares[id(k)]
                 tries = [k] if k.family != Family.ALL else []
                 tries += [f for f in fallbacks[k.table] if f.family != Family.ALL and f.hbm_bytes < k.hbm_bytes]
-                tries += [f for f in fallbacks[k.table] if f.placement.sharding == "host"]
+                tries += [f for f in fallbacks[k.table] if not sharding_of(f.placement).on_gpus]
                 got = self._first_fit(acc, tries)
                 if got is None:
                     return Assignment([], acc)

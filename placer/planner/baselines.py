@@ -20,8 +20,10 @@ import numpy as np
 
 from placer.cost import CostModel
 from placer.errors import InfeasibleError
-from placer.options import OptionConfig, hot_rows_levels
-from placer.plan import Placement, Shard
+from placer.forms import host, table_wise
+from placer.forms.tiers import hot_rows_levels
+from placer.options import OptionConfig
+from placer.plan import Placement
 from placer.planner.accumulator import Accumulator
 from placer.planner.assign import Assigner
 from placer.planner.context import Context
@@ -33,16 +35,6 @@ BASELINES = ("host_cpu", "uvm", "greedy_size", "round_robin", "random", "fae")
 #: Planners outside placer, run when installed (placer/torchrec_io/planner.py): not in BASELINES, so the ILP
 #: does not run them for its warm start (importing TorchRec alone takes ~2 s)
 EXTERNAL = ("torchrec",)
-
-
-def _table_wise(t: TableSpec, gpu: str, hbm_rows: int, precision: str = "fp32") -> Placement:
-    return Placement(table=t.name, sharding="table_wise", precision=precision, shards=[
-        Shard(device=gpu, rows=(0, t.rows), cols=(0, t.dim), hbm_rows=hbm_rows, host_rows=t.rows - hbm_rows)])
-
-
-def _host(t: TableSpec, host: str, precision: str = "fp32") -> Placement:
-    return Placement(table=t.name, sharding="host", precision=precision, shards=[
-        Shard(device=host, rows=(0, t.rows), cols=(0, t.dim), hbm_rows=0, host_rows=t.rows)])
 
 
 def _precision(t: TableSpec) -> str:
@@ -83,7 +75,7 @@ def host_cpu(model: CostModel, seed: int = 0) -> list[Placement]:
     out = {}
     for t in _by_size(model):
         hosts = sorted(model.topo.hosts, key=lambda h: acc.memory[h])
-        out[t.name] = _place_first_fit(model, acc, [_host(t, h, _precision(t)) for h in hosts], t)
+        out[t.name] = _place_first_fit(model, acc, [host.placement(t, h, _precision(t)) for h in hosts], t)
     return [out[t.name] for t in model.wl.tables]
 
 
@@ -103,8 +95,8 @@ def _symmetric_picker(model: CostModel) -> Assigner | None:
 def _least_step_gpu(model: CostModel, acc: Accumulator, t: TableSpec, hbm_rows: int, picker) -> Placement | None:
     """Table-wise with ``hbm_rows`` in HBM on the GPU where the step time grows least and it fits."""
     if picker is not None:
-        return picker.place(acc, _table_wise(t, model.topo.gpus[0], hbm_rows, _precision(t)))
-    cands = sorted((_table_wise(t, g, hbm_rows, _precision(t)) for g in model.topo.gpus),
+        return picker.place(acc, table_wise.placement(t, model.topo.gpus[0], _precision(t), hbm_rows))
+    cands = sorted((table_wise.placement(t, g, _precision(t), hbm_rows) for g in model.topo.gpus),
                    key=lambda p: acc.step_with(model.placement_cost(p)))
     for p in cands:
         c = model.placement_cost(p)
@@ -121,14 +113,14 @@ def uvm(model: CostModel, seed: int = 0) -> list[Placement]:
     for t in _by_size(model):
         p = _least_step_gpu(model, acc, t, 0, picker)
         if p is None:
-            raise nowhere(model, acc, t, [_table_wise(t, model.topo.gpus[0], 0, _precision(t))], "uvm")
+            raise nowhere(model, acc, t, [table_wise.placement(t, model.topo.gpus[0], _precision(t), 0)], "uvm")
         out[t.name] = p
     return [out[t.name] for t in model.wl.tables]
 
 
 def _gpu_or_host(model: CostModel, acc: Accumulator, t: TableSpec, gpus: list[str]) -> Placement:
-    cands = [_table_wise(t, g, t.rows, _precision(t)) for g in gpus]
-    cands += [_host(t, h, _precision(t)) for h in sorted(model.topo.hosts, key=lambda h: acc.memory[h])]
+    cands = [table_wise.placement(t, g, _precision(t), t.rows) for g in gpus]
+    cands += [host.placement(t, h, _precision(t)) for h in sorted(model.topo.hosts, key=lambda h: acc.memory[h])]
     return _place_first_fit(model, acc, cands, t)
 
 
@@ -175,7 +167,7 @@ def fae(model: CostModel, seed: int = 0, levels=(1.0, 0.5, 0.25, 0.1, 0.05, 0.02
     hot = {t.name: 0 for t in model.wl.tables}
     held_at_zero: dict[str, float] = defaultdict(float)  # every table with no row in HBM: outputs, workspace...
     for t in model.wl.tables:
-        for b in model.builder.placement_buffers(_table_wise(t, owner[t.name], 0, _precision(t))):
+        for b in model.builder.placement_buffers(table_wise.placement(t, owner[t.name], _precision(t), 0)):
             held_at_zero[b.memory] += b.bytes
     free = {m: usable[m] - held_at_zero[m] for m in usable}  # GPUs of a unified-memory node share one
     for g in gpus:
@@ -183,7 +175,7 @@ def fae(model: CostModel, seed: int = 0, levels=(1.0, 0.5, 0.25, 0.1, 0.05, 0.02
         mem = model.topo.memory_of(g)
 
         def held(t, k, g=g, mem=mem) -> float:  # bytes the table holds in this GPU's memory with k rows in HBM
-            return sum(b.bytes for b in model.builder.placement_buffers(_table_wise(t, g, k, _precision(t)))
+            return sum(b.bytes for b in model.builder.placement_buffers(table_wise.placement(t, g, _precision(t), k))
                        if b.memory == mem)
         steps = []  # (hits per byte, table, from_rows, to_rows)
         for t in mine:
@@ -200,7 +192,7 @@ def fae(model: CostModel, seed: int = 0, levels=(1.0, 0.5, 0.25, 0.1, 0.05, 0.02
                 if need <= free[mem]:
                     hot[t.name] = b
                     free[mem] -= need
-    out = [_table_wise(t, owner[t.name], hot[t.name], _precision(t)) for t in model.wl.tables]
+    out = [table_wise.placement(t, owner[t.name], _precision(t), hot[t.name]) for t in model.wl.tables]
     acc = Accumulator(model)
     for p, t in zip(out, model.wl.tables):
         c = model.placement_cost(p)

@@ -15,8 +15,9 @@ import dataclasses
 from dataclasses import dataclass
 
 from placer.cost import CostModel
-from placer.options import OptionConfig, precisions, row_wise_placement
-from placer.plan import Placement, Shard
+from placer.forms import row_wise, table_wise
+from placer.options import OptionConfig, precisions
+from placer.plan import Placement
 from placer.specs.workload import TableSpec
 
 #: At most this many tables get their own levels (the largest; a bounded menu on workloads of 1000 tables).
@@ -72,10 +73,8 @@ def _probe(t: TableSpec, gpus: tuple[str, ...], prec: str, f: float) -> Placemen
     """The first shard of the split of ``t`` over ``gpus`` with fraction ``f`` of its rows in HBM."""
     if len(gpus) == 1:
         k = int(round(f * t.rows))
-        return Placement.model_construct(table=t.name, sharding="table_wise", precision=prec, shards=[
-            Shard.model_construct(device=gpus[0], rows=(0, t.rows), cols=(0, t.dim), hbm_rows=k,
-                                  host_rows=t.rows - k)])
-    return row_wise_placement(t, list(gpus), prec, f, first_only=True)
+        return table_wise.placement(t, gpus[0], prec, k)
+    return row_wise.placement(t, list(gpus), prec, f, first_only=True)
 
 
 def _use(model: CostModel, t: TableSpec, gpus: tuple[str, ...], prec: str, f: float) -> tuple[float, float] | None:

@@ -19,8 +19,9 @@ import numpy as np
 
 from placer.cost import AR, BX, FX, PHASES, Cost
 from placer.executor import Background, no_cyclic_gc
-from placer.options import (OptionConfig, data_parallel_allowed, data_parallel_placement, precisions,
-                             row_wise_placement, table_options)
+from placer.forms.shardings import SHARDINGS, sharding_of
+from placer.forms import data_parallel, row_wise
+from placer.options import OptionConfig, precisions, table_options
 from placer.plan import Placement
 from placer.planner.budget import OutOfTime
 from placer.planner.context import Context
@@ -32,9 +33,9 @@ from placer.program.ops import EVERY_GPU, GroupKey
 #: Below this many tables the kinds are folded in one process (a fork costs more than it saves).
 PARALLEL_MIN_TABLES = 200
 
-#: Which devices a kind's placement can move to: one GPU, one node, a block of GPUs, or none (over all GPUs).
-FAMILY = {"table_wise": Family.GPU, "host": Family.NODE, "row_wise": Family.NODE, "column_wise": Family.BLOCK,
-          "data_parallel": Family.ALL}
+#: Which devices a kind's placement can move to, by sharding: one GPU, one node, a block of GPUs, or none (over all
+#: GPUs); each sharding form says which (placer/forms, ShardingForm.family)
+FAMILY = {name: Family(f.family) for name, f in SHARDINGS.items()}
 
 
 def prune_dominated(kinds: list[Kind]) -> list[Kind]:
@@ -124,16 +125,16 @@ class KindFolder:
                 if own_cfg.row_wise and len(topo.nodes) > 1:
                     seen = set()
                     for f in own_cfg.levels_for(t.name):
-                        probe = row_wise_placement(t, gpus, prec, f, smallest_only=True)
+                        probe = row_wise.placement(t, gpus, prec, f, smallest_only=True)
                         if probe is None or probe.shards[0].hbm_rows in seen:
                             continue
                         seen.add(probe.shards[0].hbm_rows)
                         ks.append(self.fold(ti, probe, repeat=len(gpus),
-                                            build=functools.partial(row_wise_placement, t, gpus, prec, f)))
-                if data_parallel_allowed(t, prec, topo, own_cfg):
-                    probe = data_parallel_placement(t, gpus[:1], prec)
+                                            build=functools.partial(row_wise.placement, t, gpus, prec, f)))
+                if data_parallel.allowed(t, prec, topo, own_cfg):
+                    probe = data_parallel.placement(t, gpus[:1], prec)
                     ks.append(self.fold(ti, probe, repeat=len(gpus),
-                                        build=functools.partial(data_parallel_placement, t, gpus, prec)))
+                                        build=functools.partial(data_parallel.placement, t, gpus, prec)))
             out.append(prune_dominated([k for k in ks if k is not None]))
         return out
 
@@ -165,7 +166,7 @@ class KindFolder:
         relabeled onto its own (Symmetry.gpu_key): the 8 near-equal shards of a row-wise option over a node are
         2 prices, not 8 (they were half of the option kinds' time on production-856)."""
         model, topo = self.ctx.local, self.ctx.topo
-        if (len(p.shards) < 2 or p.sharding not in ("row_wise", "column_wise") or p.node_local
+        if (len(p.shards) < 2 or sharding_of(p).split is None or p.node_local
                 or p.compression is not None or any(s.device not in self.ctx.gpu_set for s in p.shards)):
             return model.placement_cost(p, every_gpu_folded=True)
         cost = model.table_cost(p, every_gpu_folded=True)
@@ -276,7 +277,7 @@ class KindFolder:
                     totals[(ph, stream_class)] += v * n_gpus
                 else:
                     totals[(ph, resource_class(r))] += v
-        if p.sharding == "data_parallel":  # ring all-reduce of the table's gradient over every GPU
+        if sharding_of(p).whole_copies:  # ring all-reduce of the table's gradient over every GPU
             grad = model.tables[p.table].rows * model.tables[p.table].dim * 4
             for key, v in self._allreduce().items():
                 totals[key] += v * grad

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 
 from placer.cost import CostModel
-from placer.forms import FORCED_FORMS
+from placer.forms.storage import FORCED_FORMS
 from placer.planner.tuning import (LEAST_WORK_GPUS, LEAST_WORK_S, LEAST_WORK_S_PER_GPU, LEAST_WORK_S_PER_PAIR,
                                    TRACE_IMPORT_S, TRACE_S_PER_FEATURE, WHAT_IF_S_PER_PAIR)
 

@@ -10,12 +10,13 @@ from dataclasses import dataclass, replace
 
 from placer.cost import PHASES, CostModel
 from placer.errors import InfeasibleError, PlacerError, SolverError, SpecError
-from placer import forms
 from placer.executor import BackgroundParts
-from placer.forms import FORCED_FORMS
+from placer.forms import storage
+from placer.forms.storage import FORCED_FORMS, STORAGE
 from placer.limits import MAX_TIME_LIMIT_S, MAX_WORK_LIMIT
 from placer.options import OptionConfig, all_options
-from placer.plan import Placement, Plan, SolverInfo, SpecRef, check_plan
+from placer.plan import Placement, Plan, SolverInfo, SpecRef
+from placer.plan_check import check_plan
 from placer.planner import effort, ilp, infeasible, least_work, tiebreak, tiebreak_local
 from placer.planner.fit import with_fit_levels
 from placer.planner.baselines import BASELINES, EXTERNAL, run_baseline
@@ -170,14 +171,13 @@ def solve_forced(model: CostModel, config: SolveConfig) -> Plan:
     that form, without the baselines (none uses a form); the plan's method is the form. SpecError naming --method
     where no table allows it."""
     form = config.method
-    allowed = forms.allowing(model.wl, form)
+    allowed = storage.allowing(model.wl, form)
     if not allowed:
-        field = "node_local" if form == "node_local" else f"compression.{form}"
-        raise SpecError(f"no table of workload {model.wl.name!r} allows {form} (tables[].{field}): the forced "
-                        f"method {form} is the ILP with those tables held to it", field="--method")
+        raise SpecError(f"no table of workload {model.wl.name!r} allows {form} (tables[].{STORAGE[form].field}): the "
+                        f"forced method {form} is the ILP with those tables held to it", field="--method")
     forced = replace(config, method="ilp", options=replace(config.options, forced_form=form))
     plan = solve_ilp(model, forced)
-    held = sum(forms.uses(p, form) for p in plan.placements if p.table in set(allowed))
+    held = sum(storage.uses(p, form) for p in plan.placements if p.table in set(allowed))
     said = (f"forced {form}: {held} of the {len(allowed)} tables that allow it hold it" if held else
             f"forced {form}: the menu has no {form} option for the {len(allowed)} tables that allow it on this "
             "machine (node_local needs several nodes), so the plan is the ILP's")

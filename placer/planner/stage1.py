@@ -35,6 +35,7 @@ from typing import Callable
 import numpy as np
 
 from placer.cost import AR, PHASES
+from placer.forms.shardings import sharding_of
 from placer.planner import ilp
 from placer.planner.bound_tree import BoundTree
 from placer.planner.budget import Budget
@@ -204,7 +205,7 @@ def build_stage1(ctx: Context, kinds: Kinds) -> Problem:
     if ar_links:
         worst = max(ar_links, key=ar_links.get)
         unit = dict(ctx.model.traffic.unit_allreduce(tuple(ctx.topo.gpus)))
-        ids = [i for i, k in enumerate(flat) if k.placement.sharding == "data_parallel" and k.family == Family.ALL]
+        ids = [i for i, k in enumerate(flat) if sharding_of(k.placement).whole_copies and k.family == Family.ALL]
         key = (AR, RowKey(RowKind.EXACT, worst))
         load_base[key] = ar_links[worst]
         if ids and worst in unit:

@@ -30,6 +30,8 @@ import numpy as np
 import pulp
 
 from placer.cost import CostModel
+from placer.forms import table_wise
+from placer.forms.shardings import sharding_of
 from placer.plan import Placement
 from placer.planner import ilp
 from placer.planner.budget import Budget
@@ -43,9 +45,10 @@ def slow_lookups(model: CostModel, p: Placement) -> float:
     """Expected lookups per step of ``p``'s table served from slow memory (module docstring)."""
     t = model.wl.tables[model.wl.table_index[p.table]]
     lookups = model.B * model.wl.lookups_per_sample(p.table)
-    if p.sharding == "host":
+    form = sharding_of(p)
+    if not form.on_gpus:
         return lookups
-    if p.sharding == "data_parallel":
+    if form.whole_copies:
         return 0.0
     access = model.wl.access_models[p.table]
     slow = 0.0
@@ -124,7 +127,7 @@ def fill_options(model: CostModel, placements: list[Placement]) -> dict[str, lis
     base = model.base_cost.memory
     out: dict[str, list[Placement]] = {}
     for i, p in enumerate(placements):
-        if p.sharding != "table_wise" or p.shards[0].host_rows == 0:
+        if p.sharding != table_wise.NAME or p.shards[0].host_rows == 0:
             continue
         s = p.shards[0]
         mem = topo.memory_of(s.device)

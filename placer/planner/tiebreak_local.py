@@ -31,6 +31,7 @@ from __future__ import annotations
 import time
 
 from placer.cost import Cost, CostModel
+from placer.forms import table_wise
 from placer.options import OptionConfig, table_options
 from placer.plan import Placement, Plan
 from placer.planner import effort
@@ -106,8 +107,7 @@ def _fill_level(model: CostModel, p: Placement, t, gpu: str, free: float) -> Pla
 
     def at(f: float) -> Placement:
         k = int(round(f * n))
-        return Placement.model_construct(table=t.name, sharding="table_wise", precision=p.precision, shards=[
-            _shard(gpu, t, k)])
+        return table_wise.placement(t, gpu, p.precision, k)
 
     a = model.placement_cost(at(0.25)).memory.get(mem, 0.0)
     b = model.placement_cost(at(0.75)).memory.get(mem, 0.0)
@@ -119,12 +119,6 @@ def _fill_level(model: CostModel, p: Placement, t, gpu: str, free: float) -> Pla
     if not 0 < f < 1:
         return None
     return at(f)
-
-
-def _shard(gpu: str, t, hbm_rows: int):
-    from placer.plan import Shard
-    return Shard.model_construct(device=gpu, rows=(0, t.rows), cols=(0, t.dim), hbm_rows=hbm_rows,
-                                 host_rows=t.rows - hbm_rows)
 
 
 def _devices(p: Placement) -> tuple:
@@ -141,13 +135,13 @@ def candidates(model: CostModel, p: Placement, cfg: OptionConfig, free: dict[str
     ranked = sorted(free, key=lambda g: (-free[g], model.topo.gpus.index(g)))
     targets = set(ranked[:TARGET_GPUS])
     own = _devices(p)
-    if p.sharding == "table_wise" and own[0] in free:
+    if p.sharding == table_wise.NAME and own[0] in free:
         targets.add(own[0])
     out, seen = [], {_key(p)}
     for q in table_options(t, model.topo, model.wl, cfg):
         if q.precision != p.precision:
             continue
-        if (q.sharding == "table_wise" and q.shards[0].device in targets) or \
+        if (q.sharding == table_wise.NAME and q.shards[0].device in targets) or \
                 (q.sharding == p.sharding and _devices(q) == own):
             if _key(q) not in seen:
                 seen.add(_key(q))

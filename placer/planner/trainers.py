@@ -8,13 +8,12 @@ from __future__ import annotations
 import dataclasses
 
 from placer.errors import SpecError
+from placer.forms.storage import STORAGE
 
 #: methods that produce only forms TorchRec cannot run, and why
 TORCHREC_REFUSED = {
     "host_cpu": "every table looked up by the host CPU, which is not a TorchRec sharding",
-    "qr": "QR tables are not TorchRec's training kernels", "tt": "TT tables are not TorchRec's training kernels",
-    "int8": "int8 rows are not TorchRec's training kernels", "node_local": "node-local replicas are not a "
-                                                                           "TorchRec sharding",
+    **{name: f"TorchRec has no {f.torchrec_lacks}" for name, f in STORAGE.items()},
 }
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from placer.forms.shardings import sharding_of
 from placer.plan import Placement, Shard
 from placer.node_local import one_replica
 from placer.program import compressed_ops as cops
@@ -121,12 +122,12 @@ class ProgramBuilder:
         if p.compression is not None:
             return self._compressed_members(p)
         B = nlo.batch_of(self.topo, self.B, p)  # a node-local replica serves its node's samples only
-        step_lookups = self.lookups_per_sample[p.table] * B
+        step_lookups, form = self.lookups_per_sample[p.table] * B, sharding_of(p)
         for i, s in enumerate(p.shards):
             n, c = s.num_rows, s.num_cols
             cols = (s.cols[0], s.cols[1])
             ids = (s.rows[0], s.rows[1])
-            if p.sharding == "data_parallel":
+            if form.whole_copies:
                 lookups = self.lookups_per_sample[p.table] * self.samples_per_gpu
                 hot, cold = self.unique_split(p.table, lookups, 1.0)
                 bags = round(F * self.samples_per_gpu)
@@ -136,7 +137,7 @@ class ProgramBuilder:
             share = n / t.rows
             lookups = step_lookups * share
             bags = F * B
-            if p.sharding == "host":
+            if not form.on_gpus:
                 hot, cold = self.unique_split(p.table, self.lookups_per_step(p.table), 1.0)
                 out.append((self._key(s.device, "cpu", p, c),
                             Member(p.table, i, "all", n, cols, bags, lookups, (hot + cold) * share, ids)))
@@ -335,13 +336,13 @@ class ProgramBuilder:
             ops += self.member_ops(key, m)
         F, B = self.features[p.table], nlo.batch_of(self.topo, self.B, p)
         for s in p.shards:
-            if p.sharding in ("table_wise", "row_wise", "column_wise") and 0 < s.hbm_rows < s.num_rows:
+            if sharding_of(p).pooled_exchange and s.is_split:
                 costs, st = self.topo.op_costs(s.device), self.stream(s.device)
                 out = F * B * s.num_cols * POOLED_BYTES
                 ops.append(Op("combine", FWD, st, costs.fixed("elementwise") + costs.stream_s(3 * out), table=p.table,
                               sizes={"bytes": out, "parts": 2}))
             sender = self.topo.exchange_sender(s.device)
-            if self.W > 1 and (p.sharding in ("table_wise", "row_wise", "column_wise") or sender != s.device):
+            if self.W > 1 and (sharding_of(p).pooled_exchange or sender != s.device):
                 # a GPU shard's all-to-all, or a unified node's host table's: sent by the node's first GPU's rank
                 ex = self._gpu_shard_exchange(p.table, s.model_copy(update={"device": sender}), B, p.node_local)
                 ops += _forward_only(ex, p.table not in self.frozen)
@@ -349,7 +350,7 @@ class ProgramBuilder:
 
     def replica_allreduce_ops(self, p: Placement) -> list[Op]:
         """A replicated table's gradients, all-reduced over its replicas (links only)."""
-        if p.sharding != "data_parallel" or len(p.shards) < 2 or p.table in self.frozen:
+        if not sharding_of(p).whole_copies or len(p.shards) < 2 or p.table in self.frozen:
             return []
         devices = tuple(s.device for s in p.shards)
         grad = self.tables[p.table].rows * self.tables[p.table].dim * POOLED_BYTES
@@ -405,9 +406,9 @@ class ProgramBuilder:
         no gradient goes back)."""
         if self.W == 1:
             return 0.0
-        if p.sharding == "data_parallel" or p.table in self.frozen:
+        if sharding_of(p).whole_copies or p.table in self.frozen:
             return -1.0
-        if p.sharding == "host":
+        if not sharding_of(p).on_gpus:
             return 0.0
         d = self.tables[p.table].dim
         return sum(s.num_cols for s in p.shards) / d - 1.0
@@ -423,10 +424,9 @@ class ProgramBuilder:
     def _combine_on_owners(self, p: Placement, F: int, d: int) -> list[Op]:
         """Each sample owner assembles the table from its shards' outputs: partial sums of row-wise shards
         added, column-wise pieces concatenated (a general tiling: pieces padded to full width, then added)."""
-        if p.sharding == "data_parallel" or len(p.shards) == 1:
+        if sharding_of(p).whole_copies or len(p.shards) == 1:
             return []
-        cols = {s.cols for s in p.shards}
-        S = len(p.shards)
+        cols, S = {s.cols for s in p.shards}, len(p.shards)
         per_owner = self.samples_per_gpu * F * d * POOLED_BYTES
         if len(cols) == 1:
             n_ops, touched = S - 1, 3 * (S - 1) * per_owner
@@ -554,7 +554,7 @@ class ProgramBuilder:
             if key.location == "cpu" and not self.topo.is_unified(key.device):
                 out.append(Buffer(EVERY_GPU, "pooled outputs and gradients (copies)",
                                   ways * self.exchange_bytes_per_gpu(m.table, c)))
-        if self.W > 1 and p.sharding in ("table_wise", "row_wise", "column_wise"):
+        if self.W > 1 and sharding_of(p).pooled_exchange:
             F = self.features[p.table]
             B = nlo.batch_of(self.topo, self.B, p)
             for s in p.shards:

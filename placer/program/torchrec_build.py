@@ -23,6 +23,7 @@ with one is refused (SpecError naming the table); the planner offers none of the
 from __future__ import annotations
 
 from placer.errors import SpecError
+from placer.forms.shardings import sharding_of
 from placer.plan import Placement
 from placer.program.build import Buffer, ProgramBuilder
 from placer.program.ops import BWD, FWD, INDEX_BYTES, POOLED_BYTES, AR, GroupKey, Member, Op
@@ -30,20 +31,19 @@ from placer.program.tbe_costs import TbeCosts, tbe_costs
 from placer.units import element_bytes
 
 TRAINER = "torchrec"
-#: TorchRec's sharding types placer's plans name (table_row_wise: row-wise within a node, placer's row-wise kind)
-SHARDINGS = ("table_wise", "row_wise", "column_wise", "data_parallel")
 LENGTH_BYTES = 4  # a KeyedJaggedTensor's lengths are int32
 
 
 def not_torchrec_form(p: Placement, frozen: bool = False) -> str | None:
     """Why TorchRec's trainer cannot run placement ``p`` (None when it can)."""
-    if p.sharding == "host":
+    form = sharding_of(p)
+    if not form.on_gpus:
         return "a table looked up by the host CPU is not a TorchRec sharding"
     if p.compression is not None:
         return "compressed rows (QR, TT, int8) are not TorchRec's training kernels"
     if p.node_local:
         return "node-local replicas are not a TorchRec sharding"
-    if p.sharding not in SHARDINGS:
+    if not form.runs_under_torchrec:
         return f"{p.sharding} is not a TorchRec sharding placer prices"
     return None
 
@@ -125,7 +125,7 @@ class TorchRecProgramBuilder(ProgramBuilder):
         """placer's shard ops (members, the output all-to-all) with the input distribution of every shard's ids:
         the ids and lengths its lookups need, sent to it by the ranks (W > 1; none for data-parallel tables)."""
         ops = [op for op in super().shard_ops(p) if op.kind != "combine"]  # a caching TBE pools both parts at once
-        if self.W == 1 or p.sharding == "data_parallel":
+        if self.W == 1 or sharding_of(p).whole_copies:
             return ops
         t = self.tables[p.table]
         per_sample = self.lookups_per_sample[p.table]
@@ -134,7 +134,7 @@ class TorchRecProgramBuilder(ProgramBuilder):
             ids_bytes = self.B * per_sample * share * INDEX_BYTES + self.B * self.features[p.table] * LENGTH_BYTES
             costs, st = self.topo.op_costs(s.device), self.stream(s.device)
             seconds = costs.stream_s(2 * ids_bytes)  # unpacked on arrival (the lengths permuted, the ids copied)
-            if p.sharding == "row_wise":  # every rank bucketizes its ids by the shards' row ranges first
+            if sharding_of(p).split == "rows":  # every rank bucketizes its ids by the shards' row ranges first
                 seconds += costs.stream_s(2 * ids_bytes / max(len(p.shards), 1))
             unit, busiest = self._exchange_unit(s.device, False, False)
             per_gpu = ids_bytes / self.W

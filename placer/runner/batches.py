@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from placer.forms.shardings import sharding_of
 from placer.plan import Plan
 from placer.specs.workload import Workload
 
@@ -177,7 +178,7 @@ def batch_bytes_estimate(workload: Workload, plan: Plan | None = None) -> float:
         F = workload.outputs_per_sample(t.name)
         p = placements.get(t.name)
         pieces = 1  # column pieces each look up every id; row pieces and split parts divide them
-        if p is not None and p.sharding != "data_parallel":
+        if p is not None and not sharding_of(p).whole_copies:
             pieces = len({s.cols for s in p.shards})
         bags = len(p.shards) + sum(1 for s in p.shards if 0 < s.hbm_rows < s.num_rows) if p is not None else 1
         # ids + bags (8 B each) of every lookup in each group it enters, offsets (8 B) of every bag of every member

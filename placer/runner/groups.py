@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from placer.forms.shardings import sharding_of
 from placer.plan import Placement, Plan
 from placer.program.build import ProgramBuilder
 from placer.program.ops import GroupKey, Member
@@ -316,7 +317,7 @@ def build_groups(plan: Plan, ctx: BuildContext, builder: ProgramBuilder, devices
                 continue
             have = slots.setdefault(key, [])
             samples = None  # a slice of the batch: the member pools its bags only
-            if p.sharding == "data_parallel":
+            if sharding_of(p).whole_copies:
                 r = m.shard
                 samples = (ctx.batch * r // W, ctx.batch * (r + 1) // W) if len(p.shards) == W else \
                     (ctx.batch * r // len(p.shards), ctx.batch * (r + 1) // len(p.shards))

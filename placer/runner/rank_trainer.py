@@ -42,6 +42,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from placer.forms.shardings import sharding_of
 from placer.plan import Plan
 from placer.program.build import ProgramBuilder
 from placer.program.dense_model import DenseDLRM, make_dense_optimizer
@@ -122,13 +123,13 @@ class RankTrainer(GroupOwner):
         self.tables = {p.table: TableParts(p, parts[p.table], dims[p.table]) for p in plan.placements}
         keys = [ExchangeKey(p.table, i, self.rmap.rank_of(s.device), workload.outputs_per_sample(p.table),
                             s.num_cols, s.cols[0], self.table_samples.get(p.table))
-                for p in plan.placements if p.sharding != "data_parallel" for i, s in enumerate(p.shards)]
+                for p in plan.placements if not sharding_of(p).whole_copies for i, s in enumerate(p.shards)]
         leaves = [(t, dims[t]) for t, _ in feature_slots(workload)]
         self.layout = AllToAllLayout(keys, list(self.rmap.slices), self.rank, self.B, self.device, leaves=leaves)
         self.recorder = ExchangeRecorder(self.device)
         self.replica_grads = []
         for p in plan.placements:
-            if p.sharding == "data_parallel":
+            if sharding_of(p).whole_copies:
                 g, s = self.tables[p.table].shards[0][0]
                 self.replica_grads.append(g.dense_grad[s.row_base:s.row_base + s.member.rows])
 

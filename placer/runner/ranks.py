@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from placer.errors import SpecError
+from placer.forms.shardings import sharding_of
 from placer.plan import Placement, Plan
 from placer.runner.memory import MemoryNeeds, check_memory, estimate_needs
 from placer.specs.workload import Workload
@@ -75,7 +76,7 @@ def rank_map(topo: Topology, world: int, batch: int) -> RankMap:
 def check_distributable(plan: Plan, rmap: RankMap) -> None:
     """A data_parallel table must have a replica on every rank (each rank pools its own samples from it)."""
     for p in plan.placements:
-        if p.sharding != "data_parallel":
+        if not sharding_of(p).whole_copies:
             continue
         ranks = {rmap.rank_of(s.device) for s in p.shards}
         if len(ranks) != rmap.world:
@@ -91,7 +92,7 @@ def one_replica_per_rank(plan: Plan, rmap: RankMap, rank: int) -> Plan:
     replica (its shard index becomes 0)."""
     placements = []
     for p in plan.placements:
-        if p.sharding == "data_parallel":
+        if sharding_of(p).whole_copies:
             mine = [s for s in p.shards if rmap.rank_of(s.device) == rank][:1]
             p = Placement.model_construct(table=p.table, sharding=p.sharding, precision=p.precision, shards=mine)
         placements.append(p)
@@ -103,7 +104,7 @@ def rank_subplan(plan: Plan, rmap: RankMap, rank: int) -> Plan:
     placements = []
     for p in plan.placements:
         mine = [s for s in p.shards if rmap.rank_of(s.device) == rank]
-        if p.sharding == "data_parallel":
+        if sharding_of(p).whole_copies:
             mine = mine[:1]
         if mine:
             placements.append(Placement.model_construct(table=p.table, sharding=p.sharding,

@@ -8,6 +8,7 @@ workload by name, without hashes.
 from __future__ import annotations
 
 from placer.errors import SpecError
+from placer.forms.shardings import sharding_of
 from placer.plan import Placement, Plan, Shard, SpecRef
 from placer.specs.workload import Workload
 
@@ -44,7 +45,7 @@ def scale_plan(plan: Plan, scaled_workload: Workload) -> Plan:
             n = b - a
             hot = s.hbm_rows / s.num_rows
             k = n if s.hbm_rows == s.num_rows else 0 if s.hbm_rows == 0 else min(n - 1, max(1, round(hot * n)))
-            if p.sharding == "host":
+            if not sharding_of(p).on_gpus:
                 k = 0
             shards.append(Shard(device=s.device, rows=(a, b), cols=s.cols, hbm_rows=k, host_rows=n - k))
         placements.append(Placement(table=p.table, sharding=p.sharding, precision=p.precision, shards=shards,

@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
+from placer.forms.shardings import sharding_of
 from placer.plan import Plan
 from placer.program.build import ProgramBuilder
 from placer.program.dense_model import DenseDLRM, make_dense_optimizer
@@ -67,7 +68,7 @@ class TableParts:
         self.shards = [parts.get(i, []) for i in range(len(placement.shards))]
         self.dim = dim
         cols = {s.cols for s in placement.shards}
-        if placement.sharding == "data_parallel":
+        if sharding_of(placement).whole_copies:
             self.mode = "samples"
         elif len(placement.shards) == 1:
             self.mode = "single"
@@ -234,7 +235,7 @@ class Trainer(GroupOwner):
 
     @property
     def gpu_devices_folded(self) -> int:
-        return len({s.device for p in self.plan.placements if p.sharding != "host" for s in p.shards})
+        return len({s.device for p in self.plan.placements if sharding_of(p).on_gpus for s in p.shards})
 
     # ---- the step ---------------------------------------------------------------------------------------------
 

@@ -28,6 +28,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from placer.errors import SpecError
+from placer.forms.shardings import sharding_of
+from placer.forms.storage import COMPRESSED, NODE_LOCAL
 from placer.node_local import refuse_node_local
 from placer.plan import Plan
 from placer.plan_price import priced_plan
@@ -43,10 +45,6 @@ _JSON_LINE = 'PLAN_JSON = Path(__file__).with_name("plan.torchrec.json")'
 _IMPORT_LINE = "    from plan_builder import "
 
 
-#: what TorchRec lacks for each compressed form
-_NO_TORCHREC = {"qr": "QR", "tt": "TT (tensor-train)", "int8": "trainable int8"}
-
-
 def mapped_plan(plan: Plan, topo: Topology, wl: Workload) -> tuple[Plan, dict[str, list[str]]]:
     """The plan TorchRec will run (every placement at its nearest TorchRec equivalent) and the notes per
     table that changed. SpecError for a table TorchRec cannot run (compressed or frozen tables too). Host tables
@@ -55,31 +53,31 @@ def mapped_plan(plan: Plan, topo: Topology, wl: Workload) -> tuple[Plan, dict[st
     (placer's memory model: a UVM table keeps its rows in host DRAM but its lookup buffers in HBM), so the
     mapping fits wherever some order of them does."""
     tables = {t.name: t for t in wl.tables}
-    refuse_node_local(plan, "export --torchrec", "TorchRec has no sharding that keeps a replica per node trained on "
-                      "that node's samples alone (its data_parallel all-reduces every replica's gradient)")
+    refuse_node_local(plan, "export --torchrec", f"TorchRec has no {NODE_LOCAL.torchrec_lacks} (its data_parallel "
+                      "all-reduces every replica's gradient)")
     for i, p in enumerate(plan.placements):
         if p.compression is not None:
             raise SpecError(f"table {p.table!r} is stored {p.compression.form}-compressed, and TorchRec has no "
-                            f"{_NO_TORCHREC[p.compression.form]} embedding table to run it as planned",
+                            f"{COMPRESSED[p.compression.form].torchrec_lacks} to run it as planned",
                             field=f"placements[{i}].compression")
         if p.table in tables and tables[p.table].frozen:
             raise SpecError(f"table {p.table!r} is frozen, and TorchRec's sharded tables have no frozen form (every "
                             "table gets the fused optimizer); drop frozen: true from the workload to export it "
                             "trained", field=f"placements[{i}].table")
     free, model = None, None
-    if any(p.sharding == "host" for p in plan.placements):
+    if any(not sharding_of(p).on_gpus for p in plan.placements):
         from placer.cost import CostModel
 
         model = CostModel(topo, wl)
         free = dict(model.usable_memory)
         for p in plan.placements:
-            if p.sharding != "host":
+            if sharding_of(p).on_gpus:
                 for mem, b in model.placement_cost(p).memory.items():
                     free[mem] = free.get(mem, 0.0) - b
     placements, notes = [], {}
     for p in plan.placements:
         gpu, cost = None, None
-        if p.sharding == "host":
+        if not sharding_of(p).on_gpus:
             node = topo.node_of[p.shards[0].device]
             best = None
             for g in topo.gpus_of_node(node) or topo.gpus:
@@ -127,7 +125,7 @@ def export_document(plan: Plan, topo: Topology, wl: Workload, *, file: str | Non
     try:
         mapped_step = priced_plan(mapped, topo, wl, file=file, check_hashes=False)["step_time_s"]
     except SpecError as exc:  # the plan fits; what TorchRec would run instead does not
-        host = sum(p.sharding == "host" for p in plan.placements)
+        host = sum(not sharding_of(p).on_gpus for p in plan.placements)
         raise SpecError(f"TorchRec cannot run this plan: its nearest TorchRec equivalent does not fit placer's "
                         f"model of this machine ({exc.detail})"
                         + (f"; {host} host CPU lookup tables map to fused_uvm table-wise on their node's GPUs, whose "
@@ -141,7 +139,7 @@ def export_document(plan: Plan, topo: Topology, wl: Workload, *, file: str | Non
         entry = {"parameter_sharding": ps,
                  "parameter_constraints": mapping.parameter_constraints(q, ps, t, pooling.get(t.name, [])),
                  "placer": p.label()}
-        if device == "cpu" and q.sharding != "data_parallel" and any(s.host_rows for s in q.shards):
+        if device == "cpu" and not sharding_of(q).whole_copies and any(s.host_rows for s in q.shards):
             notes.setdefault(p.table, []).append(
                 "cpu: TorchRec runs fused_uvm and fused_uvm_caching as its plain host kernel there, so the kernel is "
                 "written as fused (priced as placer's split; an import reads fused as every row in device memory)")

@@ -31,14 +31,13 @@ from __future__ import annotations
 import re
 
 from placer.errors import SpecError
+from placer.forms.shardings import FROM_TORCHREC, TABLE_WISE, sharding_of
 from placer.plan import Placement, Shard
 from placer.specs.workload import TableSpec
 from placer.topology import Topology
 
-#: TorchRec sharding type -> placer sharding
-SHARDING_FROM_TORCHREC = {"table_wise": "table_wise", "row_wise": "row_wise", "table_row_wise": "row_wise",
-                          "column_wise": "column_wise", "table_column_wise": "column_wise",
-                          "data_parallel": "data_parallel"}
+#: TorchRec sharding type -> placer sharding (each sharding form's torchrec_types, placer/forms)
+SHARDING_FROM_TORCHREC = {st: f.name for st, f in FROM_TORCHREC.items()}
 #: TorchRec compute kernels placer can price
 KERNELS = ("dense", "fused", "fused_uvm", "fused_uvm_caching")
 _PLACEMENT = re.compile(r"^rank:(\d+)/(cuda|cpu|meta):?(\d*)$")
@@ -152,7 +151,7 @@ def column_blocks(dim: int, pieces: int) -> list[tuple[int, int]] | None:
 def row_wise_group(p: Placement, topo: Topology) -> list[str]:
     """The ranks' devices TorchRec splits a row-wise placement over, in rank order: every GPU (row_wise), or
     the node's GPUs when the shards lie on one node of several (table_row_wise)."""
-    if sharding_type_of(p, topo) == "table_row_wise":
+    if _within_one_node(p, topo):
         return list(topo.gpus_of_node(topo.node_of[p.shards[0].device]))
     return list(topo.gpus)
 
@@ -162,7 +161,7 @@ def _as_row_blocks(p: Placement, t: TableSpec, topo: Topology) -> tuple[Placemen
     hot fraction, and the note when that changes the shards."""
     group = row_wise_group(p, topo)
     blocks = row_blocks(t.rows, len(group))
-    if len(topo.nodes) > 1 and sharding_type_of(p, topo) == "row_wise":
+    if len(topo.nodes) > 1 and not _within_one_node(p, topo):
         # the non-empty blocks must not all fall on one node: TorchRec would read that as table_row_wise
         used = {topo.node_of[g] for g, (a, b) in zip(group, blocks) if b > a}
         if len(used) == 1:
@@ -206,18 +205,19 @@ def nearest_mappable(p: Placement, t: TableSpec, topo: Topology, host_gpu: str |
     what changed. ``host_gpu``: the GPU a ``host`` table goes to (the caller spreads them over the node).
     SpecError for a placement TorchRec cannot run at all (column pieces that cannot be made multiples of 4)."""
     notes = []
-    if p.sharding == "host":
+    if not sharding_of(p).on_gpus:
         notes.append(f"host CPU lookup on {p.shards[0].device} has no TorchRec kernel; nearest: fused_uvm "
                      f"table_wise on {host_gpu} (rows stay in that host's DRAM, the GPU reads them over PCIe)")
         shard = Shard(device=host_gpu, rows=(0, t.rows), cols=(0, t.dim), hbm_rows=0, host_rows=t.rows)
-        return p.model_copy(update={"sharding": "table_wise", "shards": [shard]}), notes
-    if p.sharding == "row_wise":
+        return p.model_copy(update={"sharding": TABLE_WISE.name, "shards": [shard]}), notes
+    split = sharding_of(p).split
+    if split == "rows":
         p, why = _as_row_blocks(p, t, topo)
         notes += why
-    elif p.sharding == "column_wise":
+    elif split == "cols":
         p, why = _as_column_blocks(p, t)
         notes += why
-    if p.sharding == "data_parallel":
+    if sharding_of(p).whole_copies:
         if any(s.host_rows for s in p.shards):
             notes.append("data_parallel replicas with rows in host DRAM: TorchRec replicates in HBM (dense)")
             p = _with_hbm(p, 1.0)
@@ -246,7 +246,7 @@ def kernel_of(p: Placement, device: str = "cuda") -> tuple[str, float | None]:
     """(compute kernel, cache load factor or None) of a placement TorchRec expresses, on ``device`` (cuda or
     cpu: there every non-replicated table is ``fused``, the kernel TorchRec runs fused_uvm and
     fused_uvm_caching as)."""
-    if p.sharding == "data_parallel":
+    if sharding_of(p).whole_copies:
         return "dense", None
     if device == "cpu" or all(s.hbm_rows == s.num_rows for s in p.shards):
         return "fused", None
@@ -255,15 +255,17 @@ def kernel_of(p: Placement, device: str = "cuda") -> tuple[str, float | None]:
     return "fused_uvm_caching", load_factor_for(p.shards)
 
 
+def _within_one_node(p: Placement, topo: Topology) -> bool:
+    """Whether ``p`` is row-wise over the GPUs of one node of several (TorchRec's table_row_wise)."""
+    return (sharding_of(p).split == "rows" and len(topo.nodes) > 1
+            and len({topo.node_of[s.device] for s in p.shards}) == 1)
+
+
 def sharding_type_of(p: Placement, topo: Topology) -> str:
-    """TorchRec sharding type of a placement TorchRec expresses (see the module docstring)."""
-    if p.sharding != "row_wise":
-        return p.sharding
-    devices = {s.device for s in p.shards}
-    nodes = {topo.node_of[d] for d in devices}
-    if len(topo.nodes) > 1 and len(nodes) == 1:
-        return "table_row_wise"
-    return "row_wise"
+    """TorchRec sharding type of a placement TorchRec expresses (see the module docstring): its form's first
+    TorchRec type, the second (table_row_wise) for row-wise within one node of several."""
+    types = sharding_of(p).torchrec_types
+    return types[1] if _within_one_node(p, topo) else types[0]
 
 
 def parameter_sharding(p: Placement, ranks: Ranks) -> dict:
@@ -274,7 +276,7 @@ def parameter_sharding(p: Placement, ranks: Ranks) -> dict:
     st = sharding_type_of(p, ranks.topo)
     out = {"sharding_type": st, "compute_kernel": kernel,
            "ranks": [ranks.rank(s.device) for s in p.shards], "sharding_spec": None, "cache_params": None}
-    if p.sharding == "row_wise":
+    if sharding_of(p).split == "rows":
         # one shard per rank of the group in rank order, as TorchRec routes them (nearest_mappable made the
         # placement its blocks; the empty ones past the table's end are written too)
         group = row_wise_group(p, ranks.topo)
@@ -287,7 +289,7 @@ def parameter_sharding(p: Placement, ranks: Ranks) -> dict:
         out["sharding_spec"] = {"shards": [
             {"shard_offsets": [a, 0], "shard_sizes": [b - a, p.shards[0].num_cols], "placement": ranks.placement(g)}
             for g, (a, b) in zip(group, blocks)]}
-    elif p.sharding != "data_parallel":
+    elif not sharding_of(p).whole_copies:
         out["sharding_spec"] = {"shards": [
             {"shard_offsets": [s.rows[0], s.cols[0]], "shard_sizes": [s.num_rows, s.num_cols],
              "placement": ranks.placement(s.device)} for s in p.shards]}
@@ -338,11 +340,11 @@ def placement_from_sharding(table: str, ps: dict, t: TableSpec, ranks: Ranks, pr
         load_factor = float(lf)
     sharding = SHARDING_FROM_TORCHREC[st]
     spec = ps.get("sharding_spec")
-    if sharding == "data_parallel":
+    if sharding_of(sharding).whole_copies:
         rank_list = ps.get("ranks") or list(range(ranks.world_size))
         devices = [ranks.device(r, file=file, field=f"{field}.ranks") for r in rank_list]
         blocks = [(d, (0, t.rows), (0, t.dim)) for d in devices]
-    elif spec is None and st == "table_wise" and ps.get("ranks"):
+    elif spec is None and sharding == TABLE_WISE.name and ps.get("ranks"):
         blocks = [(ranks.device(ps["ranks"][0], file=file, field=f"{field}.ranks"), (0, t.rows), (0, t.dim))]
     else:
         shards = spec.get("shards") if isinstance(spec, dict) else None
@@ -362,7 +364,7 @@ def placement_from_sharding(table: str, ps: dict, t: TableSpec, ranks: Ranks, pr
                                 f"{t.rows} rows x {t.dim} dims", file=file, field=f)
             device = ranks.device_of_placement(sh.get("placement"), file=file, field=f"{f}.placement")
             blocks.append((device, (r0, r0 + nr), (c0, c0 + nc)))
-        if sharding == "column_wise" and any(rows != (0, t.rows) for _, rows, _ in blocks):
+        if sharding_of(sharding).split == "cols" and any(rows != (0, t.rows) for _, rows, _ in blocks):
             raise SpecError(f"{st} shards that split rows too: placer's column_wise keeps whole columns",
                             file=file, field=f"{field}.sharding_spec")
     out = []

@@ -45,11 +45,13 @@ from dataclasses import dataclass, field
 from placer.cost import CostModel
 from placer.errors import InfeasibleError, SolverError, SpecError
 from placer.executor import Child, reason
+from placer.forms.shardings import COLUMN_WISE, DATA_PARALLEL, ROW_WISE, TABLE_WISE
 from placer.plan import Placement, Plan, SpecRef
 from placer.torchrec_io import INSTALL_HINT, mapping
 
-#: TorchRec sharding types its planner may choose (all its EmbeddingBagCollection sharder offers but grid_shard)
-SHARDING_TYPES = ("data_parallel", "table_wise", "column_wise", "table_column_wise", "row_wise", "table_row_wise")
+#: TorchRec sharding types its planner may choose (all its EmbeddingBagCollection sharder offers but grid_shard: the
+#: TorchRec types of placer's sharding forms), in the order its enumerator has always been offered them
+SHARDING_TYPES = tuple(st for f in (DATA_PARALLEL, TABLE_WISE, COLUMN_WISE, ROW_WISE) for st in f.torchrec_types)
 #: placer's optimizer -> (torch optimizer class path, fbgemm EmbOptimType name) for TorchRec
 _OPTIMIZERS = {"sgd": ("torchrec.optim:SGD", "EXACT_SGD"), "adam": ("torchrec.optim:Adam", "ADAM"),
                "adagrad": ("torch.optim:Adagrad", "EXACT_ADAGRAD"),

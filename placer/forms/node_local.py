@@ -1,8 +1,19 @@
-"""The checks of a node-local placement (``replicated: per_node``, placer/node_local.py) that check_plan
-(placer/plan.py) runs before it checks the first node's replica as it checks any placement."""
+"""Node-local replicas (the workload's ``node_local``, communication avoidance): a replica of the table on every
+node, laid out on each as an intra-node option on node0 is, each node's samples looking up and updating only their
+node's replica (``replicated: per_node`` in a plan). Which shardings may be node-local is each sharding form's
+``node_local``; placer/node_local.py builds the options and refuses such plans where they cannot run; this module
+is the form's entry and the check that check_plan (placer/plan.py) runs before it checks the first node's replica
+as it checks any placement."""
 from __future__ import annotations
 
 from placer.errors import SpecError
+from placer.forms.base import StorageForm
+from placer.forms.shardings import sharding_of
+
+
+def allows(t) -> bool:
+    """Whether table ``t``'s workload entry allows node-local replicas (node_local: true)."""
+    return bool(t.node_local)
 
 
 def check_per_node(p, t, topology, file: str | None, where: str):
@@ -14,7 +25,7 @@ def check_per_node(p, t, topology, file: str | None, where: str):
     if not t.node_local:
         raise SpecError(f"table {p.table!r} is placed node-local, but its workload entry does not allow it "
                         "(node_local: true)", file=file, field=field)
-    if p.sharding not in ("table_wise", "row_wise", "column_wise") or p.compression is not None:
+    if not sharding_of(p).node_local or p.compression is not None:
         raise SpecError(f"table {p.table!r}: a node-local table is table_wise, row_wise or column_wise and "
                         f"uncompressed, got {p.label()}", file=file, field=field)
     nodes = topology.nodes
@@ -33,3 +44,6 @@ def check_per_node(p, t, topology, file: str | None, where: str):
                             "rows, columns and hot rows on the same local GPUs)", file=file, field=f"{where}.shards")
     return p.model_copy(update={"shards": blocks[0], "replicated": None})
 
+
+FORM = StorageForm(name="node_local", field="node_local", allows=allows,
+                   torchrec_lacks="sharding that keeps a replica per node trained on that node's samples alone")

@@ -1,0 +1,31 @@
+"""The registry of shardings: every ShardingForm (placer/forms/base.py), one module each, by the name plan files
+give it. Code that must know what a placement's sharding does asks ``sharding_of(p)`` for the property
+(``whole_copies``, ``on_gpus``, ``pooled_exchange``, ``family``, ``torchrec_types``, ...) and builds placements
+with the forms' ``name``; a new sharding is a new module here and its entry in ``SHARDINGS``."""
+from __future__ import annotations
+
+from placer.forms import column_wise, data_parallel, host, row_wise, table_wise
+from placer.forms.base import ShardingForm
+
+TABLE_WISE: ShardingForm = table_wise.FORM
+ROW_WISE: ShardingForm = row_wise.FORM
+COLUMN_WISE: ShardingForm = column_wise.FORM
+DATA_PARALLEL: ShardingForm = data_parallel.FORM
+HOST: ShardingForm = host.FORM
+
+#: every sharding by its name in plan files, in the order the docs and refusals list them
+SHARDINGS: dict[str, ShardingForm] = {f.name: f for f in (TABLE_WISE, ROW_WISE, COLUMN_WISE, DATA_PARALLEL, HOST)}
+#: the names plan files may write in ``sharding``
+SHARDING_NAMES: tuple[str, ...] = tuple(SHARDINGS)
+#: TorchRec's sharding type -> placer's sharding form (table_row_wise is row_wise within one node)
+FROM_TORCHREC: dict[str, ShardingForm] = {st: f for f in SHARDINGS.values() for st in f.torchrec_types}
+
+
+def sharding_of(p) -> ShardingForm:
+    """The sharding form of placement ``p`` (or of a sharding's name)."""
+    return SHARDINGS[p if isinstance(p, str) else p.sharding]
+
+
+def names_where(prop: str) -> tuple[str, ...]:
+    """The names of the shardings whose ``prop`` is true ('pooled_exchange', 'node_local', ...), in order."""
+    return tuple(n for n, f in SHARDINGS.items() if getattr(f, prop))
