@@ -52,7 +52,7 @@ MAX_ID_SETS = 8  # random id sets a benchmark rotates through (the warm-up's inc
 CACHED_BAG = 32  # lookups per bag of the cached lookup
 SKEW_CHECKS = (1.05, 1.2)  # zipf exponents the sort and the segment reduce are checked on (the workloads' range)
 #: a rate is inverted from T - fixed: it is kept only from an op timed at this many times its fixed cost or more,
-#: else the op is timed again GROWTH x larger (at most GROWTH_STEPS times). On an H100 (2026-11-27) the segment
+#: else the op is timed again GROWTH x larger (at most GROWTH_STEPS times). On an H100 the segment
 #: reduce of 65,536 lookups took about its fixed cost (0.24 ms), and three calibrations of the same kind of machine
 #: inverted 78, 173 and 756 GB/s from the same sizes (validation/results/gpu-2026-11-27*)
 CONDITIONED = 3.0

@@ -2,7 +2,7 @@
 tight-loop fixed costs (GPU; program/issue.py prices it), fitted from SYNTHETIC chains of groups.
 
 Each op kind's fixed cost is timed as 20 identical calls back to back (timing.bench_tiny): the host's dispatch
-path stays hot. A step issues each group's ops once among many others; on an H100 (2026-11-27, validation/
+path stays hot. A step issues each group's ops once among many others; on an H100 (validation/
 gpu_micro.py ``groups``) G groups' chains of lookup, pack_grad, sort, segment_reduce and update took 1.5-2.3x
 their price (10-14 us per ATen op more), as the dense steps did (``dense_op``). Here G = CHAIN_GROUPS[i] groups
 of LOOKUPS lookups each run as the runner runs a step (every lookup, every pack_grad, then each group's sort,

@@ -3,8 +3,8 @@ repeat finds its operands in a cache the previous repeat warmed.
 
 In the real step a big tensor comes cold: between two uses of a weight or an activation the step touches far
 more than the last-level cache holds. A benchmark that multiplies or copies the SAME tensors every repeat
-finds them in that cache (this development VM reports a 480 MiB L3) and measures a rate the step never sees
-(the fidelity campaign of 2026-11-23 found GEMMs and copies 1.1-2.2x slower in the step than calibrated).
+finds them in that cache (a cloud VM may report a 480 MiB L3) and measures a rate the step never sees
+(a fidelity campaign found GEMMs and copies 1.1-2.2x slower in the step than calibrated).
 So every timed op whose operands could stay cache-resident across repeats (GEMMs, pack_grad copies, the
 replica's scatter and dense updates, segment reductions) takes them from a ``ColdPool``:
 

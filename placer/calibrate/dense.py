@@ -17,7 +17,7 @@ for each case i (a synthetic workload at a batch size), with
 
 On a GPU the host issues the ops while the device runs earlier ones, and a dense step lasts the longer of the
 host's issuing (fixed costs + dense_op per op) and the device's work (program/dense.py dense_step_s): P_i is then the
-issue part alone (record.dense_parts), the synthetic steps being host-bound (an H100, 2026-11-27: as long at
+issue part alone (record.dense_parts), the synthetic steps being host-bound (an H100: as long at
 16,384 samples as at 2,048; the host issued for 98% of each step, validation/results/gpu-2026-11-27-run2).
 
 The cases are synthetic models built here (two shapes at two batch sizes; a third shape is a check), never the
@@ -33,10 +33,10 @@ indexed_GBps).
 Every timed step starts cold, as in training: between two dense steps the embedding work (lookups, the
 exchange, sorts, updates of table rows and their state) sweeps the caches, so the step's weights, optimizer
 state and the code and bookkeeping of its ops come from memory at its start. ``time_step`` touches a buffer of
-``SWEEP_LLC_TIMES`` x the last-level cache (untimed) before each step. Measured on the development VM (2 cores,
-32 MiB L3): the dense step of validation/ranks_workloads/ranks-skewed8 on 256 samples takes 0.90 ms back to back
+``SWEEP_LLC_TIMES`` x the last-level cache (untimed) before each step. Measured on two cores with a
+32 MiB L3: the dense step of validation/ranks_workloads/ranks-skewed8 on 256 samples takes 0.90 ms back to back
 and 1.77 ms after such a sweep, and 2.1 ms in the two-rank runner's dense phase; dense_op fitted on back-to-back
-steps (about 3 us) priced that phase at 0.58x its time in the two-rank campaign of 2026-11-27.
+steps (about 3 us) priced that phase at 0.58x its time in a two-rank campaign (docs/validation-journal.md).
 """
 from __future__ import annotations
 

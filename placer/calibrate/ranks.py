@@ -2,8 +2,8 @@
 between N local processes, timed the way a training step meets them.
 
 A step reaches each collective after a stretch of compute (lookups, the dense model), not back to back, and on
-a small machine a collective that follows work costs more than one that follows another collective (on a
-2-core VM: 0.36 ms against 0.23 ms at 64 B; the ranks' gloo threads wake on busy cores).
+a small machine a collective that follows work costs more than one that follows another collective (on two
+cores: 0.36 ms against 0.23 ms at 64 B; the ranks' gloo threads wake on busy cores).
 So every timed collective here follows a burst of GEMMs of about ``BURST_S`` (untimed), all ranks released
 together by a barrier before the burst; the time is the collective alone, the maximum over the ranks (the
 collective ends when the slowest rank has its data), the median over the repeats.
@@ -19,9 +19,9 @@ so bw_GBps = the all-to-all's bw and latency_us = L / 2 (two hops; cost.py's exc
 farthest path). The all-reduce's fit goes into the header and the results: the cost model prices it as a
 ring over the same links (2 hops of latency per ring step), and ``fixed_us.all_reduce`` as what its fitted
 latency exceeds those hops' (gloo's all-reduce runs more steps than the all-to-all, each a wake-up of its
-threads: on the 2-core VM 250 us against 57 us). ``fixed_us.collective`` (charged on a rank's
+threads: on two cores 250 us against 57 us). ``fixed_us.collective`` (charged on a rank's
 stream per collective) becomes the wake-up cost: a rank's work right after a collective (it waited, its core
-idled) runs slower than the same work back to back (on a 2-core VM: 0.05-0.4 ms per collective).
+idled) runs slower than the same work back to back (on two cores: 0.05-0.4 ms per collective).
 
 Seconds and bytes throughout; rates in bytes per second.
 """
@@ -45,7 +45,7 @@ QUICK_SIZES = [4, 64 << 10, 1 << 20]
 #: untimed compute before each timed collective, s (a step's lookups or dense part: a millisecond or so)
 BURST_S = 0.0005
 #: rounds x repeats samples per size (full, quick); each round times every size once, so that a slow moment of
-#: the machine (they last seconds on a small VM) hits every size alike
+#: the machine (they last seconds on a small machine) hits every size alike
 REPS, QUICK_REPS = 12, 6
 ROUNDS = 4
 

@@ -33,7 +33,7 @@ def sync(device: torch.device) -> None:
 
 #: a benchmark whose median is this many times its fastest repeat was disturbed (a stalled thread, a busy
 #: neighbour): the same call on the same sizes varies by well under 2x otherwise. Seen on an H100 machine's host
-#: (2026-11-27, validation/results/gpu-2026-11-27-run2): CPU copies of 0.5 and 8 MiB timed at 12 ms, a stream
+#: (validation/results/gpu-2026-11-27-run2): CPU copies of 0.5 and 8 MiB timed at 12 ms, a stream
 #: rate of 0.09-1.4 GB/s against 80 GB/s on the same kind of machine an hour earlier.
 STALL_RATIO = 8.0
 RETIMES = 2  # times a disturbed benchmark is timed again (the lowest median is kept)

@@ -2,7 +2,7 @@
 
 In a work budget the clock moves only by what the stages charge: counted effort (simplex iterations, branch-and-
 bound nodes, tables visited, options priced) times a rate in nominal seconds. The rates are the wall seconds that
-effort took on the reference machine (the project's 2-core VM), fitted to the solves of production-856 @
+effort took on the reference machine (two cores, docs/solver.md), fitted to the solves of production-856 @
 dgx-h100-16node and mlperf-dlrm-v2 @ dgx-h100-2node (a plan solved under a work limit records both per stage:
 solver.stage_work in units, solver.stage_times_s in wall seconds); they need not be exact, only deterministic and
 roughly proportional to the time, so that a work limit of N units searches about as far as N milliseconds do there.

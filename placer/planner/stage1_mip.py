@@ -3,7 +3,7 @@
 Stage 1 (stage1.py) rounds its relaxation and raises the relaxation's bound by splitting it (bound_tree.py), which
 stalls short of the aggregated problem's optimum; HiGHS's branch and bound on the same rows less the peak levels
 (pigeonhole counts included), started from the rounding as an objective cutoff, proves the optimum outright where
-it has the time. Measured on production-856 @ dgx-h100-16node (this 2-core VM, one core, the MPS of stage 1's
+it has the time. Measured on production-856 @ dgx-h100-16node (one core of two, the MPS of stage 1's
 problem after a 30 s stage 1): HiGHS 1.15 proved 22.556 ms in 17.7 s without the levels and in 30-34 s with them
 (cuts at the root 16 s, strong branching 11 s, then 5-7 nodes; the same optimum under three seeds, with and
 without restarts and heuristics), where the bound tree stops at 22.499 ms and the rounding chooses 22.612 ms;

@@ -3,7 +3,7 @@
 Under a short time limit the option kinds leave stage 1 a few seconds: the rounding, then the bound tree, which
 raises the relaxation's bound by most of what the plan's gap is measured against, then stage 2 on both cores
 (half of its portfolio in a child, stage2.py). Measured on production-856 @ dgx-h100-16node at --time-limit 30
-(this 2-core VM, 5 runs at 64224ab, alone): where the kinds took 7.8-8.0 s, stage 1 had 9.2-9.4 s and the tree
+(two cores, 5 runs, alone; docs/solver.md): where the kinds took 7.8-8.0 s, stage 1 had 9.2-9.4 s and the tree
 raised the bound from 21.66 to 22.45-22.48 ms (gap 2.1-2.2%); where they took 10.4-11.0 s, stage 1 had 6.6 s, the
 tree little or none of it, and the gap was 4.7% and 6.0% (bounds 21.97 and 21.66 ms). Stage 2's second variant
 on the second core gains a few hundredths of a millisecond at most; the tree gains up to 0.8 ms of bound. So

@@ -2,8 +2,8 @@
 it by measurement (``TABLE``). The modules that use them import them from here; the split of a limit among the
 stages (shares, floors, reserves, graces) is schedule.py's.
 
-Re-deriving: ``python3 validation/tune_planner.py GROUP`` measures a group on the reference machine (the
-project's 2-core VM, run alone: timing is a benchmark), prints a table of the current and the measured values and
+Re-deriving: ``python3 validation/tune_planner.py GROUP`` measures a group on the reference machine (two
+cores, run alone: timing is a benchmark), prints a table of the current and the measured values and
 writes JSON with the command, commit, machine, versions and date; ``--tiny`` runs it on the tiny workload in
 seconds (to check that it runs, not to fit). The figures quoted below are the measurements the values were set
 from; where they were made by hand, the script's group is what reproduces them now.
@@ -35,7 +35,7 @@ def _fit(name: str, value: float, unit: str, group: str, what: str) -> float:
     return value
 
 
-# ---- what a solve costs around its search (solve.py), measured on the 2-core VM: `tune_planner.py least-work`,
+# ---- what a solve costs around its search (solve.py), measured on the reference machine: `tune_planner.py least-work`,
 # `what-if`, `options`, `after-solve`
 
 #: The least work of a solve under a time limit (the cost model, greedy_size and its pricing) is estimated as
@@ -70,7 +70,7 @@ OPTIONS_S_PER_PAIR = _fit("OPTIONS_S_PER_PAIR", 5e-3, "s per (table, GPU) pair",
                           "the single-stage ILP's options and baselines")
 #: Kept of a large solve's limit for what follows the solve (the plan priced again with its report, its skew
 #: what-ifs): AFTER_SOLVE_S + AFTER_SOLVE_S_PER_PAIR per pair, at most AFTER_SOLVE_MAX_S. Measured alone from the
-#: solve's end to the command's exit on the AMD EPYC 2-core VM: about 2.1 s on production-856 @ dgx-h100 (6,848
+#: solve's end to the command's exit on the reference machine: about 2.1 s on production-856 @ dgx-h100 (6,848
 #: pairs), 3.6-4.6 s on production-856 @ dgx-h100-16node (109,568), 2.9-3.3 s on synthetic-1000 @
 #: dgx-h100-32node (256,000): it follows the plan's shards more than the pairs, hence the cap.
 AFTER_SOLVE_S = _fit("AFTER_SOLVE_S", 2.0, "s", "after-solve", "fixed part of what follows the solve")

@@ -199,7 +199,7 @@ def _from_json(d: dict) -> DenseTrace:
 def dense_step_s(issue_s: float, work_s: float, asynchronous: bool) -> float:
     """A dense step's seconds from the host's issuing of its ops (fixed costs and dense_op) and their work
     (FLOPs and bytes): a CPU does both, one after the other (the sum); a GPU runs the work while the host issues
-    the next ops, so the step lasts as long as the longer of the two (the first GPU campaign, 2026-11-27: the
+    the next ops, so the step lasts as long as the longer of the two (the first GPU campaign: the
     host issued for 98% of every dense step measured, its kernels ran 10-60% of it)."""
     return max(issue_s, work_s) if asynchronous else issue_s + work_s
 

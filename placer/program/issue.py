@@ -6,7 +6,7 @@ same branches). In a training step the runner issues each op once among hundreds
 host issues for most of the step (validation/results/gpu-2026-11-27-run2/profile.json): each ATen op then
 costs its host more. The dense step measured this as ``fixed_us.dense_op`` (about 11-12 us per traced op on an
 H100's host); the groups' op chains measured the same (validation/gpu_micro.py ``groups``: 10-14 us per ATen op
-beyond the tight-loop fixed costs, 2026-11-27). So on a GPU each op of a group costs, once per group,
+beyond the tight-loop fixed costs). So on a GPU each op of a group costs, once per group,
 
     fixed(kind) + ATEN_OPS[kind] x fixed("embedding_op")
 

@@ -46,7 +46,7 @@ KERNELS = {"lookup": 2, "sort": 6, "segment_reduce": 3, "copy": 1, "elementwise"
            "update_adam": 15}
 DTYPES = ("fp32", "fp16")
 HOST_OP_US = 5.0  # assumption: one eager PyTorch CPU op dispatches in ~5 us (5.5 us measured for a tiny
-#                   embedding_bag on this project's 2-core development machine, 2026-11-23)
+#                   embedding_bag on two cores of a cloud x86 VM)
 GRAPH_KERNEL_US = 2.5  # assumption: a small kernel replayed from a CUDA graph, its run plus the gap to the next
 #                       (NVIDIA's "Getting Started with CUDA Graphs": ~3 us per short kernel in a graph against ~4 us
 #                       launched from a stream); placer calibrate --device cuda replaces it (graph_kernel_us)

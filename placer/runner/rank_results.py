@@ -5,7 +5,7 @@ Merging (seconds, bytes):
 - step time: each rank's median over its own timed steps, the slowest rank's (its statistics are reported).
   Free-running ranks meet only at the collectives, so where one rank's step ends differs from the other's:
   a step one rank spends waiting at its start is one the other ends early, and the max over ranks step by step
-  counts that jitter as time (on the 2-core VM: 8.0 ms against per-rank medians of 7.6 ms). Phases are timed
+  counts that jitter as time (on two cores: 8.0 ms against per-rank medians of 7.6 ms). Phases are timed
   between barriers that line the ranks up: per phase the max over ranks of step i, the median over steps
   (``_median_of_max``);
 - ``measured.exchange``: the all_to_all_single call alone (after a barrier, device synchronized before and

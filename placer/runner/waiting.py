@@ -7,7 +7,7 @@ clock). Spinning (polling the request until it completes) keeps the core awake, 
 timings have it, when every rank has a core of its own; with more ranks (times threads) than cores it would
 take the core from a peer that has work to do, so it is off there. The spin yields the core at every poll
 (``sched_yield``): the collective's own work runs on gloo's threads in the same process, and a spin that never
-yields holds the core from them until the scheduler preempts it (on the 2-core VM, ranks-skewed8's ILP plan:
+yields holds the core from them until the scheduler preempts it (on two cores, ranks-skewed8's ILP plan:
 median steps 6.3-7.4 ms, p90 12-15 ms, without yielding; 5.1-6.8 ms, p90 6.8-10.5 ms, yielding).
 
 ``PLACER_SPIN_WAIT=1`` / ``=0`` forces it on or off; ``configure`` sets the process's choice once (the worker,

@@ -27,7 +27,7 @@ MAX_SWITCHES_PER_NODE = 1024
 MAX_NODES = 65_536
 #: GPUs in the whole cluster. Not a physical bound (the largest training clusters have about 100,000) but what
 #: placer plans in bounded time today: routes are found per GPU pair of every all-reduce ring, quadratic in
-#: GPUs (1,024 GPUs: a solve at --time-limit 3 takes ~42 s on the 2-core dev VM; 16,000 ran past 5 minutes).
+#: GPUs (1,024 GPUs: a solve at --time-limit 3 takes ~42 s on two cores; 16,000 ran past 5 minutes).
 #: Raise it once routing uses the cluster's symmetry (issue 19).
 MAX_TOTAL_GPUS = 1024
 #: devices (GPUs, hosts, switches, NICs) in the whole cluster: what the topology graph holds

@@ -40,7 +40,7 @@ def spawn_ranks(worker, job: dict, nprocs: int) -> None:
     """``worker(rank, job)`` in ``nprocs`` spawned processes on this machine, joined. A rank whose worker
     returned leaves with os._exit(0) (_rank_main): TorchRec 1.8 / fbgemm-gpu-cpu on gloo abort about one
     process in ten in the interpreter's teardown ("terminate called without an active exception", after the
-    rank wrote its results and destroyed its group; 2026-11-27, 2-core machine), which failed whole runs."""
+    rank wrote its results and destroyed its group, on two cores), which failed whole runs."""
     import torch.multiprocessing as mp
 
     mp.start_processes(_rank_main, args=(worker, job), nprocs=nprocs, join=True, start_method="spawn")
