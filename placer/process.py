@@ -114,9 +114,9 @@ def _restore_in_child() -> None:
 
 # --- child processes ------------------------------------------------------------------------------------------
 
-def _children_map() -> dict[int, list[int]]:
-    """parent pid -> its children's pids, from /proc (empty where there is no /proc)."""
-    out: dict[int, list[int]] = {}
+def _processes() -> list[tuple[int, int, str]]:
+    """(pid, parent pid, command name) of every process, from /proc (empty where there is no /proc)."""
+    out = []
     try:
         entries = os.listdir("/proc")
     except OSError:
@@ -133,8 +133,50 @@ def _children_map() -> dict[int, list[int]]:
             ppid = int(stat[stat.rfind(b")") + 2:].split()[1])
         except (IndexError, ValueError):
             continue
-        out.setdefault(ppid, []).append(int(entry))
+        out.append((int(entry), ppid, stat[stat.find(b"(") + 1:stat.rfind(b")")].decode(errors="replace")))
     return out
+
+
+def _children_map() -> dict[int, list[int]]:
+    """parent pid -> its children's pids, from /proc (empty where there is no /proc)."""
+    out: dict[int, list[int]] = {}
+    for pid, ppid, _ in _processes():
+        out.setdefault(ppid, []).append(pid)
+    return out
+
+
+class Watchdog:
+    """Kills this process's children whose command name starts with ``prefix`` once ``seconds`` have passed (nan,
+    inf and huge values: the longest wait, MAX_S; at least 1 s): for a solver that does not always honour its own
+    time limit (CBC in preprocessing of large models, MIP starts), so that a plan comes back in bounded time.
+    ``fired``: whether it killed one."""
+
+    #: Longest wait, seconds: threading.Timer overflows on inf and on values past ~9e9 s.
+    MAX_S = 1e7
+
+    def __init__(self, seconds: float, prefix: str):
+        import threading
+
+        self.fired = False
+        self.prefix = prefix
+        seconds = float(seconds)
+        seconds = self.MAX_S if not seconds <= self.MAX_S else max(seconds, 1.0)  # nan and inf: the longest
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+    def _fire(self) -> None:
+        me = os.getpid()
+        for pid, ppid, name in _processes():
+            if ppid == me and name.startswith(self.prefix):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    self.fired = True
+                except OSError:
+                    pass
 
 
 def descendants(pid: int | None = None) -> list[int]:

@@ -19,11 +19,12 @@ import pytest
 from placer.cli import main
 from placer.cost import CostModel
 from placer.errors import InfeasibleError, PlacerError, SpecError
-from placer.limits import MAX_TIME_LIMIT_S
 from placer.forms import row_wise
+from placer.limits import MAX_TIME_LIMIT_S
 from placer.options import OptionConfig
 from placer.plan import Placement, Shard
 from placer.planner import fit, ilp
+from placer.process import Watchdog
 from placer.planner.solve import SolveConfig, solve
 from placer.specs import load_hardware, load_workload
 from placer.specs.workload import Workload
@@ -260,7 +261,7 @@ def test_cli_bad_solver_arguments_exit_2(args, capsys):
 
 @pytest.mark.parametrize("seconds", [float("inf"), float("nan"), 1e300, -1.0, 0.0])
 def test_watchdog_survives_any_limit(seconds):
-    w = ilp._SolverWatchdog(seconds)
+    w = Watchdog(seconds, "cbc")
     assert w._timer.is_alive()
     w.cancel()
     assert not w.fired

@@ -184,12 +184,12 @@ def test_watchdog_stops_a_solver_that_ignores_its_time_limit(tmp_path):
     import shutil
     import subprocess
 
-    from placer.planner.ilp import _SolverWatchdog
+    from placer.process import Watchdog
 
     fake = tmp_path / "cbc"  # a child process named like CBC that would run for a minute
     shutil.copy(shutil.which("sleep"), fake)
     child = subprocess.Popen([str(fake), "60"])
-    dog = _SolverWatchdog(0.5)
+    dog = Watchdog(0.5, "cbc")
     try:
         child.wait(timeout=50)
     finally:

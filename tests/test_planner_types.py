@@ -6,10 +6,9 @@ import inspect
 
 from placer.planner.rekind import rekind, rekind_pairs
 from placer.planner.repack import repack
-from placer.planner.stage1 import solve_stage1
 from placer.planner.swap import swap
 from placer.planner.kinds import FAMILY
-from placer.planner.types import NO_PLACEMENTS, Family, Move, RowKey, RowKind, Stage, Stage2Result, row_kind
+from placer.planner.types import NO_PLACEMENTS, Family, Move, RowKey, RowKind, Stage2Result, row_kind
 
 
 def test_row_keys_sort_and_print_as_their_old_names():
@@ -44,8 +43,3 @@ def test_the_moves_have_the_move_shape():
     shape = _params(Move.__call__)[1:]  # less self
     for move in (swap, repack, functools.partial(rekind, kinds=[]), functools.partial(rekind_pairs, kinds=[])):
         assert _params(move)[:len(shape)] == ["stage2", "placements", "acc", "budget"] == shape
-
-
-def test_stage1_has_the_stage_shape():
-    shape = _params(Stage.__call__)[1:]
-    assert _params(functools.partial(solve_stage1, gap=0.0, backend="cbc", threads=None))[:len(shape)] == shape

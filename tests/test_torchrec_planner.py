@@ -11,10 +11,10 @@ import time
 import pytest
 
 from placer.cli import main
-from placer.commands import compare
 from placer.cost import CostModel
-from placer.plan_price import priced_plan
 from placer.forms.storage import FORCED_FORMS
+from placer.plan_price import priced_plan
+from placer.planner.schedule import SCHEDULE
 from placer.planner.solve import METHODS, SolveConfig, solve
 from placer.specs import load_hardware
 from placer.topology import Topology
@@ -102,7 +102,7 @@ def test_compare_dgx_h100_mlperf_with_torchrec(capsys):
     assert rows["torchrec"]["step_time_s"] > 0 and 0 < rows["torchrec"]["solve_wall_s"] < 20
     assert rows["torchrec"]["deadline_s"] <= 20
     ilp = rows["ilp"]
-    assert 1 <= ilp["time_limit_s"] < 20 - compare.ILP_MARGIN_S
+    assert 1 <= ilp["time_limit_s"] < 20 - SCHEDULE.compare_margin_s
     assert ilp["status"] in ("optimal", "feasible") and ilp["gap"] >= 0 and ilp["lower_bound_step_time_s"] > 0
     assert all(r["solve_wall_s"] >= 0 for r in rows.values())
 
@@ -118,14 +118,15 @@ def test_compare_prints_the_budget_and_the_ilp_gap(capsys):
 
 
 def test_ilp_time_limit_leaves_room_for_the_tie_break():
-    from placer.planner.schedule import SCHEDULE
-
-    tie_break_limit = SCHEDULE.tie_break_limit_s
-    for left in (4.5, 8.0, 20.0, 57.5, 100.0, 1000.0):  # from MIN_ILP_LIMIT_S + 1 s + margin = 4 s up
-        limit = compare.ilp_time_limit(left)
-        assert limit + tie_break_limit(limit) + compare.ILP_MARGIN_S <= left + 1e-6
-        assert limit + tie_break_limit(limit) + compare.ILP_MARGIN_S >= left - 1e-3  # nothing wasted
-    assert compare.ilp_time_limit(0.5) == compare.MIN_ILP_LIMIT_S
+    tie_break_limit, margin = SCHEDULE.tie_break_limit_s, SCHEDULE.compare_margin_s
+    for left in (4.5, 8.0, 20.0, 57.5, 100.0, 1000.0):  # from the least limit + 1 s + margin = 4 s up
+        limit = SCHEDULE.compare_search_s(left)
+        assert limit + tie_break_limit(limit) + margin <= left + 1e-6
+        assert limit + tie_break_limit(limit) + margin >= left - 1e-3  # nothing wasted
+        two = SCHEDULE.compare_search_s(2 * left, 2)  # two searches share twice as long: each the same
+        assert abs(two - limit) < 1e-9
+    assert SCHEDULE.compare_search_s(0.5) == SCHEDULE.compare_search_min_s
+    assert SCHEDULE.compare_torchrec_s(10.0) == (9.0, 10.0) and SCHEDULE.compare_torchrec_s(0.2) == (1.0, 1.0)
 
 
 def test_start_returns_at_once_and_collect_gives_the_plan():

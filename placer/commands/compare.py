@@ -3,7 +3,8 @@
 ``--time-limit`` is the budget of the whole comparison (counted from the start of the command, loading the
 specs included). TorchRec's planner starts first, in its child process (torchrec_io/planner.py: start /
 collect), and plans while the parent runs the baselines and then the ILP; the ILP's solver gets what is left,
-less ILP_MARGIN_S and the time its tie-break may take after the main solve (planner/schedule.py), so
+less a margin and the time its tie-break may take after the main solve (planner/schedule.py, the one place
+that splits time: Schedule.compare_search_s, compare_torchrec_s), so
 that the whole comparison ends within the budget. Each row says how long its method took on its own
 (``solve_wall_s``) and the time limit it was given; the output names the budget and how it was spent.
 """
@@ -18,12 +19,7 @@ from placer.report import make_console
 
 from placer.commands._common import add_hw_wl, add_solver_options, add_trainer, limit_line, load_pair, solve_config
 from placer.commands._progress import Heartbeat
-
-#: seconds of the budget kept back from the ILP's solver limit for its model building and pricing
-ILP_MARGIN_S = 2.0
-#: the ILP's solver limit never goes below this (the budget is then overrun, and the output says so)
-MIN_ILP_LIMIT_S = 1.0
-
+from placer.planner.schedule import SCHEDULE
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_hw_wl(p)
@@ -66,18 +62,6 @@ def default_methods(wl) -> list[str]:
 
     refused = TORCHREC_REFUSED if wl.trainer == "torchrec" else {}
     return [m for m in METHODS if (m not in FORCED_FORMS or allowing(wl, m)) and m not in refused]
-
-
-def ilp_time_limit(available_s: float) -> float:
-    """The ILP's solver limit L for ``available_s`` seconds left: L + its tie-break's limit (20% of L, 1..10 s)
-    + ILP_MARGIN_S fits, at least MIN_ILP_LIMIT_S."""
-    from placer.planner.schedule import SCHEDULE
-
-    room = available_s - ILP_MARGIN_S
-    limit = room
-    for _ in range(60):  # L = room - tie_break(L): a contraction (slope <= 0.2), converges fast
-        limit = room - SCHEDULE.tie_break_limit_s(max(limit, MIN_ILP_LIMIT_S))
-    return max(MIN_ILP_LIMIT_S, limit)
 
 
 def _empty_row(method: str, status: str, wall: float, note: str, **extra) -> dict:
@@ -132,11 +116,11 @@ def compare_rows(topo, wl, args, started: float | None = None, heartbeat=None) -
         from placer.torchrec_io import planner as trec_planner
 
         t0 = time.perf_counter()
-        left = max(1.0, deadline - t0)
+        limit, left = SCHEDULE.compare_torchrec_s(deadline - t0)
         try:
             model = CostModel(topo, wl)
             infeasible.check_dense(model)
-            trec = trec_planner.start(model, time_limit_s=max(1.0, 0.9 * left), deadline_s=left)
+            trec = trec_planner.start(model, time_limit_s=limit, deadline_s=left)
             say(f"  torchrec: planning in a child process alongside the others (killed after {left:.0f} s)")
         except trec_planner.TorchRecUnavailable as exc:
             rows["torchrec"] = _empty_row("torchrec", "skipped", time.perf_counter() - t0,
@@ -156,7 +140,7 @@ def compare_rows(topo, wl, args, started: float | None = None, heartbeat=None) -
                 from dataclasses import replace
 
                 searches = sum(x == "ilp" or x in FORCED_FORMS for x in order[i - 1:])  # this one and those after
-                limit = ilp_time_limit((deadline - time.perf_counter()) / searches)
+                limit = SCHEDULE.compare_search_s(deadline - time.perf_counter(), searches)
                 config = replace(config, time_limit_s=limit)
                 extra = {"time_limit_s": limit}
                 say(f"  [{i}/{len(order)}] {m}: " + limit_line(round(limit, 1), what="solver limit",
@@ -210,7 +194,7 @@ def budget_lines(rows: list[dict], budget: float, total: float) -> list[str]:
     ilp = by.get("ilp")
     if ilp is not None and "time_limit_s" in ilp:
         head = f"ilp: solver limit {ilp['time_limit_s']:.1f} s (what the other methods left, less its tie-break " \
-               f"allowance and {ILP_MARGIN_S:g} s)"
+               f"allowance and {SCHEDULE.compare_margin_s:g} s)"
         if ilp.get("gap") is not None:
             head += f"; {ilp['status']}, gap {ilp['gap']:.2%} to its lower bound " \
                     f"{ilp['lower_bound_step_time_s'] * 1e3:.3f} ms"

@@ -10,9 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import signal
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 
@@ -28,6 +26,7 @@ from placer.planner.highs_banner import swallow_banner
 from placer.planner.problem import GroupCounts, Problem
 from placer.planner.progress import CbcLogWatcher, Tracker
 from placer.planner.schedule import SCHEDULE
+from placer.process import Watchdog
 
 TIME_SCALE = 1e3  # seconds -> milliseconds in the model
 MEM_SCALE = 2.0**-30  # bytes -> GiB in the model
@@ -306,7 +305,7 @@ def solve(problem: Problem, *, backend: str = "cbc", time_limit_s: float = 60.0,
         limits = effort.mip_limits(budget, time_limit_s, nonzeros)
         solver = pulp.HiGHS(msg=msg, timeLimit=limits.pop("time_limit", None), gapRel=gap, threads=threads,
                             **limits, **extra, **(highs_options or {}))
-    watchdog = _SolverWatchdog(effort.watchdog_s(budget, time_limit_s)) if backend == "cbc" else None
+    watchdog = Watchdog(effort.watchdog_s(budget, time_limit_s), "cbc") if backend == "cbc" else None
     watcher = None
     if tracker is not None and backend == "cbc" and log_path and not msg:
         watcher = CbcLogWatcher(log_path, tracker, lambda v: v / TIME_SCALE + problem.fixed_s)
@@ -391,44 +390,6 @@ def _finite_limit(seconds: float) -> float:
     if seconds != seconds:
         return 60.0
     return min(max(seconds, 1.0), MAX_LIMIT_S)
-
-
-class _SolverWatchdog:
-    """Kills this process's CBC children once ``seconds`` have passed: CBC does not always honour its own
-    time limit (preprocessing of large models, MIP starts), and a plan must come back in bounded time."""
-
-    #: Longest wait, seconds: threading.Timer overflows on inf and on values past ~9e9 s.
-    MAX_S = 1e7
-
-    def __init__(self, seconds: float):
-        self.fired = False
-        seconds = float(seconds)
-        seconds = self.MAX_S if not seconds <= self.MAX_S else max(seconds, 1.0)  # nan and inf: the longest
-        self._timer = threading.Timer(seconds, self._fire)
-        self._timer.daemon = True
-        self._timer.start()
-
-    def cancel(self) -> None:
-        self._timer.cancel()
-
-    def _fire(self) -> None:
-        me = os.getpid()
-        for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            comm = stat[stat.find("(") + 1:stat.rfind(")")]
-            ppid = int(stat[stat.rfind(")") + 2:].split()[1])
-            if ppid == me and comm.startswith("cbc"):
-                try:
-                    os.kill(int(entry), signal.SIGKILL)
-                    self.fired = True
-                except OSError:
-                    pass
 
 
 def _decode(problem: Problem, x) -> list[int] | None:

@@ -133,6 +133,30 @@ class Schedule:
     fill_mip_max_s: float = 10.0
     fill_mip_min_s: float = 1.0
 
+    # ---- placer compare (commands/compare.py): one budget for every method, TorchRec's planner alongside
+    #: kept of an ILP search's share for its model building and pricing, and the least solver limit it gets (the
+    #: budget is then overrun, and the output says so)
+    compare_margin_s: float = 2.0
+    compare_search_min_s: float = 1.0
+    #: TorchRec's planner (in its child) gets this share of what is left as its own limit, killed at all of it
+    compare_torchrec_share: float = 0.9
+
+    # ---- placer compare
+    def compare_search_s(self, left_s: float, searches: int = 1) -> float:
+        """The solver limit L of one of ``searches`` ILP searches (the ILP, the forced forms) that share
+        ``left_s`` seconds: L + its tie-break (tie_break_limit_s of L) + compare_margin_s fits its share, at
+        least compare_search_min_s."""
+        room = left_s / max(searches, 1) - self.compare_margin_s
+        limit = room
+        for _ in range(60):  # L = room - tie_break(L): a contraction (slope <= tie_break_share), converges fast
+            limit = room - self.tie_break_limit_s(max(limit, self.compare_search_min_s))
+        return max(self.compare_search_min_s, limit)
+
+    def compare_torchrec_s(self, left_s: float) -> tuple[float, float]:
+        """TorchRec's planner's (limit, deadline) when the comparison has ``left_s`` seconds left (at least 1 s)."""
+        left = max(1.0, left_s)
+        return max(1.0, self.compare_torchrec_share * left), left
+
     # ---- the whole solve
     @staticmethod
     def after_solve_s(pairs: int) -> float:

@@ -1,5 +1,5 @@
 """The two-stage planner's vocabulary in one place: what its stages read, what each returns, and the shape of a
-stage and of a stage-2 move (two_stage.py runs them as one pipeline).
+stage-2 move (two_stage.py runs them as one pipeline).
 
 The pipeline, for a newcomer (module docstring of two_stage.py for the details):
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Protocol, TypeVar
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from placer.plan import Placement
 from placer.program.ops import GroupKey
@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from placer.planner.accumulator import Accumulator
     from placer.planner.assign import Assigner
     from placer.planner.budget import Budget
-    from placer.planner.context import Context
     from placer.planner.ilp import IlpResult
     from placer.planner.problem import Problem
 
@@ -165,18 +164,6 @@ class TwoStageResult:
     bound_s: float
     stage1: IlpResult
     wall_s: float
-
-
-R_co = TypeVar("R_co", covariant=True)
-
-
-class Stage(Protocol[R_co]):
-    """A stage of the pipeline: from the run's Context and the kinds, within ``budget`` (a time or work budget,
-    budget.py), its typed result. stage1.solve_stage1 with its solver options bound (functools.partial(
-    solve_stage1, gap=..., backend=..., threads=...)) is a Stage[Stage1Result]; stage 2 works on one choice of
-    stage 1 at a time (stage2.place_choice: a Stage2Result) and needs that choice besides."""
-
-    def __call__(self, ctx: Context, kinds: Kinds, budget: Budget) -> R_co: ...
 
 
 class Move(Protocol):
