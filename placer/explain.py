@@ -238,7 +238,7 @@ class Explainer:
                 plain = alt
         mems = []
         for m, b in sorted(cost.memory.items()):
-            kind = "HBM" if m in self.topo.gpus else "host DRAM"
+            kind = {"hbm": "HBM", "dram": "host DRAM"}.get(self.topo.memories[m].kind, "memory tier")
             mems.append(MemoryUse(m, kind, b, self.free_bytes(m), self.usable[m]))
         gpus = sorted({self.topo.memory_of(s.device) for s in p.shards if s.device in self.topo.gpus}
                       & set(self.topo.gpus))

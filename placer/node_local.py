@@ -28,7 +28,8 @@ def per_node(p: Placement, nodes: list[str]) -> Placement:
     same local GPUs of each node, node by node, marked ``replicated: per_node``. Built without validation (options
     are correct by construction)."""
     shards = [Shard.model_construct(device=f"{node}/{local_name(s.device)}", rows=s.rows, cols=s.cols,
-                                    hbm_rows=s.hbm_rows, host_rows=s.host_rows) for node in nodes for s in p.shards]
+                                    hbm_rows=s.hbm_rows, host_rows=s.host_rows, cold_memory=s.cold_memory)
+              for node in nodes for s in p.shards]
     return Placement.model_construct(table=p.table, sharding=p.sharding, precision=p.precision, shards=shards,
                                      compression=None, replicated="per_node")
 

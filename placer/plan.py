@@ -36,13 +36,16 @@ class _PlanModel(BaseModel):
 
 
 class Shard(_PlanModel):
-    """A piece of a table on one device. Ranges are half-open [start, stop)."""
+    """A piece of a table on one device. Ranges are half-open [start, stop). Its hottest ``hbm_rows`` rows live in
+    the device's HBM, the other ``host_rows`` (the cold rows) in its host's DRAM, or, where ``cold_memory`` names
+    one, in that memory tier of its node (the hardware spec's ``tiers``: placer/forms/tiers.py)."""
 
     device: str
     rows: tuple[int, int]
     cols: tuple[int, int]
     hbm_rows: int = Field(ge=0)
     host_rows: int = Field(ge=0)
+    cold_memory: str | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> "Shard":
@@ -162,6 +165,7 @@ class Placement(_PlanModel):
             local = sorted({d.split("/", 1)[-1] for d in devices})
             where = f"node*/{local[0]}" if len(local) == 1 else f"{len(local)} GPUs per node"
         kind = self.sharding + ("" if self.sharding in CPU_LOOKUP else tier_label(self.hot_fraction))
+        kind += "".join(sorted({f" cold in {s.cold_memory}" for s in self.shards if s.cold_memory and s.host_rows}))
         prec = "" if self.precision == "fp32" else f" {self.precision}"
         form = f" {self.form_text}" if self.compression is not None else ""
         return f"{kind} {where}{prec}{form}{' node_local' if self.node_local else ''}"
@@ -179,6 +183,8 @@ class PredictedDevice(TypedDict, total=False):
     hbm_capacity_bytes: _Amount
     host_used_bytes: _Amount
     host_capacity_bytes: _Amount
+    tier_used_bytes: _Amount
+    tier_capacity_bytes: _Amount
     busy_s: dict[str, _Amount]
 
 

@@ -10,6 +10,7 @@ from placer.errors import SpecError
 from placer.forms.node_local import check_per_node
 from placer.forms.shardings import SHARDINGS, sharding_of
 from placer.forms.storage import check_compressed
+from placer.forms.tiers import local_tiers
 from placer.plan import Placement, Plan, spec_changes
 from placer.specs.plausible import SpecWarning
 
@@ -51,6 +52,8 @@ def check_plan(plan: Plan, topology, workload, *, file: str | None = None, check
                                 f"{t.rows} rows x {t.dim} dims", file=file, field=f)
             if not on_gpus and s.hbm_rows:
                 raise SpecError("a host shard has no HBM rows", file=file, field=f"{f}.hbm_rows")
+            if s.cold_memory is not None:
+                _check_cold_memory(p, s, topology, file, f)
         if p.replicated is not None:  # every node's replica alike (node_local_check.py), node0's a placement
             one = check_per_node(p, t, topology, file, where)
             _check_coverage(one, t, file, where)
@@ -65,6 +68,22 @@ def check_plan(plan: Plan, topology, workload, *, file: str | None = None, check
     if missing:
         raise SpecError(f"tables without a placement: {', '.join(missing[:8])}"
                         f"{' ...' if len(missing) > 8 else ''}", file=file, field="placements")
+
+
+def _check_cold_memory(p: Placement, s, topology, file, field: str) -> None:
+    """A shard whose cold rows name a memory tier: a GPU shard, uncompressed, with cold rows, the tier one of its
+    node's (the hardware spec's ``tiers``)."""
+    tiers = local_tiers(topology, s.device)
+    if not sharding_of(p).on_gpus or p.compression is not None:
+        raise SpecError(f"table {p.table!r}: cold rows in a memory tier are for uncompressed GPU shards",
+                        file=file, field=f"{field}.cold_memory")
+    if s.cold_memory not in tiers:
+        known = ", ".join(tiers) if tiers else "none: the spec declares no tiers"
+        raise SpecError(f"unknown memory tier {s.cold_memory!r} of {topology.node_of[s.device]} (its tiers: {known})",
+                        file=file, field=f"{field}.cold_memory")
+    if s.host_rows == 0:
+        raise SpecError(f"cold_memory {s.cold_memory!r} on a shard with every row in HBM (host_rows 0): leave it out",
+                        file=file, field=f"{field}.cold_memory")
 
 
 def geometry_label(p: Placement, t) -> str | None:

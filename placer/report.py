@@ -51,6 +51,14 @@ def table_matches(p, which: str | None) -> bool:
     return False
 
 
+def memory_use(v: dict) -> tuple[float, float, str]:
+    """(bytes used, capacity, 'HBM' | 'host' | 'tier') of one device of a plan's 'predicted' block."""
+    for kind, label in (("hbm", "HBM"), ("host", "host"), ("tier", "tier")):
+        if f"{kind}_used_bytes" in v:
+            return v[f"{kind}_used_bytes"], v[f"{kind}_capacity_bytes"], label
+    return 0.0, 0.0, "none"
+
+
 def device_busy(v: dict) -> float:
     """A device's busy time over the step, s: the sum of its phases' (``phase_busy``)."""
     return sum(phase_busy(v, ph) for ph in PHASES)
@@ -64,7 +72,7 @@ def plan_summary(plan: Plan, workload, console: Console, max_tables: int = 12, m
     pred = plan.predicted or {}
     devices = pred.get("devices", {})
     gpus = [d for d, v in devices.items() if "hbm_used_bytes" in v]
-    hosts = [d for d, v in devices.items() if "host_used_bytes" in v]
+    hosts = [d for d, v in devices.items() if "host_used_bytes" in v or "tier_used_bytes" in v]  # tiers too
     title = Text.assemble("plan ", (plan.method, "bold"),
                           f" for {shown_text.name(plan.workload.name)} on {shown_text.name(plan.hardware.name)}: "
                           f"step {fmt_seconds(pred.get('step_time_s', 0))}, "
@@ -83,7 +91,8 @@ def plan_summary(plan: Plan, workload, console: Console, max_tables: int = 12, m
         if "hbm_used_bytes" in v:
             mem = f"{fmt_bytes(v['hbm_used_bytes'])} / {fmt_bytes(v['hbm_capacity_bytes'])}"
         else:
-            mem = f"host {fmt_bytes(v['host_used_bytes'])} / {fmt_bytes(v['host_capacity_bytes'])}"
+            used, capacity, kind = memory_use(v)
+            mem = f"{kind} {fmt_bytes(used)} / {fmt_bytes(capacity)}"
         t.add_row(d, mem, *[fmt_seconds(phase_busy(v, ph)) for ph in PHASES])
     if len(gpus) + len(hosts) > len(shown):
         t.add_row(f"... {len(gpus) + len(hosts) - len(shown)} more", "", *[""] * len(PHASES))

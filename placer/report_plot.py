@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from placer.cost import PHASES
-from placer.report import PHASE_SHORT, device_busy, phase_busy
+from placer.report import PHASE_SHORT, device_busy, memory_use, phase_busy
 
 #: up to this many GPUs every device is drawn; above it the busiest and emptiest
 MAX_ALL_GPUS = 16
@@ -36,7 +36,8 @@ def select_devices(pred: dict) -> tuple[list[str], str]:
     """The devices drawn, busiest first, and a note on what was left out ('' when nothing)."""
     devices = pred.get("devices", {})
     gpus = sorted((d for d, v in devices.items() if "hbm_used_bytes" in v), key=lambda d: -device_busy(devices[d]))
-    hosts = sorted((d for d, v in devices.items() if "host_used_bytes" in v), key=lambda d: -device_busy(devices[d]))
+    hosts = sorted((d for d, v in devices.items() if "host_used_bytes" in v or "tier_used_bytes" in v),
+                   key=lambda d: -device_busy(devices[d]))
     if len(gpus) <= MAX_ALL_GPUS:
         return gpus + hosts, ""
     bneck, _ = bottleneck_device(pred)
@@ -50,12 +51,6 @@ def select_devices(pred: dict) -> tuple[list[str], str]:
             + (", the bottleneck's" if bneck in gpus and gpus.index(bneck) >= BUSIEST else "") + ")"
             + (f", {len(hpick)} of {len(hosts)} hosts" if len(hpick) < len(hosts) else ""))
     return pick + hpick, note
-
-
-def _memory(v: dict) -> tuple[float, float, str]:
-    if "hbm_used_bytes" in v:
-        return v["hbm_used_bytes"], v["hbm_capacity_bytes"], "HBM"
-    return v["host_used_bytes"], v["host_capacity_bytes"], "host"
 
 
 def plot_plan(plan, path: str | Path, title: str | None = None, notes: list[str] = ()) -> Path:
@@ -81,7 +76,7 @@ def plot_plan(plan, path: str | Path, title: str | None = None, notes: list[str]
     y_of = dict(zip(rows, ys))
     # memory: used share of capacity, with the amounts written
     for d in shown:
-        used, cap, kind = _memory(devices[d])
+        used, cap, kind = memory_use(devices[d])
         share = 100 * used / cap if cap else 0.0
         ax_mem.barh(y_of[d], share, color="#1f77b4" if kind == "HBM" else "#ff7f0e", height=0.65)
         ax_mem.text(min(share, 100) + 2, y_of[d], f"{used / GiB:,.1f} / {cap / GiB:,.0f} GiB {kind}", va="center",

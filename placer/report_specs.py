@@ -23,8 +23,8 @@ from placer.units import fmt_bytes
 TOP_TABLES = 15
 #: edge colours per link kind in the topology plot
 LINK_COLORS = {"nvlink": "#2ca02c", "pcie": "#1f77b4", "network": "#ff7f0e"}
-NODE_COLORS = {"gpu": "#76b900", "host": "#9467bd", "switch": "#7f7f7f", "nic": "#ff7f0e", "fabric": "#d62728",
-               "node": "#c7c7c7"}
+NODE_COLORS = {"gpu": "#76b900", "host": "#9467bd", "memory": "#8c564b", "switch": "#7f7f7f", "nic": "#ff7f0e",
+               "fabric": "#d62728", "node": "#c7c7c7"}
 
 
 def _num(x: float, digits: int = 3) -> str:
@@ -68,6 +68,16 @@ def host_table(name: str, t: NodeTemplate) -> Table:
     return tab
 
 
+def tier_table(name: str, t: NodeTemplate) -> Table:
+    """The memory tiers of a template beyond HBM and host DRAM (the spec's ``tiers``)."""
+    tab = Table(title=f"Memory tiers of template {name} (cold rows of GPU shards)", title_justify="left")
+    for col in ("tier", "GiB (reserve)", "GB/s", "read efficiency"):
+        tab.add_column(col, justify="left" if col == "tier" else "right")
+    for m in t.tiers:
+        tab.add_row(m.name, f"{_num(m.GiB)} ({_num(m.reserve_GiB)})", _num(m.bw_GBps), f"{m.read_efficiency:.2f}")
+    return tab
+
+
 def link_table(name: str, t: NodeTemplate) -> Table:
     """One row per kind of link: link entries with the same kind, bandwidth, efficiency and latency merge."""
     tab = Table(title=f"Links of template {name} (bandwidth per direction)", title_justify="left")
@@ -93,6 +103,7 @@ def example_paths(topo: Topology) -> list[tuple[str, str, str]]:
     if len(gpus0) > 1:
         out.append(("GPU -> GPU, same node", gpus0[0], gpus0[-1]))
     out.append(("GPU -> own host", gpus0[0], topo.host_of(gpus0[0])))
+    out += [(f"GPU -> memory tier {m.rsplit('/', 1)[-1]}", gpus0[0], m) for m in topo.tiers_of(gpus0[0])]
     if len(topo.nodes) > 1:
         other = topo.gpus_of_node(topo.nodes[1])
         out.append(("GPU -> GPU, other node", gpus0[0], other[min(1, len(other) - 1)]))
@@ -177,6 +188,8 @@ def show_hardware(spec: HardwareSpec, console: Console) -> Topology:
                                     f": used by {used.get(name, 0)} node(s). ", shown_text.clipped(t.description)))
         console.print(gpu_table(name, t))
         console.print(host_table(name, t))
+        if t.tiers:
+            console.print(tier_table(name, t))
         console.print(link_table(name, t))
     console.print()
     console.print(paths_table(topo))
@@ -265,7 +278,7 @@ def _pyplot():
 
 def _node_layout(topo: Topology, node: str, width: float) -> dict[str, tuple[float, float]]:
     """Positions of one node's devices: NVLink switches on top, GPUs in a row, PCIe switches and NICs below,
-    the host at the bottom."""
+    the host at the bottom, its memory tiers beside it."""
     pos = {}
     devices = [d for d in topo.graph.nodes if topo.node_of.get(d) == node]
     kind = topo.graph.nodes
@@ -284,6 +297,9 @@ def _node_layout(topo: Topology, node: str, width: float) -> dict[str, tuple[flo
     row(other_switches, 1.1)
     row(nics, 0.3 if other_switches else 1.0)
     pos[f"{node}/host"] = (width / 2, -0.7)
+    tiers = [d for d in devices if kind[d]["kind"] == "memory"]
+    for i, d in enumerate(tiers):
+        pos[d] = (width * (0.5 + (i + 1) / (2 * len(tiers) + 1)), -1.6)
     return pos
 
 
@@ -303,7 +319,7 @@ def plot_hardware(spec: HardwareSpec, path: str | Path, topo: Topology | None = 
     g = topo.graph.subgraph(sub_nodes).copy()
     labels = {d: d.split("/", 1)[1] for d in sub_nodes}
     for d in sub_nodes:  # capacities on the memories
-        if topo.graph.nodes[d]["kind"] in ("gpu", "host"):
+        if topo.graph.nodes[d]["kind"] in ("gpu", "host", "memory"):
             labels[d] += f"\n{topo.memories[d].capacity_bytes / 2**30:,.0f} GiB"
     summary_edges = []
     if n_nodes > 1:

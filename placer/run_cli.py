@@ -67,7 +67,9 @@ def run(args, what_if: WhatIf | None = None) -> int:
     the result. ``what_if(args, hardware spec, workload, plan) -> (hardware spec, workload)`` changes the specs
     once loaded (placer run's --batch / --gpus). Returns the exit code."""
     from placer.errors import SpecError
+    from placer.forms.tiers import refuse_tiers
     from placer.node_local import refuse_node_local
+    from placer.runner.run import RUNNER_HAS_NO_TIERS
     from placer.plan import load_plan
     from placer.runner.run import RunConfig, run_plan
     from placer.specs import load_hardware, load_workload
@@ -82,6 +84,7 @@ def run(args, what_if: WhatIf | None = None) -> int:
     if getattr(args, "nproc", None) is None:  # with --nproc the ranks hold one replica per node (node_ranks.py)
         refuse_node_local(plan, "placer run", "one process keeps one copy of every table: run it with --nproc N, "
                           "one process per plan GPU", file=args.plan)
+    refuse_tiers(plan, "placer run", RUNNER_HAS_NO_TIERS, file=args.plan)
     config = RunConfig(device=args.device, steps=args.steps, warmup=args.warmup, scale=args.scale, seed=args.seed,
                        host_read=args.host_read, phase_steps=args.phase_steps, pool_batches=args.pool,
                        threads=args.threads, graph=getattr(args, "graph", "auto"))

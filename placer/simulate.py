@@ -76,6 +76,10 @@ def predict(model: CostModel, plan: Plan, *, check_memory: bool = True) -> dict:
         devices.setdefault(host, {"host_used_bytes": cost.memory.get(host, 0.0),
                                   "host_capacity_bytes": topo.memories[host].capacity_bytes,
                                   "busy_s": dict(busy.get(host, {}))})
+        for tier in topo.tiers_of(g):  # a node's memory tiers (the spec's tiers), where it has any
+            devices.setdefault(tier, {"tier_used_bytes": cost.memory.get(tier, 0.0),
+                                      "tier_capacity_bytes": topo.memories[tier].capacity_bytes,
+                                      "busy_s": dict(busy.get(tier, {}))})
     worst = max(range(len(PHASES)), key=lambda p: times[p])
     return {
         "step_time_s": step,

@@ -8,12 +8,14 @@ training step can saturate:
 - ``<host>:cpu``     the host's CPU thread that looks up host tables (seconds, rate 1); on a unified-memory
                      node (CPU processes standing in for GPUs) there is none: that work runs on the stream of
                      the node's first GPU (``stream_of``)
-- ``<host>:dram``    bytes/s of host DRAM, shared by everything that reads or writes it
+- ``<host>:dram``    bytes/s of host DRAM, shared by everything that reads or writes it; ``<tier>:dram`` the
+                     same of a memory tier (a node template's ``tiers``: a CXL expander, ...)
 - ``<a>-><b>``       bytes/s of one link in one direction (bw x efficiency), shared
 
-Memories: one per GPU (HBM) and one per host (DRAM); on a unified-memory node the GPUs have none of their own
-(``memory_of`` a GPU is its host's: one RAM). ``op_costs`` gives what each op kind costs on a device's stream
-(placer/program/opcosts.py).
+Memories: one per GPU (HBM), one per host (DRAM) and one per memory tier of a node (``tiers``: devices of kind
+``memory``, which hold the cold rows of the node's GPU shards that name them); on a unified-memory node the GPUs
+have none of their own (``memory_of`` a GPU is its host's: one RAM). ``op_costs`` gives what each op kind costs
+on a device's stream (placer/program/opcosts.py); ``read_costs`` what a GPU's reads of a memory tier cost.
 
 Traffic between two devices follows the path of least summed 1/bandwidth (NVLink before PCIe), fixed per
 pair, so every byte sent adds load to the directed link resources along that path.
@@ -52,7 +54,7 @@ class Memory:
     """A memory that holds table rows: one per GPU (HBM) and one per host (DRAM). Capacities in bytes."""
 
     name: str  # the device name
-    kind: str  # hbm | dram
+    kind: str  # hbm | dram | tier
     capacity_bytes: float
     reserve_bytes: float
 
@@ -121,6 +123,10 @@ class Topology:
             self._stream(host, "cpu")
         reserve = h.dram_reserve_GiB + (g.hbm_reserve_GiB * g.count if t.unified_memory else 0.0)
         self.memories[host] = Memory(host, "dram", gib_to_bytes(h.dram_GiB), gib_to_bytes(reserve))
+        for m in t.tiers:
+            name = f"{node}/{m.name}"
+            self._resource(name, "dram", gbps_to_bytes_per_s(m.bw_GBps), "B/s")
+            self.memories[name] = Memory(name, "tier", gib_to_bytes(m.GiB), gib_to_bytes(m.reserve_GiB))
         for link in t.links:
             for a, b in t.link_pairs(link):
                 self._add_link(f"{node}/{a}", f"{node}/{b}", link.kind, link.bw_GBps, link.latency_us,
@@ -149,6 +155,11 @@ class Topology:
             if not nx.has_path(self.graph, gpu, self.host_of(gpu)):
                 raise SpecError(f"{gpu} has no link path to its host (add a pcie link)",
                                 file=self.spec.source_path, field="templates.*.links")
+        for node, gpus in self._gpus_of_node.items():
+            for m in self.tiers_of(gpus[0]) if gpus else []:
+                if not nx.has_path(self.graph, gpus[0], m):
+                    raise SpecError(f"memory tier {m} has no link path to {gpus[0]} (link it to the host or a "
+                                    "switch)", file=self.spec.source_path, field="templates.*.links")
         if len(self.gpus) > 1:
             comp = nx.node_connected_component(self.graph, self.gpus[0])
             cut = [g for g in self.gpus if g not in comp]
@@ -194,6 +205,31 @@ class Topology:
         if device not in self._gpu_set and self.template_of[device].unified_memory:
             return self._gpus_of_node[self.node_of[device]][0]
         return device
+
+    def tiers_of(self, device: str) -> list[str]:
+        """The memory tiers of ``device``'s node (its template's ``tiers``), in their declared order."""
+        node = self.node_of[device]
+        return [f"{node}/{m.name}" for m in self.template_of[device].tiers]
+
+    def cold_memory_of(self, gpu: str, tier: str | None) -> str:
+        """The memory that holds the cold rows of a shard on ``gpu``: the tier of its node named ``tier`` (a local
+        name, Shard.cold_memory), or its host's DRAM (None)."""
+        return self.host_of(gpu) if tier is None else f"{self.node_of[gpu]}/{tier}"
+
+    def read_costs(self, gpu: str, memory: str):
+        """``gpu``'s op costs for rows it reads in ``memory``: its own (op_costs) for HBM and its host's DRAM; for
+        a memory tier, the same with the host-read rate its path gives: the narrowest link of the route times the
+        tier's read_efficiency, at most the tier's own bandwidth (datasheet figures: calibrate measures no tier)."""
+        if self.memories[memory].kind != "tier":
+            return self.op_costs(gpu)
+        key = (gpu, memory)
+        if key not in self._op_costs:
+            from placer.program.opcosts import reading_at
+
+            spec = next(m for m in self.template_of[memory].tiers if f"{self.node_of[memory]}/{m.name}" == memory)
+            rate = min(self.bottleneck_bw(memory, gpu) * spec.read_efficiency, gbps_to_bytes_per_s(spec.bw_GBps))
+            self._op_costs[key] = reading_at(self.op_costs(gpu), rate)
+        return self._op_costs[key]
 
     def memory_of(self, device: str) -> str:
         """The memory that holds ``device``'s rows: its own HBM, or its host's DRAM (hosts, unified nodes)."""

@@ -33,6 +33,7 @@ from placer.program import compressed_ops as cops
 from placer.program import node_local_ops as nlo
 from placer.program import issue
 from placer.program import tt_ops
+from placer.program.locations import reads_across_links, rows_memory, rows_source, tier_location
 from placer.program.dense import DenseTrace, dense_step_s, is_traced, trace
 from placer.program.ops import (AR, BWD, BX, DENSE, EVERY_GPU, FWD, FX, INDEX_BYTES, POOLED_BYTES, STATE_BYTES,
                                 GroupKey, Member, Op)
@@ -176,6 +177,8 @@ class ProgramBuilder:
     def _host_rows_key(self, s: Shard, p: Placement, c: int) -> GroupKey:
         """The group of a GPU shard's rows in host memory: the GPU's uvm group (zero-copy reads), or, where the
         GPU cannot read host memory (``cpu_reads_host``), its host's cpu group."""
+        if s.cold_memory is not None:  # a memory tier of the node (program/locations.py)
+            return self._key(s.device, tier_location(s.cold_memory), p, c)
         if self.cpu_reads_host and not self.topo.is_unified(s.device):
             return self._key(self.topo.host_of(s.device), "cpu", p, c)
         return self._key(s.device, "uvm", p, c)
@@ -194,10 +197,6 @@ class ProgramBuilder:
     def expand(self, stream: str) -> list[str]:
         """The streams (or memories) an op's stream (a buffer's memory) stands for."""
         return self.gpu_streams if stream == EVERY_GPU else [stream]
-
-    def _reads_host(self, key: GroupKey) -> bool:
-        """Rows the device reads across its link from host memory (not on a unified-memory node)."""
-        return key.location == "uvm" and not self.topo.is_unified(key.device)
 
     def group_fixed_ops(self, key: GroupKey) -> list[Op]:
         """The fixed cost of every op of a group: charged once per plan, however many members it has (the
@@ -252,13 +251,13 @@ class ProgramBuilder:
 
     def _member_ops(self, key: GroupKey, m: Member) -> list[Op]:
         dev, c = key.device, m.cols[1] - m.cols[0]
-        costs = self.topo.op_costs(dev)
+        costs = self.topo.read_costs(dev, rows_memory(self.topo, key))  # a tier's reads at its path's rate
         st = self.stream(dev)
         row_bytes = c * element_bytes(key.dtype)
         state = self.state_bytes(m.table, c)
         grad_row = c * POOLED_BYTES
         out_bytes = m.bags * grad_row
-        host = self._reads_host(key)
+        host = reads_across_links(self.topo, key)
         copies = key.location == "cpu" and not self.topo.is_unified(dev)
         ops = [Op("lookup", FWD, st, costs.lookup_s(key.dtype, row_bytes, m.lookups, m.unique_rows, out_bytes, host),
                   key, m.table, traffic=self._row_traffic(key, m.lookups * row_bytes),
@@ -286,14 +285,14 @@ class ProgramBuilder:
         return ops
 
     def _row_traffic(self, key: GroupKey, n_bytes: float, both_ways: bool = False) -> tuple[tuple[str, float], ...]:
-        """Shared-resource load of rows read (and written back) in host memory: the host's DRAM, and the
-        link to the GPU for uvm rows."""
-        if key.location not in ("uvm", "cpu") or n_bytes <= 0:
+        """Shared-resource load of rows read (and written back) in another memory than the device's: that memory's
+        bandwidth (a host's DRAM, a tier's), and the links to the GPU where it reads them across links."""
+        host = rows_source(self.topo, key)
+        if host is None or n_bytes <= 0:
             return ()
-        host = self.topo.host_of(key.device)
         ways = 2 if both_ways else 1
         out = [(f"{host}:dram", ways * n_bytes / self.traffic.rate(f"{host}:dram"))]
-        if self._reads_host(key):
+        if reads_across_links(self.topo, key):
             out += self.traffic.send(host, key.device, n_bytes)
             if both_ways:
                 out += self.traffic.send(key.device, host, n_bytes)
@@ -539,8 +538,7 @@ class ProgramBuilder:
                 continue
             c = m.cols[1] - m.cols[0]
             row_bytes = cops.row_bytes(key, c) + self.state_bytes(m.table, c)
-            rows_in = mem(key.device) if key.location in ("hbm", "replica") else mem(self.topo.host_of(key.device))
-            runs_in = mem(key.device)
+            rows_in, runs_in = rows_memory(self.topo, key), mem(key.device)
             out.append(Buffer(rows_in, "rows and optimizer state", m.rows * row_bytes))
             out.append(Buffer(runs_in, "pooled outputs and gradients", ways * m.bags * c * POOLED_BYTES))
             if key.trained:

@@ -34,7 +34,7 @@ own gather rates (one RAM).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from placer.specs.hardware import FIXED_COST_KINDS, OPTIMIZERS, GpuSpec, HostSpec, OpCostSpec
 from placer.units import GB, us_to_s
@@ -314,3 +314,10 @@ def host_op_costs(h: HostSpec) -> OpCosts:
                   stream=h.dram_bw_GBps * GB, sort_s=HOST_SORT_NS * 1e-9, reduce=g / 2, update=g / 2,
                   gemm=(_gemm_tables(h.op_costs, {"fp32": h.cpu_peak_TFLOPs}, 1.0),
                         _gemm_tables(h.op_costs, {"fp32": h.cpu_peak_TFLOPs}, 1.0, warm=True)))
+
+
+def reading_at(costs: OpCosts, rate_Bps: float) -> OpCosts:
+    """``costs`` with rows outside the device's own memory read at ``rate_Bps`` (bytes/s, every dtype): the op
+    costs of a GPU reading a memory tier (Topology.read_costs), whose reads calibrate does not measure."""
+    return replace(costs, host_gather=_by_dtype(None, rate_Bps), calibrated=costs.calibrated - {"host_gather_GBps"})
+

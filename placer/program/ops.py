@@ -31,7 +31,10 @@ FWD, FX, DENSE, BX, BWD, AR = range(len(PHASES))
 #: - uvm: pinned host memory read by the GPU (on a unified-memory machine: the same RAM as hbm)
 #: - cpu: host memory, looked up and updated by the host's CPU ("host" sharding)
 #: - replica: a data-parallel replica in device memory (pools its own samples; dense gradient, all-reduce)
+#: - tier:<name>: a memory tier of the node (the spec's ``tiers``), read by the GPU as uvm rows are
+#: (program/locations.py turns a location into its memory)
 LOCATIONS = ("hbm", "uvm", "cpu", "replica")
+TIER_PREFIX = "tier:"
 
 KINDS = ("lookup", "sort", "segment_reduce", "update", "scatter", "update_dense", "copy_h2d", "copy_d2h",
          "combine", "pack_grad", "all_to_all", "all_reduce", "gemm", "elementwise", "optimizer_dense")
@@ -50,7 +53,7 @@ class GroupKey:
     """One fused group: the plan device whose stream runs it, and what its members share."""
 
     device: str  # a GPU, or a host for location "cpu"
-    location: str  # one of LOCATIONS
+    location: str  # one of LOCATIONS, or TIER_PREFIX + a memory tier's local name
     dtype: str  # storage precision of the rows: fp32 | fp16 | int8 (frozen int8 rows: dim bytes + scale and bias)
     width: int  # columns of every member
     form: str = ""  # "" trained rows; "frozen" (no backward); "int8" (frozen, int8); "qr:mult" / "qr:add" (QR
@@ -65,6 +68,11 @@ class GroupKey:
     def trained(self) -> bool:
         """Whether the group's rows are updated (a backward, a sparse update): not for frozen tables."""
         return self.form not in (FROZEN, INT8)
+
+    @property
+    def tier(self) -> str | None:
+        """The memory tier (local name) that holds the group's rows, or None (its location says where)."""
+        return self.location[len(TIER_PREFIX):] if self.location.startswith(TIER_PREFIX) else None
 
     @property
     def qr(self) -> bool:

@@ -43,6 +43,8 @@ def not_torchrec_form(p: Placement, frozen: bool = False) -> str | None:
         return "compressed rows (QR, TT, int8) are not TorchRec's training kernels"
     if p.node_local:
         return "node-local replicas are not a TorchRec sharding"
+    if any(s.cold_memory is not None for s in p.shards):
+        return "cold rows in a memory tier (the spec's tiers) have no TorchRec kernel"
     if not form.runs_under_torchrec:
         return f"{p.sharding} is not a TorchRec sharding placer prices"
     return None

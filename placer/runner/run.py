@@ -26,6 +26,7 @@ import torch
 
 from placer.cost import PHASES, CostModel
 from placer.errors import SpecError
+from placer.forms.tiers import refuse_tiers
 from placer.node_local import refuse_node_local
 from placer.plan import Plan
 from placer.plan_price import priced_plan
@@ -46,6 +47,9 @@ from placer.specs.workload import Workload
 from placer.topology import Topology
 
 POOL_MAX_BATCHES = 8
+#: why the runner refuses a plan with cold rows in a memory tier (forms/tiers.refuse_tiers)
+RUNNER_HAS_NO_TIERS = ("placer's runner keeps cold rows in host memory only: price and plan it (simulate, solve, "
+                       "explain), or give the tier's rows to host memory to run it")
 POOL_MAX_BYTES = 4 * 2**30
 
 
@@ -101,6 +105,7 @@ def prepare(hardware, workload: Workload, plan: Plan, *, scale: float = 1.0, pla
     """Check the plan, scale it when asked, and predict it: (topology, workload, plan, predicted) as run. The
     plan as given must fit the hardware spec (the same check as simulate and check: plan_price.priced_plan),
     scaled or not; the scaled plan is checked and priced again. Refusals name ``plan_file``."""
+    refuse_tiers(plan, "placer run", RUNNER_HAS_NO_TIERS, file=plan_file)
     topo = Topology(hardware, workload.dense.dtype)
     predicted = priced_plan(plan, topo, workload, file=plan_file)
     if scale != 1.0:

@@ -191,6 +191,29 @@ class NicSpec(StrictModel):
     latency_us: L.LatencyUs = Field(default=2.0, description="us")
 
 
+class TierSpec(StrictModel):
+    """A memory of the node beyond its GPUs' HBM and its host's DRAM (a CXL memory expander, a Grace's LPDDR over
+    NVLink-C2C, ...): a device named ``name``, joined to the node by its ``links``, that holds the cold rows of GPU
+    shards (a shard's hottest rows in its GPU's HBM, the rest in its host's DRAM or in one such tier: Shard.
+    cold_memory). A GPU reads its rows as it reads host memory (zero-copy gathers across the links of its path):
+    at ``read_efficiency`` of the path's narrowest link, and ``bw_GBps`` is the tier's own bandwidth, shared by
+    every read and write of it."""
+
+    name: L.Name
+    GiB: L.CapacityGiB = Field(description="capacity, GiB")
+    bw_GBps: L.BandwidthGBps = Field(description="the memory's own bandwidth, GB/s")
+    reserve_GiB: L.ReserveGiB = Field(default=0.0, description="capacity kept back, GiB")
+    read_efficiency: L.Efficiency = Field(
+        default=0.5, description="fraction of the narrowest link on a GPU's path to it reached by row gathers")
+
+    @model_validator(mode="after")
+    def _reserve_below_capacity(self) -> "TierSpec":
+        if self.reserve_GiB >= self.GiB:
+            raise ValueError(f"reserve_GiB: {self.reserve_GiB:g} GiB reserved of {self.GiB:g} GiB leaves nothing "
+                             "for tables; the reserve must be below GiB")
+        return self
+
+
 class LinkSpec(StrictModel):
     """A link between two devices of the same node. An endpoint may be a glob ("gpu*"): a glob against a
     single device makes one link per match; two globs of equal size are paired in order (gpu0-nic0, ...)."""
@@ -216,6 +239,8 @@ class NodeTemplate(StrictModel):
     host: HostSpec
     switches: list[L.Name] = Field(default_factory=list, max_length=L.MAX_SWITCHES_PER_NODE)
     nics: NicSpec | None = None
+    #: memories beyond HBM and host DRAM, each a device of the node (TierSpec), in the order a reader lists them
+    tiers: list[TierSpec] = Field(default_factory=list, max_length=L.MAX_TIERS_PER_NODE)
     links: list[LinkSpec]
     unified_memory: bool = Field(
         default=False,
@@ -225,13 +250,14 @@ class NodeTemplate(StrictModel):
 
     @cached_property
     def device_kinds(self) -> dict[str, str]:
-        """Local device name -> its declared kind ('gpu', 'host', 'switch', 'nic'), in device order. The kind
-        comes from where the device is declared (gpus, host, switches, nics), never from its name."""
+        """Local device name -> its declared kind ('gpu', 'host', 'switch', 'nic', 'memory'), in device order. The
+        kind comes from where the device is declared (gpus, host, switches, nics, tiers), never from its name."""
         kinds = {f"gpu{i}": "gpu" for i in range(self.gpus.count)}
         kinds["host"] = "host"
         kinds.update((s, "switch") for s in self.switches)
         if self.nics:
             kinds.update((f"nic{i}", "nic") for i in range(self.nics.count))
+        kinds.update((m.name, "memory") for m in self.tiers)
         return kinds
 
     @cached_property
@@ -255,6 +281,14 @@ class NodeTemplate(StrictModel):
             if s in seen_switch:
                 raise ValueError(f"switches[{i}]: duplicate switch name {s!r} (first at switches[{seen_switch[s]}])")
             seen_switch[s] = i
+        for i, m in enumerate(self.tiers):
+            if _GENERATED_NAME.match(m.name) or m.name.startswith("nic") or set(m.name) & _BAD_NAME_CHARS:
+                raise ValueError(f"tiers[{i}].name: {m.name!r} clashes with a GPU, host or NIC name (gpuN, host, "
+                                 "nicN) or holds '/', a space or glob characters")
+            if m.name in seen_switch or any(m.name == o.name for o in self.tiers[:i]):
+                raise ValueError(f"tiers[{i}].name: {m.name!r} names another device of the node already")
+        if self.tiers and self.unified_memory:
+            raise ValueError("tiers: a unified-memory node (CPU processes) has one RAM; it has no memory tiers")
         if self.unified_memory:
             reserve = self.host.dram_reserve_GiB + self.gpus.hbm_reserve_GiB * self.gpus.count
             if reserve >= self.host.dram_GiB:

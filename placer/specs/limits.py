@@ -23,6 +23,7 @@ MAX_GPUS_PER_NODE = 1024
 MAX_NICS_PER_NODE = 1024
 #: switches in one node template
 MAX_SWITCHES_PER_NODE = 1024
+MAX_TIERS_PER_NODE = 16  # memory tiers beyond HBM and host DRAM, per node
 #: nodes in one group and in the whole cluster
 MAX_NODES = 65_536
 #: GPUs in the whole cluster. Not a physical bound (the largest training clusters have about 100,000) but what

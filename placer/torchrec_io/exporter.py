@@ -30,6 +30,7 @@ from pathlib import Path
 from placer.errors import SpecError
 from placer.forms.shardings import sharding_of
 from placer.forms.storage import COMPRESSED, NODE_LOCAL
+from placer.forms.tiers import refuse_tiers
 from placer.node_local import refuse_node_local
 from placer.plan import Plan
 from placer.plan_price import priced_plan
@@ -55,6 +56,8 @@ def mapped_plan(plan: Plan, topo: Topology, wl: Workload) -> tuple[Plan, dict[st
     tables = {t.name: t for t in wl.tables}
     refuse_node_local(plan, "export --torchrec", f"TorchRec has no {NODE_LOCAL.torchrec_lacks} (its data_parallel "
                       "all-reduces every replica's gradient)")
+    refuse_tiers(plan, "export --torchrec", "TorchRec's kernels read rows in HBM or host memory only (fused, "
+                 "fused_uvm, fused_uvm_caching)")
     for i, p in enumerate(plan.placements):
         if p.compression is not None:
             raise SpecError(f"table {p.table!r} is stored {p.compression.form}-compressed, and TorchRec has no "
