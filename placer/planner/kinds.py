@@ -19,8 +19,8 @@ import numpy as np
 
 from placer.cost import AR, BX, FX, PHASES, Cost
 from placer.executor import Background, no_cyclic_gc
-from placer.forms.shardings import SHARDINGS, sharding_of
 from placer.forms import data_parallel, row_wise
+from placer.forms.shardings import SHARDINGS, sharding_of
 from placer.options import OptionConfig, precisions, table_options
 from placer.plan import Placement
 from placer.planner.budget import OutOfTime
