@@ -88,3 +88,17 @@ def test_sharding_names_are_spelled_in_the_registry_only():
     found = [f"{p.relative_to(ROOT)}:{line} {value!r}" for p in sorted((ROOT / "placer").rglob("*.py"))
              if "forms" not in p.relative_to(ROOT).parts for line, value in _literals(p)]
     assert len(found) <= MAX_LITERALS_OUTSIDE, found
+
+
+def test_row_wise_is_offered_at_every_precision_the_table_allows():
+    """A table that allows fp16 gets fp16 row-wise splits beside the fp32 ones (the menu's dedup key once left the
+    precision out, so fp16 row-wise was never offered where fp32 row-wise was)."""
+    from placer.options import table_options
+    from tests.conftest import shipped_pair
+
+    topo, wl = shipped_pair("dgx-h100", "tiny")
+    t = next(t for t in wl.tables if t.allow_fp16)
+    row_wise = [p for p in table_options(t, topo, wl) if p.sharding == "row_wise"]
+    by_precision = {prec: sorted(tuple(s.hbm_rows for s in p.shards) for p in row_wise if p.precision == prec)
+                    for prec in ("fp32", "fp16")}
+    assert by_precision["fp32"] and by_precision["fp16"] == by_precision["fp32"]

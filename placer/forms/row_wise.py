@@ -43,8 +43,9 @@ def placement(t, gpus: list[str], precision: str, hot_fraction: float, first_onl
 
 def options(t, topo, precision: str, cfg, seen: set) -> list:
     """Over each node's GPUs (the first node only when canonical) and, with ``cfg.all_gpu_kinds`` on several
-    nodes, over every GPU, at each hot-row level; a split whose pieces' HBM rows a previous call offered is
-    skipped (``seen``: shared across the table's precisions)."""
+    nodes, over every GPU, at each hot-row level; a split this precision already offered (two levels that round
+    to the same HBM rows) is skipped (``seen``: the table's keys, shared across its precisions, so the key holds
+    the precision: fp16 row-wise is offered beside fp32's)."""
     if not cfg.row_wise:
         return []
     groups = [topo.gpus_of_node(n) for n in first(topo.nodes, cfg.canonical) if len(topo.gpus_of_node(n)) > 1]
@@ -54,7 +55,7 @@ def options(t, topo, precision: str, cfg, seen: set) -> list:
     for group in groups:
         for f in cfg.levels_for(t.name):
             p = placement(t, group, precision, f)
-            key = p and (len(group), group[0], tuple(s.hbm_rows for s in p.shards))
+            key = p and (precision, len(group), group[0], tuple(s.hbm_rows for s in p.shards))
             if p is not None and key not in seen:
                 seen.add(key)
                 out.append(p)
