@@ -54,7 +54,7 @@ def check_plan(plan: Plan, topology, workload, *, file: str | None = None, check
                 raise SpecError("a host shard has no HBM rows", file=file, field=f"{f}.hbm_rows")
             if s.cold_memory is not None:
                 _check_cold_memory(p, s, topology, file, f)
-        if p.replicated is not None:  # every node's replica alike (node_local_check.py), node0's a placement
+        if p.replicated is not None:  # every node's replica alike (forms/node_local.py), node0's a placement
             one = check_per_node(p, t, topology, file, where)
             _check_coverage(one, t, file, where)
             _check_label(one, t, file, where)

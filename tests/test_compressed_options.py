@@ -1,5 +1,5 @@
 """Compressed forms on the planner's menu (issue 39 item 2): QR and int8 rows of frozen tables as options, priced
-(program/compressed_ops.py), checked against the workload (plan.check_plan), run by the runner
+(program/compressed_ops.py), checked against the workload (plan_check.check_plan), run by the runner
 (runner/compressed_groups.py) against the reference modules of runner/compressed.py."""
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Node-local tables on the planner's menu (issue 39, items 2-3): a replica per node (Placement.replicated
 'per_node'), offered only where the workload allows it and the machine has several nodes, priced with its
-all-to-all inside each node (program/node_local_ops.py), checked (plan.check_plan), folded by the two-stage
+all-to-all inside each node (program/node_local_ops.py), checked (plan_check.check_plan), folded by the two-stage
 planner, refused by placer run and export --torchrec."""
 from __future__ import annotations
 

@@ -106,7 +106,7 @@ def _refs(topo: Topology, wl: Workload) -> tuple[SpecRef, SpecRef]:
 
 
 def make_plan(model: CostModel, method: str, placements: list[Placement], solver: SolverInfo) -> Plan:
-    """The plan of ``placements`` made by ``method``, checked as a plan file is (plan.check_plan: every table
+    """The plan of ``placements`` made by ``method``, checked as a plan file is (plan_check.check_plan: every table
     placed once, its rows and columns covered exactly once, on devices of the right kind), then priced. A plan
     that fails the check is a bug of that method, not the user's: SolverError naming the method and the fault."""
     hw, wl = _refs(model.topo, model.wl)
