@@ -2,9 +2,9 @@
 
 A **sharding** (``Placement.sharding``) says how a table's rows and columns are cut into shards and which devices
 hold them; a **storage form** says how the rows are kept (compressed QR / TT / int8 rows, a node-local replica
-per node). Each form is one module of placer/forms/ that builds one of these objects; placer/forms/registry.py
-lists them, and the rest of placer asks the registry (``sharding_of(p).whole_copies``) instead of testing the
-form's name. These classes import nothing of placer's plan or cost model, so any module may import them.
+per node). Each form is one module of placer/forms/ that builds one of these objects; shardings.py and storage.py
+list them, and the rest of placer asks the registry (``sharding_of(p).whole_copies``) instead of testing the form's
+name. These classes import nothing of placer's plan or cost model, so any module may import them.
 """
 from __future__ import annotations
 
@@ -59,16 +59,14 @@ class StorageForm:
     rows or a node-local replica. ``field``: the workload entry that allows it (tables[].FIELD);
     ``allows(table)``: whether that entry allows it; ``torchrec_lacks``: what TorchRec has not, to run it (for
     export's and --trainer torchrec's refusals); ``check(p, t, file, field)``: SpecError for a placement in this
-    form that its table's entry does not allow (None: checked elsewhere); ``text(compression)``: the form with its
-    parameters, for people ('qr k=4'; compressed forms); ``compressions(t, precision)``: the Compression values
-    the menu offers table ``t`` at ``precision`` (compressed forms)."""
+    form that its table's entry does not allow (None: checked elsewhere); ``compressions(t, precision)``: the
+    Compression values the menu offers table ``t`` at ``precision`` (compressed forms)."""
 
     name: str
     field: str
     allows: Callable[[object], bool]
     torchrec_lacks: str
     check: Callable | None = field(default=None, compare=False)
-    text: Callable | None = field(default=None, compare=False)
     compressions: Callable | None = field(default=None, compare=False)
 
 

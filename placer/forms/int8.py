@@ -1,6 +1,6 @@
 """int8 rows: a frozen table's rows in int8 with an fp32 scale and bias each (program/compressed_ops.py prices
 it, runner/compressed.py runs it). Frozen tables only, table-wise on one GPU with every row in HBM
-(compressed.check_geometry)."""
+(storage.check_compressed)."""
 from placer.errors import SpecError
 from placer.forms.base import StorageForm
 from placer.plan import Compression
@@ -24,4 +24,4 @@ def compressions(t, precision: str) -> list:
 
 
 FORM = StorageForm(name="int8", field="compression.int8", allows=allows, check=check, compressions=compressions,
-                   torchrec_lacks="trainable int8 embedding table", text=lambda c: "int8")
+                   torchrec_lacks="trainable int8 embedding table")

@@ -1,6 +1,6 @@
 """QR (quotient-remainder) rows: ceil(rows / k) + k rows whose products (or sums) stand for the table's rows
 (placer/specs/compression.py allows it per table, up to max_collisions; program/compressed_ops.py prices it,
-runner/compressed.py runs it). Table-wise on one GPU with every row in HBM (compressed.check_geometry)."""
+runner/compressed.py runs it). Table-wise on one GPU with every row in HBM (storage.check_compressed)."""
 from placer.errors import SpecError
 from placer.forms.base import StorageForm
 from placer.plan import Compression, QRForm
@@ -49,4 +49,4 @@ def compressions(t, precision: str) -> list:
 
 
 FORM = StorageForm(name="qr", field="compression.qr", allows=allows, check=check, compressions=compressions,
-                   torchrec_lacks="QR embedding table", text=lambda c: f"qr k={c.qr.collisions}")
+                   torchrec_lacks="QR embedding table")

@@ -15,8 +15,6 @@ HOST: ShardingForm = host.FORM
 
 #: every sharding by its name in plan files, in the order the docs and refusals list them
 SHARDINGS: dict[str, ShardingForm] = {f.name: f for f in (TABLE_WISE, ROW_WISE, COLUMN_WISE, DATA_PARALLEL, HOST)}
-#: the names plan files may write in ``sharding``
-SHARDING_NAMES: tuple[str, ...] = tuple(SHARDINGS)
 #: TorchRec's sharding type -> placer's sharding form (table_row_wise is row_wise within one node)
 FROM_TORCHREC: dict[str, ShardingForm] = {st: f for f in SHARDINGS.values() for st in f.torchrec_types}
 

@@ -1,6 +1,6 @@
 """TT (tensor-train, TT-Rec) rows: three fp32 cores of the workload's inner ranks stand for the table's rows
 (program/tt_shape.py names the shape; program/tt_ops.py prices it, runner/compressed.py runs it). Trained
-tables only, fp32, table-wise on one GPU with every row in HBM (compressed.check_geometry)."""
+tables only, fp32, table-wise on one GPU with every row in HBM (storage.check_compressed)."""
 from placer.errors import SpecError
 from placer.forms.base import StorageForm
 from placer.plan import Compression, TTForm
@@ -35,5 +35,4 @@ def compressions(t, precision: str) -> list:
 
 
 FORM = StorageForm(name="tt", field="compression.tt", allows=allows, check=check, compressions=compressions,
-                   torchrec_lacks="TT (tensor-train) embedding table",
-                   text=lambda c: f"tt r={c.tt.ranks[0]}x{c.tt.ranks[1]}")
+                   torchrec_lacks="TT (tensor-train) embedding table")

@@ -132,6 +132,16 @@ class OpCostSpec(StrictModel):
         return v
 
 
+def _reserve_below(memory, reserve: str, capacity: str, what: str):
+    """``memory`` (a GpuSpec, HostSpec or TierSpec) when its field ``reserve`` (GiB) is below its ``capacity``;
+    else the ValueError naming both (``what``: ' of HBM', the memory's name in the message)."""
+    r, c = getattr(memory, reserve), getattr(memory, capacity)
+    if r >= c:
+        raise ValueError(f"{reserve}: {r:g} GiB reserved of {c:g} GiB{what} leaves nothing for tables; the reserve "
+                         f"must be below {capacity}")
+    return memory
+
+
 class GpuSpec(StrictModel):
     """Every GPU of a node template (identical within a template)."""
 
@@ -156,10 +166,7 @@ class GpuSpec(StrictModel):
 
     @model_validator(mode="after")
     def _reserve_below_capacity(self) -> "GpuSpec":
-        if self.hbm_reserve_GiB >= self.hbm_GiB:
-            raise ValueError(f"hbm_reserve_GiB: {self.hbm_reserve_GiB:g} GiB reserved of {self.hbm_GiB:g} GiB of "
-                             "HBM leaves nothing for tables; the reserve must be below hbm_GiB")
-        return self
+        return _reserve_below(self, "hbm_reserve_GiB", "hbm_GiB", " of HBM")
 
 
 class HostSpec(StrictModel):
@@ -177,10 +184,7 @@ class HostSpec(StrictModel):
 
     @model_validator(mode="after")
     def _reserve_below_capacity(self) -> "HostSpec":
-        if self.dram_reserve_GiB >= self.dram_GiB:
-            raise ValueError(f"dram_reserve_GiB: {self.dram_reserve_GiB:g} GiB reserved of {self.dram_GiB:g} GiB "
-                             "of DRAM leaves nothing for tables; the reserve must be below dram_GiB")
-        return self
+        return _reserve_below(self, "dram_reserve_GiB", "dram_GiB", " of DRAM")
 
 
 class NicSpec(StrictModel):
@@ -208,10 +212,7 @@ class TierSpec(StrictModel):
 
     @model_validator(mode="after")
     def _reserve_below_capacity(self) -> "TierSpec":
-        if self.reserve_GiB >= self.GiB:
-            raise ValueError(f"reserve_GiB: {self.reserve_GiB:g} GiB reserved of {self.GiB:g} GiB leaves nothing "
-                             "for tables; the reserve must be below GiB")
-        return self
+        return _reserve_below(self, "reserve_GiB", "GiB", "")
 
 
 class LinkSpec(StrictModel):
