@@ -12,7 +12,8 @@ base point is the smallest count that has a plan (1.0 = linear scaling, the idea
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from functools import partial
 from typing import Callable
 
 from placer.errors import InfeasibleError, PlacerError, SpecError
@@ -179,14 +180,24 @@ def run_sweep(spec: HardwareSpec, wl: Workload, counts: list[int], config,
               progress: Callable[[SweepPoint], None] | None = None,
               stop_at_throughput: float | None = None,
               starting: Callable[[int], None] | None = None) -> list[SweepPoint]:
-    """Solve every count (ascending). With ``stop_at_throughput``, stop at the first count that reaches it.
-    ``starting(gpus)`` is called before each count's solve, ``progress(point)`` after it."""
+    """Solve every count (ascending), each an entry of a portfolio (planner/portfolio.py) whose searches get the
+    limit SCHEDULE.sweep_count_s gives them (the whole --time-limit each). With ``stop_at_throughput``, stop at the
+    first count that reaches it. ``starting(gpus)`` is called before each count's solve, ``progress(point)`` after."""
+    from placer.forms.storage import FORCED_FORMS
+    from placer.planner import portfolio
+    from placer.planner.schedule import SCHEDULE
+
     check_counts(spec, counts)
-    points = []
-    for gpus in sorted(counts):
+
+    def point(gpus: int, seconds: float | None) -> SweepPoint:
         if starting:
             starting(gpus)
-        p = solve_point(spec, wl, gpus, config)
+        return solve_point(spec, wl, gpus, config if seconds is None else replace(config, time_limit_s=seconds))
+
+    searches = config.method == "ilp" or config.method in FORCED_FORMS
+    entries = [portfolio.Entry(f"{gpus} GPUs", partial(point, gpus), searches) for gpus in sorted(counts)]
+    points = []
+    for _, _, p in portfolio.run(entries, lambda n: SCHEDULE.sweep_count_s(config.time_limit_s)):
         points.append(p)
         if progress:
             progress(p)

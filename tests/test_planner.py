@@ -507,7 +507,7 @@ def test_a_planner_plan_that_does_not_hold_is_refused_as_a_bug(two_gpu_model, fa
     from placer.errors import SolverError
     from placer.plan import SolverInfo
     from placer.planner.baselines import run_baseline
-    from placer.planner.solve import make_plan
+    from placer.planner.solve_run import make_plan
 
     placements = run_baseline("greedy_size", two_gpu_model, seed=0)
     make_plan(two_gpu_model, "greedy_size", placements, SolverInfo(backend="heuristic", status="heuristic"))

@@ -259,9 +259,10 @@ def test_local_tie_break_cap_is_the_single_stage_one():
 def _two_stage_with_host_table(monkeypatch, table: str):
     """Force the two-stage path on tiny@pcie-4gpu-workstation, with ``table`` put on the host by stage two and
     no baseline to choose instead: a host table whose rows idle HBM would hold."""
+    from placer.planner import single_stage, two_stage_solve
     from placer.planner import solve as S
 
-    real = S.solve_two_stage
+    real = two_stage_solve.solve_two_stage
 
     def with_host(model, *args, **kwargs):
         stages = real(model, *args, **kwargs)
@@ -270,9 +271,9 @@ def _two_stage_with_host_table(monkeypatch, table: str):
             Shard(device=model.topo.hosts[0], rows=(0, t.rows), cols=(0, t.dim), hbm_rows=0, host_rows=t.rows)])
         return dataclasses.replace(stages, placements=[host if p.table == table else p for p in stages.placements])
 
-    monkeypatch.setattr(S, "FULL_ILP_MAX_PAIRS", 0)
-    monkeypatch.setattr(S, "solve_two_stage", with_host)
-    monkeypatch.setattr(S, "_priced_baselines", lambda model, seed: iter(()))  # no baseline beats it
+    monkeypatch.setattr(single_stage, "FULL_ILP_MAX_PAIRS", 0)
+    monkeypatch.setattr(two_stage_solve, "solve_two_stage", with_host)
+    monkeypatch.setattr(two_stage_solve, "priced_baselines", lambda model, seed: iter(()))  # no baseline beats it
     topo, wl = _pair(TINY, WORKSTATION)
     return S.solve(topo, wl, S.SolveConfig(time_limit_s=10)), topo, wl
 

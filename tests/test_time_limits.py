@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from placer.planner import solve as solve_module
+from placer.planner import two_stage_solve
 from placer.planner.baselines import BASELINES
-from placer.planner.solve import BASELINE_ORDER, SolveConfig, solve
+from placer.planner.solve import SolveConfig, solve
+from placer.planner.solve_run import BASELINE_ORDER
 from placer.specs.hardware import load_hardware
 from placer.specs.workload import load_workload
 from placer.topology import Topology
@@ -31,12 +32,12 @@ def _one_then_stuck(model, seed):
     time.sleep(600)
 
 
-_REAL = solve_module._priced_baselines
+_REAL = two_stage_solve.priced_baselines
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the baselines' child is forked (Linux only)")
 def test_two_stage_solve_does_not_wait_past_its_limit_for_the_baselines(monkeypatch):
-    monkeypatch.setattr(solve_module, "_priced_baselines", _one_then_stuck)
+    monkeypatch.setattr(two_stage_solve, "priced_baselines", _one_then_stuck)
     workload = load_workload(ROOT / "workloads" / "tiny.yaml")
     topo = Topology(load_hardware(ROOT / "hardware_specs" / "dgx-h100-2node.yaml"), workload.dense.dtype)
     t0 = time.perf_counter()
@@ -59,7 +60,7 @@ def _all_slowly(model, seed):
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the baselines' child is forked (Linux only)")
 def test_work_limited_solve_waits_for_every_baseline(monkeypatch):
     """Under a work limit the plan must not depend on how far the child got: it waits for all of them."""
-    monkeypatch.setattr(solve_module, "_priced_baselines", _all_slowly)
+    monkeypatch.setattr(two_stage_solve, "priced_baselines", _all_slowly)
     workload = load_workload(ROOT / "workloads" / "tiny.yaml")
     topo = Topology(load_hardware(ROOT / "hardware_specs" / "dgx-h100-2node.yaml"), workload.dense.dtype)
     plan = solve(topo, workload, SolveConfig(work_limit=2000))

@@ -8,7 +8,8 @@ import pytest
 from placer.cost import CostModel
 from placer.forms import data_parallel, row_wise
 from placer.plan import Placement, Shard
-from placer.planner.solve import SolveConfig, make_plan, solve
+from placer.planner.solve import SolveConfig, solve
+from placer.planner.solve_run import make_plan
 from placer.torchrec_io import planner as trec_planner
 from placer.torchrec_io.exporter import export_document
 from tests.conftest import require_torchrec, shipped_pair

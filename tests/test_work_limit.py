@@ -59,11 +59,12 @@ def test_a_time_budget_counts_charges_without_moving_its_clock():
 
 
 def test_the_single_stage_search_leaves_the_limit_room_for_what_follows():
-    """solve._search_s: under a time limit, the branch and bound gets what the limit leaves less the pricing
+    """single_stage.search_s: under a time limit, the branch and bound gets what the limit leaves less the pricing
     after it (never less than the schedule's single_search_min_s); under a work limit, what is left of it."""
     from placer.cost import CostModel
     from placer.planner.schedule import SCHEDULE
-    from placer.planner.solve import _search_s, after_solve_s
+    from placer.planner.single_stage import search_s as _search_s
+    from placer.planner.solve_run import after_solve_s
     from placer.specs import load_hardware, load_workload
     from placer.topology import Topology
 

@@ -153,7 +153,8 @@ def make_plans(spec: Path, wl_path: Path, folder: Path, time_limit: float, smoke
     from placer.cost import CostModel
     from placer.errors import PlacerError
     from placer.plan import Plan, SpecRef
-    from placer.planner.solve import SolveConfig, make_plan as priced, solve
+    from placer.planner.solve import SolveConfig, solve
+    from placer.planner.solve_run import make_plan as priced
     from placer.specs import load_hardware, load_workload
     from placer.topology import Topology
 

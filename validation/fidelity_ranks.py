@@ -70,7 +70,7 @@ def forced_plans(topo, wl, model, greedy) -> list[tuple[str, object]]:
     from placer.errors import PlacerError
     from placer.forms import data_parallel, row_wise
     from placer.plan import Placement, Shard
-    from placer.planner.solve import make_plan
+    from placer.planner.solve_run import make_plan
 
     gpus = list(topo.gpus)
     one_rank = forced(topo, wl, None, None)  # every table whole on the first rank, all rows in its memory

@@ -92,7 +92,7 @@ def make_plans(spec: Path, wl_path: Path, folder: Path, time_limit: float, smoke
 def torchrec_defaults_plan(model, time_limit: float) -> list[tuple[str, object]]:
     """TorchRec's planner told only its default Topology (``torchrec-defaults``), priced by placer; [] if it fails."""
     from placer.errors import PlacerError
-    from placer.planner.solve import make_plan
+    from placer.planner.solve_run import make_plan
     from placer.torchrec_io import planner as trec_planner
 
     try:

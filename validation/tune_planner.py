@@ -183,14 +183,15 @@ def what_if(cases, tiny):
 def options(cases, tiny):
     from placer.options import OptionConfig, all_options
     from placer.planner.fit import with_fit_levels
-    from placer.planner.solve import _feasible_baselines
+    from placer.planner.baselines import BASELINES
+    from placer.planner.solve_run import each_feasible_baseline
 
     rows = []
     for wl, hw, _ in cases:
         model = _model(wl, hw)
         t0 = time.perf_counter()
         opts = all_options(model.topo, model.wl, with_fit_levels(model, OptionConfig()))
-        _feasible_baselines(model, 0)
+        list(each_feasible_baseline(model, 0, BASELINES))
         for t in model.wl.tables:
             for p in opts[t.name]:
                 model.placement_cost(p)

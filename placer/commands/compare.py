@@ -90,6 +90,8 @@ def compare_rows(topo, wl, args, started: float | None = None, heartbeat=None) -
     whole comparison, counted from ``started`` (a time.perf_counter() value; default now). ``heartbeat``
     (commands/_progress.Heartbeat): each method's start and result said on stderr, silences filled."""
     from contextlib import nullcontext
+    from dataclasses import replace
+    from functools import partial
 
     def say(text: str) -> None:
         if heartbeat is not None:
@@ -102,6 +104,7 @@ def compare_rows(topo, wl, args, started: float | None = None, heartbeat=None) -
     from placer.errors import InfeasibleError, SolverError
     from placer.planner import infeasible
     from placer.forms.storage import FORCED_FORMS
+    from placer.planner import portfolio
     from placer.planner.solve import solve
 
     started = time.perf_counter() if started is None else started
@@ -133,33 +136,30 @@ def compare_rows(topo, wl, args, started: float | None = None, heartbeat=None) -
         searched = ("ilp", "torchrec") + FORCED_FORMS  # the forced forms after the baselines, the ILP last
         order = ([m for m in methods if m not in searched] + [m for m in methods if m in FORCED_FORMS]
                  + (["ilp"] if "ilp" in methods else []))
-        for i, m in enumerate(order, 1):
-            config = solve_config(args, method=m)
-            extra = {}
-            if m == "ilp" or m in FORCED_FORMS:  # the ILP and the forced forms (ILPs too) share what is left
-                from dataclasses import replace
 
-                searches = sum(x == "ilp" or x in FORCED_FORMS for x in order[i - 1:])  # this one and those after
-                limit = SCHEDULE.compare_search_s(deadline - time.perf_counter(), searches)
-                config = replace(config, time_limit_s=limit)
-                extra = {"time_limit_s": limit}
+        def one(i: int, m: str, limit: float | None) -> None:
+            config, extra = solve_config(args, method=m), {}
+            if limit is not None:  # the ILP and the forced forms (ILPs too) share what the others leave
+                config, extra = replace(config, time_limit_s=limit), {"time_limit_s": limit}
                 say(f"  [{i}/{len(order)}] {m}: " + limit_line(round(limit, 1), what="solver limit",
                                                                source="what the budget leaves"))
             else:
                 say(f"  [{i}/{len(order)}] {m} ...")
             t0 = time.perf_counter()
             try:
-                with task(f"solving {m}", extra.get("time_limit_s")):
+                with task(f"solving {m}", limit):
                     plan = solve(topo, wl, config)
             except InfeasibleError as exc:
                 rows[m] = _empty_row(m, "infeasible", time.perf_counter() - t0, str(exc), **extra)
-                say(_said(rows[m]))
-                continue
-            s = plan.solver
-            if m == "ilp" or m in FORCED_FORMS:
-                extra.update(gap=s.gap, lower_bound_step_time_s=s.lower_bound_step_time_s)
-            rows[m] = _priced_row(m, plan.predicted, s.status, time.perf_counter() - t0, **extra)
+            else:
+                if limit is not None:
+                    extra.update(gap=plan.solver.gap, lower_bound_step_time_s=plan.solver.lower_bound_step_time_s)
+                rows[m] = _priced_row(m, plan.predicted, plan.solver.status, time.perf_counter() - t0, **extra)
             say(_said(rows[m]))
+
+        entries = [portfolio.Entry(m, partial(one, i, m), searches=m == "ilp" or m in FORCED_FORMS)
+                   for i, m in enumerate(order, 1)]
+        list(portfolio.run(entries, lambda n: SCHEDULE.compare_search_s(deadline - time.perf_counter(), n)))
         if trec is not None:
             t0 = time.perf_counter()
             limits = {"time_limit_s": trec.time_limit_s, "deadline_s": trec.deadline_s}

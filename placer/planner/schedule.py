@@ -5,7 +5,7 @@ stage asks the Schedule for its share of what is left when it starts, and takes 
 (``Budget.child``), which never outlives its parent: a share is clipped to what its parent has left, so that the
 shares of one solve add up to at most its limit (a floor, e.g. stage 1's 5 s, holds only while the limit leaves
 that much). What can still run past the limit, on purpose: where no baseline fits, the ILP gets at least
-``no_baseline_min_s`` past it (solve.py says so on stderr first), since a plan or a proof that nothing fits is
+``no_baseline_min_s`` past it (solve_run.py says so on stderr first), since a plan or a proof that nothing fits is
 then the least work; where the two stages end without a plan, the solve waits for the first baseline however
 long it takes; and a solver given less than its least limit (CBC counts whole seconds: 1 s, effort.py) or
 stopping late (CBC overran a 1 s limit by 5.5 s on production-856 @ cpu-server).
@@ -34,12 +34,12 @@ from placer.planner.budget import WORK_UNIT_S, Budget
 class Schedule:
     """The split of a limit among the stages (module docstring): each field one share, floor, reserve or grace."""
 
-    # ---- the whole solve (solve.py)
+    # ---- the whole solve (single_stage.py, two_stage_solve.py)
     #: kept of a two-stage solve's limit for pricing its plan and the tie-break (measured: 1.3 s of tie-break and
     #: < 1 s of pricing on production-856 @ dgx-h100-16node); the part after the solve is ``after_solve_s``
     pricing_reserve_s: float = 2.5
     #: where node-local kinds are on the menu, the two stages with them get this share of theirs, and the stages
-    #: without them what is left after (solve.py: the better plan is kept)
+    #: without them what is left after (two_stage_solve.py: the better plan is kept)
     node_local_share: float = 0.5
     #: under a work limit, the least the two stages get (a time limit has no floor: production-856 @ dgx-h100 at
     #: --time-limit 5 ended after 13.4 s with one); clipped to the limit all the same
@@ -157,6 +157,12 @@ class Schedule:
         left = max(1.0, left_s)
         return max(1.0, self.compare_torchrec_share * left), left
 
+    # ---- placer sweep
+    @staticmethod
+    def sweep_count_s(limit_s: float) -> float:
+        """One GPU count's solve in a sweep: the whole ``limit_s`` (the limit is per count; the sweep says so)."""
+        return limit_s
+
     # ---- the whole solve
     @staticmethod
     def after_solve_s(pairs: int) -> float:
@@ -169,6 +175,12 @@ class Schedule:
         limit at least two_stage_work_floor_s); Budget.child clips it to what is left."""
         seconds = solve.left() - self.pricing_reserve_s - after_s
         return max(self.two_stage_work_floor_s, seconds) if solve.deterministic else max(0.0, seconds)
+
+    def two_stage_pass_s(self, solve: Budget, after_s: float, passes_left: int) -> float:
+        """A pass of the two stages where ``passes_left`` passes (it included) are still to run (portfolio.py):
+        with node-local kinds on the menu, the stages with them get node_local_share of two_stage_s and the stages
+        without them what is left after; a lone pass all of two_stage_s."""
+        return self.two_stage_s(solve, after_s) * (self.node_local_share if passes_left > 1 else 1.0)
 
     def baselines_wait_s(self, solve: Budget, after_s: float) -> float | None:
         """How long the solve waits for the baselines' child after the two stages (None: under a work limit, for

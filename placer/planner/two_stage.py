@@ -27,7 +27,7 @@ one time Budget (budget.py):
    first core to itself. Under a work limit, the bound tree in stage 1 and branch and bound on stage 1 in this
    process where time is left after stage 2.
 
-The plan is then priced exactly by the simulator (solve.py); the gap is (plan - bound) / plan.
+The plan is then priced exactly by the simulator (two_stage_solve.py); the gap is (plan - bound) / plan.
 """
 from __future__ import annotations
 

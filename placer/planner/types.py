@@ -7,7 +7,7 @@ The pipeline, for a newcomer (module docstring of two_stage.py for the details):
 2. stage 1 (stage1.py): ``Stage1Result``, a choice of one kind per table and the lower bound;
 3. stage 2 (stage2.py): ``Stage2Result``, the chosen kinds on devices and their step time, improved by ``Move``s
    (swap.py, repack.py, rekind.py) in rounds; fill.py assigns anew around pins where GPUs starve;
-4. ``TwoStageResult``: the best placements, the bound and stage 1's solver account, for solve.py to price.
+4. ``TwoStageResult``: the best placements, the bound and stage 1's solver account, for two_stage_solve.py to price.
 
 Stage 1's aggregated problem (problem.Problem) names its rows (phase, resource): a resource class's name (a
 string: every member's average) or a ``RowKey`` (RowKind: a table's peak row, the stream row of the GPU that
@@ -157,7 +157,7 @@ NO_PLACEMENTS = Stage2Result([], float("inf"))
 
 @dataclass(frozen=True)
 class TwoStageResult:
-    """What the two stages give solve.py: the best placements (None where stage 2 placed none), the lower bound
+    """What the two stages give two_stage_solve.py: the best placements (None where stage 2 placed none), the lower bound
     (s; 0 where stage 1 had none), stage 1's solver account (status, sizes, backend) and the wall seconds."""
 
     placements: list[Placement] | None
