@@ -16,15 +16,16 @@ from rich.text import Text
 
 from placer import shown_text
 from placer.specs.hardware import HardwareSpec, NodeTemplate
+from placer.specs.kinds import DEVICE_KINDS, FABRIC_LINK, GPU, HOST, LINK_KINDS, MEMORY, NIC, SWITCH
 from placer.specs.workload import Workload
 from placer.topology import FABRIC, Topology
 from placer.units import fmt_bytes
 
 TOP_TABLES = 15
-#: edge colours per link kind in the topology plot
-LINK_COLORS = {"nvlink": "#2ca02c", "pcie": "#1f77b4", "network": "#ff7f0e"}
-NODE_COLORS = {"gpu": "#76b900", "host": "#9467bd", "memory": "#8c564b", "switch": "#7f7f7f", "nic": "#ff7f0e",
-               "fabric": "#d62728", "node": "#c7c7c7"}
+#: edge colours per link kind, node colours per device kind in the topology plot (specs/kinds.py), and the fabric's
+#: and a node box's
+LINK_COLORS = {k.name: k.color for k in LINK_KINDS.values()}
+NODE_COLORS = {**{k.name: k.color for k in DEVICE_KINDS.values()}, "fabric": "#d62728", "node": "#c7c7c7"}
 
 
 def _num(x: float, digits: int = 3) -> str:
@@ -282,9 +283,9 @@ def _node_layout(topo: Topology, node: str, width: float) -> dict[str, tuple[flo
     pos = {}
     devices = [d for d in topo.graph.nodes if topo.node_of.get(d) == node]
     kind = topo.graph.nodes
-    gpus = [d for d in devices if kind[d]["kind"] == "gpu"]
-    nics = [d for d in devices if kind[d]["kind"] == "nic"]
-    switches = [d for d in devices if kind[d]["kind"] == "switch"]
+    gpus = [d for d in devices if kind[d]["kind"] == GPU]
+    nics = [d for d in devices if kind[d]["kind"] == NIC]
+    switches = [d for d in devices if kind[d]["kind"] == SWITCH]
     nv_switches = [s for s in switches if any(topo.graph.edges[s, n]["kind"] == "nvlink" for n in topo.graph[s])]
     other_switches = [s for s in switches if s not in nv_switches]
 
@@ -297,7 +298,7 @@ def _node_layout(topo: Topology, node: str, width: float) -> dict[str, tuple[flo
     row(other_switches, 1.1)
     row(nics, 0.3 if other_switches else 1.0)
     pos[f"{node}/host"] = (width / 2, -0.7)
-    tiers = [d for d in devices if kind[d]["kind"] == "memory"]
+    tiers = [d for d in devices if kind[d]["kind"] == MEMORY]
     for i, d in enumerate(tiers):
         pos[d] = (width * (0.5 + (i + 1) / (2 * len(tiers) + 1)), -1.6)
     return pos
@@ -319,7 +320,7 @@ def plot_hardware(spec: HardwareSpec, path: str | Path, topo: Topology | None = 
     g = topo.graph.subgraph(sub_nodes).copy()
     labels = {d: d.split("/", 1)[1] for d in sub_nodes}
     for d in sub_nodes:  # capacities on the memories
-        if topo.graph.nodes[d]["kind"] in ("gpu", "host", "memory"):
+        if topo.graph.nodes[d]["kind"] in (GPU, HOST, MEMORY):
             labels[d] += f"\n{topo.memories[d].capacity_bytes / 2**30:,.0f} GiB"
     summary_edges = []
     if n_nodes > 1:
@@ -327,7 +328,7 @@ def plot_hardware(spec: HardwareSpec, path: str | Path, topo: Topology | None = 
         pos[FABRIC] = (fx, -1.8)
         labels[FABRIC] = f"{spec.fabric.kind}\nfabric"
         g.add_node(FABRIC, kind="fabric")
-        for nic in [d for d in sub_nodes if g.nodes[d]["kind"] == "nic"]:
+        for nic in [d for d in sub_nodes if g.nodes[d]["kind"] == NIC]:
             g.add_edge(nic, FABRIC, **topo.graph.edges[nic, FABRIC])
         shown = topo.nodes[1:9]
         for i, node in enumerate(shown):
@@ -340,7 +341,7 @@ def plot_hardware(spec: HardwareSpec, path: str | Path, topo: Topology | None = 
         if n_nodes > 9:
             ax.text(fx + 2.6, -2.5, f"... and {n_nodes - 9} more nodes", ha="center", fontsize=9)
     kinds = nx.get_node_attributes(g, "kind")
-    node_colors = [NODE_COLORS.get(kinds.get(d, "switch"), "#cccccc") for d in g.nodes]
+    node_colors = [NODE_COLORS.get(kinds.get(d, SWITCH), "#cccccc") for d in g.nodes]
     sizes = [2600 if kinds.get(d) in ("host", "fabric", "node") else 1500 for d in g.nodes]
     nx.draw_networkx_nodes(g, pos, ax=ax, node_color=node_colors, node_size=sizes, node_shape="s", alpha=0.9)
     nx.draw_networkx_labels(g, pos, labels=labels, ax=ax, font_size=8)
@@ -361,8 +362,8 @@ def plot_hardware(spec: HardwareSpec, path: str | Path, topo: Topology | None = 
                                           label=f"{kind}: {key[1]:g} GB/s effective per direction"))
     if summary_edges:
         nx.draw_networkx_edges(g, pos, edgelist=[(a, b) for a, b, _ in summary_edges], ax=ax,
-                               edge_color=LINK_COLORS["network"], width=2.5, style="dashed", alpha=0.6)
-        handles.append(plt.Line2D([], [], color=LINK_COLORS["network"], lw=2.5, ls="--",
+                               edge_color=LINK_COLORS[FABRIC_LINK], width=2.5, style="dashed", alpha=0.6)
+        handles.append(plt.Line2D([], [], color=LINK_COLORS[FABRIC_LINK], lw=2.5, ls="--",
                                   label=f"other nodes' NICs ({summary_edges[0][2]} each)"))
     handles.sort(key=lambda h: h.get_label())
     ax.legend(handles=handles, loc="upper left", fontsize=8, frameon=True)

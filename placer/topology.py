@@ -29,6 +29,7 @@ import networkx as nx
 
 from placer.program.traffic import Traffic
 from placer.specs.hardware import HardwareSpec, NodeTemplate
+from placer.specs.kinds import FABRIC_LINK, GPU
 from placer.units import gbps_to_bytes_per_s, gib_to_bytes, us_to_s
 
 FABRIC = "fabric"
@@ -93,7 +94,7 @@ class Topology:
             for node, template in spec.node_templates():
                 for i in range(template.nics.count):
                     nic = f"{node}/nic{i}"
-                    self._add_link(nic, FABRIC, "network", template.nics.bw_GBps, template.nics.latency_us
+                    self._add_link(nic, FABRIC, FABRIC_LINK, template.nics.bw_GBps, template.nics.latency_us
                                    + spec.fabric.latency_us / 2, 1.0)
         self._gpu_set = frozenset(self.gpus)
         self._node_symmetry = NodeSymmetry.of(self)  # routes found once per pair of node positions
@@ -111,7 +112,7 @@ class Topology:
             self.graph.add_node(name, kind=kind, node=node)
             self.node_of[name] = node
             self.template_of[name] = t
-            if kind == "gpu":
+            if kind == GPU:
                 self.gpus.append(name)
                 self._gpus_of_node[node].append(name)
                 self._stream(name, "stream")
@@ -237,18 +238,16 @@ class Topology:
 
     def op_costs(self, device: str):
         """What each op kind costs on ``device``'s stream (placer.program.opcosts.OpCosts), cached."""
-        from placer.program.opcosts import gpu_op_costs, host_op_costs
+        from placer.program.opcosts import op_costs_of_kind
 
         cache = self._op_costs
         if device not in cache:
-            t = self.template_of[device]
+            t, link = self.template_of[device], float("inf")
             if device in self._gpu_set or t.unified_memory:
                 gpu = device if device in self.gpus else self._gpus_of_node[self.node_of[device]][0]
                 host = self.host_of(gpu)
                 link = self.bottleneck_bw(host, gpu) if host != gpu else float("inf")
-                cache[device] = gpu_op_costs(t.gpus, link)
-            else:
-                cache[device] = host_op_costs(t.host)
+            cache[device] = op_costs_of_kind(self.graph.nodes[device]["kind"], t, link)
         return cache[device]
 
     @cached_property

@@ -36,7 +36,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from placer.specs.hardware import FIXED_COST_KINDS, OPTIMIZERS, GpuSpec, HostSpec, OpCostSpec
+from placer.specs.hardware import FIXED_COST_KINDS, OPTIMIZERS, GpuSpec, HostSpec, NodeTemplate, OpCostSpec
+from placer.specs.kinds import DEVICE_KINDS, GPU, HOST
 from placer.units import GB, us_to_s
 
 #: kernels (GPU) or eager ops (CPU) one op of each kind runs, for the datasheet defaults of the fixed costs
@@ -314,6 +315,21 @@ def host_op_costs(h: HostSpec) -> OpCosts:
                   stream=h.dram_bw_GBps * GB, sort_s=HOST_SORT_NS * 1e-9, reduce=g / 2, update=g / 2,
                   gemm=(_gemm_tables(h.op_costs, {"fp32": h.cpu_peak_TFLOPs}, 1.0),
                         _gemm_tables(h.op_costs, {"fp32": h.cpu_peak_TFLOPs}, 1.0, warm=True)))
+
+
+#: The op costs of each device kind that runs ops (specs/kinds.py ``runs_ops``), from its node's template and its
+#: path to its host (bytes/s): a new kind of device that runs ops is an entry here beside its entry there.
+OP_COSTS_OF_KIND = {
+    GPU: lambda t, host_link_Bps: gpu_op_costs(t.gpus, host_link_Bps),
+    HOST: lambda t, host_link_Bps: host_op_costs(t.host),
+}
+assert {k for k, v in DEVICE_KINDS.items() if v.runs_ops} == set(OP_COSTS_OF_KIND), "specs/kinds.py runs_ops"
+
+
+def op_costs_of_kind(kind: str, template: NodeTemplate, host_link_Bps: float) -> OpCosts:
+    """The op costs of a device of ``kind`` on a node of ``template``: a unified-memory node's host runs its
+    "GPUs'" costs (they are CPU processes sharing its DRAM). ``host_link_Bps``: the path to the host, bytes/s."""
+    return OP_COSTS_OF_KIND[GPU if template.unified_memory else kind](template, host_link_Bps)
 
 
 def reading_at(costs: OpCosts, rate_Bps: float) -> OpCosts:

@@ -20,7 +20,7 @@ import numbers
 import re
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
@@ -28,6 +28,7 @@ from placer.errors import SpecError
 from placer.specs import limits as L
 from placer.specs.common import StrictModel
 from placer.specs.detect import expect_kind
+from placer.specs.kinds import GPU, HOST, LINK_KINDS, MEMORY, NIC, SWITCH
 from placer.specs.loading import load_model, read_document, validation_to_spec_error
 from placer.specs.plausible import check_plausible
 
@@ -219,7 +220,7 @@ class LinkSpec(StrictModel):
     """A link between two devices of the same node. An endpoint may be a glob ("gpu*"): a glob against a
     single device makes one link per match; two globs of equal size are paired in order (gpu0-nic0, ...)."""
 
-    kind: Literal["nvlink", "pcie", "network"]
+    kind: Literal[tuple(LINK_KINDS)]  # specs/kinds.py: nvlink, pcie, network
     between: tuple[str, str]
     bw_GBps: L.BandwidthGBps = Field(description="bandwidth per direction, GB/s")
     latency_us: L.LatencyUs = Field(default=1.0, description="us")
@@ -253,12 +254,12 @@ class NodeTemplate(StrictModel):
     def device_kinds(self) -> dict[str, str]:
         """Local device name -> its declared kind ('gpu', 'host', 'switch', 'nic', 'memory'), in device order. The
         kind comes from where the device is declared (gpus, host, switches, nics, tiers), never from its name."""
-        kinds = {f"gpu{i}": "gpu" for i in range(self.gpus.count)}
-        kinds["host"] = "host"
-        kinds.update((s, "switch") for s in self.switches)
+        kinds = {f"gpu{i}": GPU for i in range(self.gpus.count)}
+        kinds["host"] = HOST
+        kinds.update((s, SWITCH) for s in self.switches)
         if self.nics:
-            kinds.update((f"nic{i}", "nic") for i in range(self.nics.count))
-        kinds.update((m.name, "memory") for m in self.tiers)
+            kinds.update((f"nic{i}", NIC) for i in range(self.nics.count))
+        kinds.update((m.name, MEMORY) for m in self.tiers)
         return kinds
 
     @cached_property
@@ -333,9 +334,9 @@ class NodeTemplate(StrictModel):
 
 def _compact_names(kinds: dict[str, str]) -> list[str]:
     """'gpu0..gpu7, host, nvswitch, nic0..nic7' from device name -> kind."""
-    gpus = [n for n, k in kinds.items() if k == "gpu"]
-    nics = [n for n, k in kinds.items() if k == "nic"]
-    rest = [n for n, k in kinds.items() if k not in ("gpu", "nic")]
+    gpus = [n for n, k in kinds.items() if k == GPU]
+    nics = [n for n, k in kinds.items() if k == NIC]
+    rest = [n for n, k in kinds.items() if k not in (GPU, NIC)]
     out = [gpus[0] if len(gpus) == 1 else f"gpu0..gpu{len(gpus) - 1}"] if gpus else []
     out += rest
     if nics:

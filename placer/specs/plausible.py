@@ -13,43 +13,13 @@ import sys
 import warnings
 from typing import Iterator, NamedTuple
 
+from placer.specs.kinds import LINK_KINDS
+from placer.specs.ranges import (DRAM_BW_GBps, DRAM_GiB, HBM_BW_GBps, HBM_GiB, LATENCY_us, NIC_BW_GBps, PEAK_TFLOPs,
+                                 Range)
+
 
 class SpecWarning(UserWarning):
     """A spec value placer accepts but that is outside the realistic range for its kind of part."""
-
-
-#: A field's realistic range, the span real devices through 2026 have (narrower), and the units a value is
-#: most likely written in by mistake when it lies above / below the range: (unit, factor to the field's unit).
-#: A value outside the range is a *likely unit mistake* when one of those units turns it into a value inside
-#: the span of real devices (40,960 "GiB" of HBM: as MiB it is 40 GiB); that is an error unless the user says
-#: the value is meant (load_hardware(allow_implausible=True), --allow-implausible). Any other value outside
-#: the range (a deliberately tiny test machine, an exotic one) is a SpecWarning only.
-class Range(NamedTuple):
-    low: float
-    high: float
-    real: tuple[float, float]
-    unit: str
-    above: tuple[tuple[str, float], ...] = ()
-    below: tuple[tuple[str, float], ...] = ()
-
-
-_MIB = (("MiB", 1 / 1024),)
-_TIB = (("TiB", 1024.0),)
-_MBPS = (("MB/s", 1e-3),)
-_TBPS = (("TB/s", 1e3),)
-_GBITS = (("Gb/s", 1 / 8), ("MB/s", 1e-3))
-HBM_GiB = Range(1.0, 1024.0, (8.0, 288.0), "GiB", _MIB, _TIB)
-HBM_BW_GBps = Range(10.0, 50_000.0, (100.0, 10_000.0), "GB/s", _MBPS, _TBPS)
-DRAM_GiB = Range(0.5, 65_536.0, (8.0, 32_768.0), "GiB", _MIB, _TIB)
-DRAM_BW_GBps = Range(0.5, 20_000.0, (5.0, 2_000.0), "GB/s", _MBPS, _TBPS)
-NIC_BW_GBps = Range(0.01, 200.0, (1.0, 100.0), "GB/s", _GBITS)
-LINK_BW_GBps = {  # per link kind
-    "nvlink": Range(1.0, 2_000.0, (20.0, 1_800.0), "GB/s", _GBITS, _TBPS),
-    "pcie": Range(0.05, 256.0, (1.0, 128.0), "GB/s", _GBITS, _TBPS),
-    "network": NIC_BW_GBps,
-}
-PEAK_TFLOPs = Range(1e-3, 20_000.0, (0.05, 10_000.0), "TFLOP/s", (("GFLOP/s", 1e-3),), (("PFLOP/s", 1e3),))
-LATENCY_us = Range(0.0, 10_000.0, (0.1, 1_000.0), "us", (("ns", 1e-3),))
 
 
 class Finding(NamedTuple):
@@ -95,7 +65,7 @@ def implausible_values(spec) -> list[Finding]:
             out += _outside(t.nics.bw_GBps, NIC_BW_GBps, f"{at}.nics.bw_GBps")
             out += _outside(t.nics.latency_us, LATENCY_us, f"{at}.nics.latency_us")
         for i, link in enumerate(t.links):
-            out += _outside(link.bw_GBps, LINK_BW_GBps[link.kind], f"{at}.links[{i}].bw_GBps")
+            out += _outside(link.bw_GBps, LINK_KINDS[link.kind].bw_GBps, f"{at}.links[{i}].bw_GBps")
             out += _outside(link.latency_us, LATENCY_us, f"{at}.links[{i}].latency_us")
     if spec.fabric is not None:
         out += _outside(spec.fabric.latency_us, LATENCY_us, "fabric.latency_us")
