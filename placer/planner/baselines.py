@@ -26,6 +26,7 @@ from placer.options import OptionConfig
 from placer.plan import Placement
 from placer.planner.accumulator import Accumulator
 from placer.planner.assign import Assigner
+from placer.planner.constrained import honour
 from placer.planner.context import Context
 from placer.planner.symmetry import Symmetry
 from placer.specs.workload import TableSpec
@@ -218,7 +219,7 @@ def run_baseline(name: str, model: CostModel, seed: int = 0) -> list[Placement]:
     if fn is None:
         raise ValueError(f"unknown baseline {name!r}")
     try:
-        return fn(model, seed=seed)
+        return honour(model, name, fn(model, seed=seed))  # repaired where it breaks a constraint (constrained.py)
     except InfeasibleError as exc:
         text = str(exc)
         if text.startswith("baseline:"):

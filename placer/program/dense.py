@@ -149,7 +149,7 @@ def trace(workload, samples: int, device_type: str) -> DenseTrace:
 
 
 def _key(workload) -> str:
-    return workload.model_dump_json(exclude={"tables": {"__all__": {"access"}}})
+    return workload.model_dump_json(exclude={"tables": {"__all__": {"access"}}, "constraints": True})
 
 
 def is_traced(workload, samples: int, device_type: str) -> bool:

@@ -5,6 +5,7 @@ Units: ``rows`` and ``dim`` are counts; ``pooling_factor`` is lookups per sample
 """
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import math
@@ -23,6 +24,7 @@ from placer.errors import SpecError
 from placer.specs import limits as L
 from placer.specs.common import StrictModel
 from placer.specs.compression import CompressionSpec
+from placer.specs.constraints import Constraints
 from placer.specs.files import load_npy_guarded
 from placer.specs.detect import expect_kind
 from placer.specs.loading import load_model, read_document
@@ -183,6 +185,9 @@ class Workload(StrictModel):
     tables: list[TableSpec] = Field(min_length=1)
     features: list[FeatureSpec] | None = None
     dense: DenseSpec
+    constraints: Constraints = Field(default_factory=Constraints, description="where tables may go "
+                                     "(specs/constraints.py): allowed shardings, memory, devices, shards, "
+                                     "precisions, co-location, HBM headroom")
     trainer: Literal["placer", "torchrec"] = Field(
         default="placer", description="what trains the job, and so how a step is priced: placer's runner, or "
                                       "TorchRec's DistributedModelParallel with FBGEMM's fused kernels "
@@ -249,7 +254,26 @@ class Workload(StrictModel):
             raise ValueError(f"features: tables without a feature: {', '.join(unused[:5])}")
         if self.dense.top_mlp[-1] != 1:
             raise ValueError("dense.top_mlp: the last layer must have 1 output (the click logit)")
+        self._constraints_name_tables()
         return self
+
+    def _constraints_name_tables(self) -> None:
+        """Every pattern of a constraint names at least one table; a co-located entry names two or more."""
+        names = [t.name for t in self.tables]
+        for i, c in enumerate(self.constraints.tables):
+            for j, pattern in enumerate(c.tables):
+                if not any(fnmatch.fnmatchcase(n, pattern) for n in names):
+                    known = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+                    raise ValueError(f"constraints.tables[{i}].tables[{j}]: {pattern!r} names no table (known: "
+                                     f"{known})")
+            if c.colocate and len(self.constrained_tables(i)) < 2:
+                raise ValueError(f"constraints.tables[{i}].colocate: co-location needs two tables or more, "
+                                 f"{c.tables!r} names {len(self.constrained_tables(i))}")
+
+    def constrained_tables(self, index: int) -> list[str]:
+        """The names of the tables constraint entry ``index`` applies to, in the workload's order."""
+        patterns = self.constraints.tables[index].tables
+        return [t.name for t in self.tables if any(fnmatch.fnmatchcase(t.name, p) for p in patterns)]
 
     # ---- derived quantities -------------------------------------------------------------------------------
 

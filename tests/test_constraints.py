@@ -1,0 +1,157 @@
+"""A workload's constraints (specs/constraints.py, placer/constraints.py): read and checked, honoured by the ILP and
+every baseline, refused in a plan that breaks them, and a set no plan meets exits 3 naming the conflict."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from placer.cli import main
+from placer.constraints import Rules, device_set, memory_class
+from placer.cost import CostModel
+from placer.errors import InfeasibleError, SpecError
+from placer.planner.baselines import BASELINES, run_baseline
+from placer.planner.solve import SolveConfig, solve
+from placer.specs import load_hardware, load_workload
+from placer.topology import Topology
+
+ROOT = Path(__file__).resolve().parents[1]
+HW = ROOT / "hardware_specs" / "pcie-4gpu-workstation.yaml"
+TINY = (ROOT / "workloads" / "tiny.yaml").read_text()
+
+#: one of each kind of constraint, on tiny's tables
+EVERY_KIND = {"hbm_headroom_GiB": 1, "tables": [
+    {"tables": ["t_users"], "shardings": ["row_wise"], "min_shards": 2},
+    {"name": "pair", "tables": ["t_items", "t_ads"], "colocate": True},
+    {"tables": ["t_geo"], "devices": ["gpu3"]},
+    {"tables": ["t_hist"], "memory": ["uvm", "host"]},
+    {"tables": ["t_shared"], "precisions": ["fp32"], "max_shards": 1}]}
+
+
+def _workload(tmp_path: Path, constraints: dict, name: str = "w") -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(TINY.replace("name: tiny\n", f"name: tiny-{name}\n", 1)
+                    + "\n" + yaml.safe_dump({"constraints": constraints}, sort_keys=False))
+    return path
+
+
+def _model(path: Path) -> CostModel:
+    wl = load_workload(path)
+    return CostModel(Topology(load_hardware(HW), wl.dense.dtype), wl)
+
+
+def _held(model: CostModel, placements) -> None:
+    assert model.rules.plan_faults(placements) == []
+
+
+def test_the_ilp_holds_every_kind_of_constraint(tmp_path):
+    model = _model(_workload(tmp_path, EVERY_KIND))
+    plan = solve(model.topo, model.wl, SolveConfig(work_limit=3000))
+    _held(model, plan.placements)
+    by = {p.table: p for p in plan.placements}
+    assert by["t_users"].sharding == "row_wise" and len(by["t_users"].shards) >= 2
+    assert device_set(by["t_items"]) == device_set(by["t_ads"])
+    assert device_set(by["t_geo"]) == {"node0/gpu3"}
+    assert memory_class(by["t_hist"]) in ("uvm", "host")
+    # and without them, the same solve places some of these tables otherwise: the constraints steered it
+    free = solve(model.topo, load_workload(ROOT / "workloads" / "tiny.yaml"), SolveConfig(work_limit=3000))
+    assert Rules.of(model.wl, model.topo).plan_faults(free.placements)
+
+
+@pytest.mark.parametrize("name", BASELINES)
+def test_every_baseline_holds_them(tmp_path, name):
+    model = _model(_workload(tmp_path, EVERY_KIND))
+    _held(model, run_baseline(name, model))
+
+
+def test_headroom_is_kept_free_on_every_gpu(tmp_path):
+    """HBM headroom comes off every GPU's usable HBM: a headroom that leaves less than the tables need moves them
+    off HBM (or fails), and the predicted HBM use stays under capacity - reserve - headroom."""
+    model = _model(_workload(tmp_path, {"hbm_headroom_GiB": 10}))
+    plain = _model(ROOT / "workloads" / "tiny.yaml")
+    for gpu in model.topo.gpus:
+        assert plain.usable_memory[gpu] - model.usable_memory[gpu] == pytest.approx(10 * 2**30)
+        assert model.usable_memory[model.topo.hosts[0]] == plain.usable_memory[model.topo.hosts[0]]
+
+
+def test_a_plan_that_breaks_a_constraint_is_refused_naming_it(tmp_path, capsys):
+    free = tmp_path / "free.json"
+    assert main(["solve", str(HW), str(ROOT / "workloads" / "tiny.yaml"), "--work-limit", "2000",
+                 "--out", str(free)]) == 0
+    strict = _workload(tmp_path, {"tables": [{"tables": ["t_*"], "memory": ["host"]}]}, "hostonly")
+    capsys.readouterr()
+    assert main(["check", str(free), "--hardware", str(HW), "--workload", str(strict)]) == 2
+    err = capsys.readouterr().err
+    assert "breaks the workload's constraints" in err and "constraints.tables[0]" in err and "placements[" in err
+
+
+def test_a_co_location_broken_is_named(tmp_path):
+    free = _model(ROOT / "workloads" / "tiny.yaml")
+    plan = solve(free.topo, free.wl, SolveConfig(work_limit=2000))
+    a, b = next((p, q) for p in plan.placements for q in plan.placements if device_set(p) != device_set(q))
+    model = _model(_workload(tmp_path, {"tables": [{"name": "pair", "tables": [a.table, b.table],
+                                                    "colocate": True}]}))
+    faults = model.rules.plan_faults(plan.placements)
+    assert faults and faults[-1][0] is None and "constraints.tables[0] (pair): co-located" in faults[-1][1]
+
+
+@pytest.mark.parametrize("constraints, words", [
+    ({"tables": [{"tables": ["t_users"], "shardings": ["host"]}, {"tables": ["t_*"], "memory": ["hbm"]}]},
+     "constraints.tables[0] (shardings host) and constraints.tables[1] (memory hbm) together allow none"),
+    ({"tables": [{"tables": ["t_geo"], "shardings": ["row_wise"], "max_shards": 1}]},
+     "constraints.tables[0] allows none of the"),
+    ({"tables": [{"tables": ["t_users"], "min_shards": 64}]}, "constraints.tables[0] allows none"),
+    ({"tables": [{"tables": ["t_users"], "devices": ["gpu0"]}, {"tables": ["t_users", "t_items"], "colocate": True},
+                 {"tables": ["t_items"], "devices": ["gpu1"]}]}, "share no device set"),
+])
+def test_constraints_no_plan_meets_exit_3_naming_them(tmp_path, capsys, constraints, words):
+    path = _workload(tmp_path, constraints)
+    assert main(["solve", str(HW), str(path), "--work-limit", "2000"]) == 3
+    assert words in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("constraints, field", [
+    ({"tables": [{"tables": ["nope"], "memory": ["hbm"]}]}, "constraints.tables[0].tables[0]"),
+    ({"tables": [{"tables": ["t_users"], "memory": ["vram"]}]}, "constraints.tables[0].memory[0]"),
+    ({"tables": [{"tables": ["t_users"], "min_shards": 4, "max_shards": 2}]}, "constraints.tables[0]: min_shards 4 is above"),
+    ({"tables": [{"tables": ["t_users"], "colocate": True}]}, "constraints.tables[0].colocate"),
+    ({"hbm_headroom_GiB": -1}, "constraints.hbm_headroom_GiB"),
+])
+def test_bad_constraints_name_the_field(tmp_path, constraints, field):
+    with pytest.raises(SpecError) as err:
+        load_workload(_workload(tmp_path, constraints))
+    assert field in str(err.value)
+
+
+def test_a_device_that_the_machine_lacks_is_named(tmp_path):
+    model_path = _workload(tmp_path, {"tables": [{"tables": ["t_geo"], "devices": ["gpu9"]}]})
+    wl = load_workload(model_path)
+    with pytest.raises(SpecError) as err:
+        Rules.of(wl, Topology(load_hardware(HW), wl.dense.dtype))
+    assert "constraints.tables[0].devices[0]" in str(err.value) and "gpu9" in str(err.value)
+
+
+def test_pinned_tables_on_a_large_machine_are_planned_in_one_stage(tmp_path):
+    """The two-stage planner treats every GPU of a class alike: pinned or co-located tables go to the single-stage
+    ILP, which holds them."""
+    text = TINY.replace("name: tiny\n", "name: tiny-pinned\n", 1) + "\n" + yaml.safe_dump(
+        {"constraints": {"tables": [{"tables": ["t_users"], "devices": ["node1/gpu5"]}]}})
+    path = tmp_path / "pinned.yaml"
+    path.write_text(text)
+    wl = load_workload(path)
+    topo = Topology(load_hardware(ROOT / "hardware_specs" / "dgx-h100-2node.yaml"), wl.dense.dtype)
+    plan = solve(topo, wl, SolveConfig(work_limit=3000))
+    assert "two-stage" not in plan.solver.backend
+    assert {s.device for p in plan.placements if p.table == "t_users" for s in p.shards} == {"node1/gpu5"}
+
+
+def test_infeasible_is_not_raised_for_an_unconstrained_workload():
+    model = _model(ROOT / "workloads" / "tiny.yaml")
+    assert model.rules.empty
+    try:
+        from placer.planner.constrained import check_menus
+
+        check_menus(model)
+    except InfeasibleError:  # pragma: no cover - the point of the test
+        pytest.fail("an unconstrained workload has no constraint conflict")
