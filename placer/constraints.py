@@ -131,6 +131,17 @@ class Rules:
                            f"{_devices_text(sets.get(first))}, {odd} on {_devices_text(sets[odd])})")
         return out
 
+    def keeps_groups(self, table: str, devices: frozenset[str], placed: dict[str, Placement],
+                     only: Rule | None = None, skip: Rule | None = None) -> bool:
+        """Whether ``table`` on ``devices`` shares the device set of the other tables of its co-located groups
+        placed so far (``placed``: table -> placement; ``only``: that group alone; ``skip``: all groups but it)."""
+        for rule, names in self.groups:
+            if table not in names or (only is not None and rule is not only) or rule is skip:
+                continue
+            if any(n != table and n in placed and device_set(placed[n]) != devices for n in names):
+                return False
+        return True
+
     def plan_faults(self, placements: list[Placement]) -> list[tuple[int | None, str]]:
         """(placement index or None, message) of every constraint ``placements`` break."""
         out: list[tuple[int | None, str]] = [(i, f"table {p.table!r}: {why}") for i, p in enumerate(placements)

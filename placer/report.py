@@ -205,3 +205,21 @@ def explain_report(result: dict, console: Console) -> None:
                       markup=False)
     for e in result["tables"]:
         console.print(f"- {e['sentence']}", markup=False)
+    for line in constraint_lines(result.get("constraints") or []):
+        console.print(line, markup=False)
+
+
+def constraint_lines(rows: list[dict]) -> list[str]:
+    """The workload's constraints in explain's words: which bind the plan and what each costs (explain_constraints:
+    the fastest move one constraint alone forbids, the other tables kept)."""
+    if not rows:
+        return []
+    out = [f"constraints: {sum(r['binds'] for r in rows)} of {len(rows)} bind this plan (one table moved at a time)"]
+    for r in rows:
+        if r["binds"]:
+            out.append(f"- {r['constraint']} binds: without it {r['table']} as {r['placement']} gives "
+                       f"{fmt_seconds(r['step_time_without_s'])}, {fmt_seconds(r['cost_s'])} faster")
+        else:
+            out.append(f"- {r['constraint']} does not bind: no placement it alone forbids is faster "
+                       f"({r['tables']} table(s) tried)")
+    return out

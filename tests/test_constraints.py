@@ -114,7 +114,8 @@ def test_constraints_no_plan_meets_exit_3_naming_them(tmp_path, capsys, constrai
 @pytest.mark.parametrize("constraints, field", [
     ({"tables": [{"tables": ["nope"], "memory": ["hbm"]}]}, "constraints.tables[0].tables[0]"),
     ({"tables": [{"tables": ["t_users"], "memory": ["vram"]}]}, "constraints.tables[0].memory[0]"),
-    ({"tables": [{"tables": ["t_users"], "min_shards": 4, "max_shards": 2}]}, "constraints.tables[0]: min_shards 4 is above"),
+    ({"tables": [{"tables": ["t_users"], "min_shards": 4, "max_shards": 2}]},
+     "constraints.tables[0]: min_shards 4 is above"),
     ({"tables": [{"tables": ["t_users"], "colocate": True}]}, "constraints.tables[0].colocate"),
     ({"hbm_headroom_GiB": -1}, "constraints.hbm_headroom_GiB"),
 ])
@@ -155,3 +156,30 @@ def test_infeasible_is_not_raised_for_an_unconstrained_workload():
         check_menus(model)
     except InfeasibleError:  # pragma: no cover - the point of the test
         pytest.fail("an unconstrained workload has no constraint conflict")
+
+
+def test_explain_names_the_constraints_that_bind_and_their_cost(tmp_path, capsys):
+    """A constraint that forbids a faster placement binds, with the step without it; one that forbids nothing
+    faster does not; no alternative explain offers breaks a co-location."""
+    from placer.explain import Explainer, explain_plan
+
+    model = _model(_workload(tmp_path, EVERY_KIND))
+    plan = solve(model.topo, model.wl, SolveConfig(work_limit=3000))
+    got = explain_plan(model, plan, [p.table for p in plan.placements])
+    rows = {r["constraint"]: r for r in got["constraints"]}
+    assert set(rows) == {f"constraints.tables[{i}]" for i in (0, 2, 3, 4)} | {
+        "constraints.tables[1] (pair)", "constraints.hbm_headroom_GiB"}
+    users = rows["constraints.tables[0]"]  # row-wise only, at least 2 shards: tiny's ILP puts t_users elsewhere
+    assert users["binds"] and users["table"] == "t_users" and users["cost_s"] > 0
+    assert users["step_time_without_s"] == pytest.approx(got["step_time_s"] - users["cost_s"])
+    assert not rows["constraints.hbm_headroom_GiB"]["binds"]  # 1 GiB of 80: nothing tiny needs
+    ex = Explainer(model, plan)
+    for name in ("t_items", "t_ads"):
+        alt = ex.explain(name).next_best
+        if alt is not None:
+            q = type(plan.placements[0]).model_validate(alt.placement)
+            assert model.rules.keeps_groups(name, device_set(q), ex.placed)
+    path = tmp_path / "plan.json"
+    path.write_text(plan.model_dump_json())
+    assert main(["explain", str(HW), str(_workload(tmp_path, EVERY_KIND)), str(path)]) == 0
+    assert "constraints.tables[0] binds: without it t_users" in capsys.readouterr().out

@@ -67,7 +67,7 @@ def honour(model: CostModel, method: str, placements: list[Placement]) -> list[P
                                     for t in wl.tables if t.name in bad or _in_group(rules, t.name, bad)})
     placed = {p.table: p for p in placements if p.table not in bad}
     for t in sorted((t for t in wl.tables if t.name in bad), key=lambda t: (-t.size_bytes(), t.name)):
-        cands = [p for p in menus[t.name] if _with_group(rules, t.name, p, placed)]
+        cands = [p for p in menus[t.name] if rules.keeps_groups(t.name, device_set(p), placed)]
         best = None
         for p in cands:
             cost = model.placement_cost(p)
@@ -85,16 +85,6 @@ def honour(model: CostModel, method: str, placements: list[Placement]) -> list[P
 
 def _in_group(rules: Rules, table: str, bad: set[str]) -> bool:
     return any(table in names and bad & set(names) for _, names in rules.groups)
-
-
-def _with_group(rules: Rules, table: str, p: Placement, placed: dict[str, Placement]) -> bool:
-    """Whether ``p`` keeps ``table`` on the device set of the members of its co-located groups placed so far."""
-    for _, names in rules.groups:
-        if table in names:
-            for n in names:
-                if n != table and n in placed and device_set(placed[n]) != device_set(p):
-                    return False
-    return True
 
 
 def check_menus(model: CostModel, options: dict[str, list[Placement]] | None = None) -> None:
