@@ -69,10 +69,9 @@ class OptionConfig:
 
 
 def precisions(t: TableSpec, cfg: OptionConfig) -> list[str]:
-    """Storage precisions allowed for a table: its own, plus fp16 when the workload allows it."""
-    if t.dtype == "fp16":
-        return ["fp16"]
-    return ["fp32", "fp16"] if (cfg.fp16 and t.allow_fp16) else ["fp32"]
+    """Storage precisions offered for a table: its own, plus fp16 and bf16 where the workload allows them
+    (TableSpec.storage_precisions) and ``cfg.fp16`` (--no-fp16: no 16-bit storage the table does not have)."""
+    return [p for p in t.storage_precisions() if cfg.fp16 or p == t.dtype]
 
 
 def table_options(t: TableSpec, topo: Topology, wl: Workload, cfg: OptionConfig = OptionConfig(),

@@ -36,8 +36,9 @@ def check_plan(plan: Plan, topology, workload, *, file: str | None = None, check
             raise SpecError(f"table {p.table!r} placed twice", file=file, field=f"{where}.table")
         seen.add(p.table)
         t = tables[p.table]
-        if p.precision == "fp16" and t.dtype == "fp32" and not t.allow_fp16:
-            raise SpecError(f"table {p.table!r} may not be stored at fp16 (allow_fp16 is false)",
+        if p.precision not in t.storage_precisions():
+            flag = f" (allow_{p.precision} is false)" if t.dtype == "fp32" else f" (its dtype is {t.dtype})"
+            raise SpecError(f"table {p.table!r} may not be stored at {p.precision}{flag}",
                             file=file, field=f"{where}.precision")
         if p.compression is not None:
             check_compressed(p, t, file, where)

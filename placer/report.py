@@ -21,7 +21,7 @@ def phase_busy(v: dict, phase: str) -> float:
     return max((s for k, s in v.get("busy_s", {}).items() if k.startswith(phase + ":")), default=0.0)
 
 
-TABLE_KINDS = ("host", "hbm", "uvm", "split", "fp16")
+TABLE_KINDS = ("host", "hbm", "uvm", "split", "fp16", "bf16")
 
 
 def add_listing_arguments(p) -> None:
@@ -30,7 +30,7 @@ def add_listing_arguments(p) -> None:
                    help="list every table and every device (devices busiest first), not just the largest/first")
     p.add_argument("--tables", metavar="WHICH", default=None,
                    help="list only these tables, all of them: host, hbm (all rows in HBM), uvm (none), split "
-                        "(some), fp16, or a name glob such as 't1*'; several separated by commas")
+                        "(some), fp16, bf16, or a name glob such as 't1*'; several separated by commas")
 
 
 def table_matches(p, which: str | None) -> bool:
@@ -41,7 +41,7 @@ def table_matches(p, which: str | None) -> bool:
 
     for w in (x.strip() for x in which.split(",")):
         on_gpu = sharding_of(p).on_gpus
-        if w == "host" and not on_gpu or w == "fp16" and p.precision == "fp16":
+        if w == "host" and not on_gpu or w in ("fp16", "bf16") and p.precision == w:
             return True
         if on_gpu and (w == "hbm" and p.hot_fraction >= 1 or w == "uvm" and p.hot_fraction <= 0
                        or w == "split" and 0 < p.hot_fraction < 1):

@@ -21,7 +21,7 @@ entries meets all of them. Fields (each optional; absent: no constraint):
 - ``devices``: the devices the table's shards may be on: full names (``node0/gpu1``, ``node1/host``), a local name
   for that device on every node (``gpu1``, ``host``), or globs (``node0/*``).
 - ``min_shards``, ``max_shards``: how many shards (pieces or replicas) the table is split into.
-- ``precisions``: the row precisions allowed (fp32, fp16, int8: int8 being the int8 form of a frozen table).
+- ``precisions``: the row precisions allowed (fp32, fp16, bf16, int8: int8 being the int8 form of a frozen table).
 - ``colocate``: the entry's tables all live on one device set (the same devices, shard for shard, as a set).
 
 Checked here: the shape and ranges (SpecError naming the field). The workload checks that every pattern names a
@@ -40,7 +40,7 @@ from placer.specs.common import StrictModel
 #: Where a table's rows may live (``memory``): the names of constraints.memory_class's answers.
 MEMORY_CLASSES = ("hbm", "cached", "uvm", "host")
 #: The row precisions a constraint may allow (int8: the int8 form of a frozen table, forms/int8.py).
-PRECISIONS = ("fp32", "fp16", "int8")
+PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 #: Most shards a constraint may name: a table split over every GPU of the largest cluster.
 MAX_SHARDS = L.MAX_TOTAL_GPUS
 

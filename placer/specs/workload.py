@@ -30,7 +30,7 @@ from placer.specs.detect import expect_kind
 from placer.specs.loading import load_model, read_document
 from placer.units import element_bytes
 
-StorageDtype = Literal["fp32", "fp16"]
+StorageDtype = Literal["fp32", "fp16", "bf16"]
 
 #: Optimizer state held per embedding element, as a multiple of the row's own elements (docs/design.md).
 OPTIMIZER_STATE_ELEMENTS = {"sgd": 0.0, "adagrad": 1.0, "adam": 2.0}
@@ -108,6 +108,8 @@ class TableSpec(StrictModel):
     pooling_factor: L.Pooling = Field(default=1.0, description="lookups per sample for each feature using it")
     access: AccessSpec = Field(default_factory=UniformSpec)
     allow_fp16: bool = Field(default=False, description="the planner may store this table at fp16")
+    allow_bf16: bool = Field(default=False, description="the planner may store this table at bf16 (TBE's "
+                                                        "SparseType.BF16: fp32's range, 8 bits of mantissa)")
     frozen: bool = Field(default=False, description="the table is not trained: its rows are read, never updated")
     compression: CompressionSpec | None = Field(default=None, description="compressed forms accuracy allows "
                                                                           "(placer/specs/compression.py)")
@@ -124,6 +126,13 @@ class TableSpec(StrictModel):
             raise ValueError(f"compression.qr.max_collisions: {c.qr.max_collisions} leaves fewer than 2 quotient "
                              f"rows of the table's {self.rows} rows (at most {self.rows // 2})")
         return self
+
+    def storage_precisions(self) -> list[str]:
+        """The precisions its rows may be stored at: its own dtype, and fp16 / bf16 where an fp32 table allows
+        them (a 16-bit table stays at its dtype)."""
+        if self.dtype != "fp32":
+            return [self.dtype]
+        return ["fp32"] + ["fp16"] * self.allow_fp16 + ["bf16"] * self.allow_bf16
 
     def row_bytes(self, dtype: str | None = None) -> int:
         """Bytes of one row at ``dtype`` (default: the table's own)."""

@@ -13,7 +13,7 @@ The document (format ``placer-torchrec-plan`` version 1)::
      "predicted": {"plan_step_time_s", "mapped_step_time_s", "exact"},
      "tables": {name: {"parameter_sharding": {...},      # ParameterSharding fields (mapping.parameter_sharding)
                        "parameter_constraints": {...},   # ParameterConstraints fields
-                       "data_type": "FP16",              # only for fp16 storage: EmbeddingBagConfig.data_type
+                       "data_type": "FP16",              # 16-bit rows only (FP16, BF16): EmbeddingBagConfig.data_type
                        "placer": "table_wise node0/gpu1 hot 10%",   # the placement as placer prints it
                        "mapping_note": "...",            # only where TorchRec runs something else
                        "mapped_step_time_s": ...}}}      # with the note: the plan's step time with only this
@@ -38,7 +38,7 @@ from placer.specs.workload import Workload
 from placer.topology import Topology
 from placer.torchrec_io import FORMAT, FORMAT_VERSION
 from placer.torchrec_io import mapping
-from placer.torchrec_io.names import NameMap, embedding_bag_configs, identity
+from placer.torchrec_io.names import DATA_TYPES, NameMap, embedding_bag_configs, identity
 
 DEFAULT_MODULE_PATH = "sparse_arch.embedding_bag_collection"
 _BUILDER = Path(__file__).with_name("plan_builder.py")
@@ -146,11 +146,11 @@ def export_document(plan: Plan, topo: Topology, wl: Workload, *, file: str | Non
             notes.setdefault(p.table, []).append(
                 "cpu: TorchRec runs fused_uvm and fused_uvm_caching as its plain host kernel there, so the kernel is "
                 "written as fused (priced as placer's split; an import reads fused as every row in device memory)")
-        if q.precision == "fp16":
-            entry["data_type"] = "FP16"
+        if q.precision != "fp32":
+            entry["data_type"] = DATA_TYPES[q.precision]
             notes.setdefault(p.table, []).append(
-                "fp16 storage: set EmbeddingBagConfig(data_type=DataType.FP16) for this table "
-                "(ParameterConstraints has no storage type)")
+                f"{q.precision} storage: set EmbeddingBagConfig(data_type=DataType.{DATA_TYPES[q.precision]}) for "
+                "this table (ParameterConstraints has no storage type)")
         if p.table in notes:
             entry["mapping_note"] = "; ".join(notes[p.table])
             if price_each and q != p:
@@ -169,8 +169,7 @@ def export_document(plan: Plan, topo: Topology, wl: Workload, *, file: str | Non
         "ranks": {str(r): g for r, g in enumerate(ranks.gpus)},
         "module_path": module_path,
         "names": names.as_json(),
-        "embedding_bag_configs": embedding_bag_configs(wl, names, {q.table for q in mapped.placements
-                                                                   if q.precision == "fp16"}),
+        "embedding_bag_configs": embedding_bag_configs(wl, names, {q.table: q.precision for q in mapped.placements}),
         "predicted": {"plan_step_time_s": plan_step, "mapped_step_time_s": mapped_step,
                       "exact": mapped.placements == plan.placements},
         "tables": entries,

@@ -76,7 +76,7 @@ def parameter_constraints(path=None) -> dict:
 
 def embedding_bag_configs(path=None) -> list:
     """TorchRec EmbeddingBagConfigs of the workload's tables (num_embeddings rows, embedding_dim columns,
-    feature_names, SUM pooling, FP16 for tables placer stores at fp16), in the workload's order."""
+    feature_names, SUM pooling, FP16 / BF16 for tables placer stores at 16 bits), in the workload's order."""
     from torchrec import EmbeddingBagConfig, PoolingType
     from torchrec.types import DataType
 
@@ -91,6 +91,11 @@ def embedding_bag_configs(path=None) -> list:
 def fp16_tables(path=None) -> list:
     """Names of the tables placer stores at fp16 (EmbeddingBagConfig data_type=DataType.FP16)."""
     return [name for name, t in read_document(path)["tables"].items() if t.get("data_type") == "FP16"]
+
+
+def bf16_tables(path=None) -> list:
+    """Names of the tables placer stores at bf16 (EmbeddingBagConfig data_type=DataType.BF16)."""
+    return [name for name, t in read_document(path)["tables"].items() if t.get("data_type") == "BF16"]
 
 
 if __name__ == "__main__":
