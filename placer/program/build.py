@@ -34,9 +34,9 @@ from placer.program import node_local_ops as nlo
 from placer.program import issue
 from placer.program import tt_ops
 from placer.program.locations import reads_across_links, rows_memory, rows_source, tier_location
-from placer.program.dense import DenseTrace, dense_step_s, is_traced, trace
-from placer.program.ops import (AR, BWD, BX, DENSE, EVERY_GPU, FWD, FX, INDEX_BYTES, POOLED_BYTES, STATE_BYTES,
-                                GroupKey, Member, Op)
+from placer.program.dense import CAST_OP, DenseTrace, dense_step_s, is_traced, trace
+from placer.program.ops import (AR, BWD, BX, DENSE, EVERY_GPU, FWD, FX, HOST_ISSUE, INDEX_BYTES, POOLED_BYTES,
+                                STATE_BYTES, GroupKey, Member, Op)
 from placer.specs.workload import Workload
 from placer.topology import Topology
 from placer.units import element_bytes
@@ -508,12 +508,13 @@ class ProgramBuilder:
         if self.topo.is_unified(gpu):  # a CPU issues and works, one after the other
             return [Op(kind, DENSE, stream, issue + work, sizes=z) for kind, issue, work, z in parts]
         # a GPU works while its host issues the next ops (dense_step_s): each op is priced at its work, and what
-        # the host's issuing adds beyond the work is one more op
+        # the host's issuing adds beyond the work is one more op, of its own kind (HOST_ISSUE: the device waits)
         ops = [Op(kind, DENSE, stream, work, sizes=z) for kind, _, work, z in parts]
         issue_s, work_s = sum(p[1] for p in parts), sum(p[2] for p in parts)
-        ops.append(Op("elementwise", DENSE, stream, dense_step_s(issue_s, work_s, asynchronous=True) - work_s,
+        casts = sum(op.name == CAST_OP for op in dense.ops)
+        ops.append(Op(HOST_ISSUE, DENSE, stream, dense_step_s(issue_s, work_s, asynchronous=True) - work_s,
                       sizes={"aten": "the host issuing the step's ops (the device waits)", "issue_s": issue_s,
-                             "work_s": work_s}))
+                             "work_s": work_s, "ops": len(parts), "casts": casts}))
         return ops
 
     # ---- memory --------------------------------------------------------------------------------------------

@@ -30,6 +30,9 @@ INDEXED_OPS = {"aten.index.Tensor", "aten.index_put.default", "aten.index_put_.d
                "aten.gather.default", "aten.scatter.src", "aten.scatter_add.default", "aten.index_select.default",
                "aten.index_add.default", "aten.index_add_.default"}
 IGNORED_PREFIX = ("profiler.",)
+#: a dtype conversion: under autocast, each GEMM operand of another dtype (weights, biases, fp32 activations) in the
+#: forward and each of their gradients back in the backward; the loss's ``logits.float()`` at bf16 / fp16
+CAST_OP = "aten._to_copy.default"
 
 
 OPTIMIZER_STATE_TENSORS = {"sgd": 0, "adagrad": 1, "rowwise_adagrad": 1, "adam": 2}  # per dense parameter
