@@ -76,7 +76,8 @@ class ProgramBuilder:
         self.B = workload.batch_size
         self.samples_per_gpu = self.B / self.W
         self.tables = {t.name: t for t in workload.tables}
-        self.optimizer = workload.optimizer.name
+        self.optimizer = workload.optimizer.name  # the embedding rows' (their state, updates)
+        self.dense_optimizer = workload.resolved_dense_optimizer.name  # the dense model's (its state, update)
         self.state_factor = workload.optimizer_state_factor
         self.lookups_per_sample = {t.name: workload.lookups_per_sample(t.name) for t in workload.tables}
         self.features = {t.name: workload.outputs_per_sample(t.name) for t in workload.tables}
@@ -491,7 +492,7 @@ class ProgramBuilder:
         dtype = self.wl.dense.dtype
         extra = costs.fixed("dense_op")
         dense = self.dense_trace(gpu)
-        warm = costs.warm(dense.memory_bytes(self.optimizer))  # share of its traffic served by the caches
+        warm = costs.warm(dense.memory_bytes(self.dense_optimizer))  # share of its traffic served by the caches
         parts = []  # (kind, seconds the host issues it, seconds of its work, sizes)
         for op in dense.ops:
             if op.kind == "gemm":
@@ -571,7 +572,7 @@ class ProgramBuilder:
     def base_buffers(self) -> list[Buffer]:
         """The dense model on every GPU (weights, gradients, optimizer state, activations); with W > 1 every
         owner's all-to-all buffers for its samples' share of every table (owner_share corrects per option)."""
-        out = [Buffer(self.topo.memory_of(g), "dense model", self.dense_trace(g).resident_bytes(self.optimizer))
+        out = [Buffer(self.topo.memory_of(g), "dense model", self.dense_trace(g).resident_bytes(self.dense_optimizer))
                for g in self.gpus]
         if self.W > 1:
             per_owner = sum(self.exchange_bytes_per_gpu(t, self.tables[t].dim) for t in self.tables)

@@ -152,7 +152,9 @@ def trace(workload, samples: int, device_type: str) -> DenseTrace:
 
 
 def _key(workload) -> str:
-    return workload.model_dump_json(exclude={"tables": {"__all__": {"access"}}, "constraints": True})
+    # a workload without a dense_optimizer keys as it did before that field existed (traces already cached stay)
+    unset = {"dense_optimizer": True} if workload.dense_optimizer is None else {}
+    return workload.model_dump_json(exclude={"tables": {"__all__": {"access"}}, "constraints": True, **unset})
 
 
 def is_traced(workload, samples: int, device_type: str) -> bool:
@@ -326,7 +328,8 @@ def _trace(workload_json: str, samples: int, device_type: str) -> DenseTrace:
         labels = torch.zeros(samples)
         pooled = [torch.zeros(samples, dims[f.table]) for f in wl.resolved_features]
     # built outside the meta context: the optimizer's step counters stay on the CPU, as they are in the runner
-    opt = make_dense_optimizer(model, wl.optimizer.name, wl.optimizer.lr, foreach=device_type == "cuda")
+    spec = wl.resolved_dense_optimizer
+    opt = make_dense_optimizer(model, spec.name, spec.lr, foreach=device_type == "cuda")
     loss_fn = torch.nn.BCEWithLogitsLoss()
 
     forward_ops = []

@@ -1,4 +1,5 @@
-"""Workload spec: embedding tables (with access skew), features, the dense model, batch and optimizer.
+"""Workload spec: embedding tables (with access skew), features, the dense model, batch and optimizers (the
+embedding tables' ``optimizer``, the dense model's ``dense_optimizer``, by default the same).
 
 Units: ``rows`` and ``dim`` are counts; ``pooling_factor`` is lookups per sample per feature;
 ``batch_size`` is the GLOBAL batch (samples per training step over all devices).
@@ -179,18 +180,45 @@ class DenseSpec(StrictModel):
 
 
 class OptimizerSpec(StrictModel):
+    """The embedding tables' optimizer (what TorchRec fuses into FBGEMM's kernels: its state is kept beside every
+    trained row). ``lr``: learning rate."""
+
     name: Literal["sgd", "adagrad", "rowwise_adagrad", "adam"] = "sgd"
     lr: L.LearningRate = 0.01
 
 
+#: The dense model's optimizers (torch.optim's SGD, Adagrad, Adam: state per dense parameter 0, 1, 2 fp32 values)
+DenseOptimizerName = Literal["sgd", "adagrad", "adam"]
+
+
+class DenseOptimizerSpec(StrictModel):
+    """The dense model's optimizer (bottom MLP, interaction, top MLP: what TorchRec leaves to a
+    KeyedOptimizerWrapper, the reference scripts' ``dense_optimizer``). ``lr``: learning rate, default the
+    embeddings' ``optimizer.lr``. Row-wise Adagrad is an embedding optimizer (one state value per row); the dense
+    model's Adagrad is ``adagrad``."""
+
+    name: DenseOptimizerName
+    lr: L.LearningRate | None = None
+
+    @field_validator("name", mode="before")
+    @classmethod
+    def _not_rowwise(cls, name: Any) -> Any:
+        if name == "rowwise_adagrad":
+            raise ValueError("rowwise_adagrad is an embedding optimizer (one state value per row), not the dense "
+                             "model's: use adagrad (torch.optim.Adagrad) for the dense model")
+        return name
+
+
 class Workload(StrictModel):
-    """A training job: tables, features, dense model, global batch, optimizer."""
+    """A training job: tables, features, dense model, global batch, the tables' and the dense model's optimizers."""
 
     schema_version: Literal[1] = 1
     name: L.Name
     description: str = ""
     batch_size: L.Batch = Field(description="global batch: samples per step over all devices")
-    optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec)
+    optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec, description="the embedding tables' optimizer")
+    dense_optimizer: DenseOptimizerSpec | None = Field(
+        default=None, description="the dense model's optimizer; default: the embeddings' (rowwise_adagrad as adagrad)")
     tables: list[TableSpec] = Field(min_length=1)
     features: list[FeatureSpec] | None = None
     dense: DenseSpec
@@ -337,6 +365,16 @@ class Workload(StrictModel):
         if self.optimizer.name == "rowwise_adagrad":
             return {t.name: 1.0 / t.dim for t in self.tables}
         return {t.name: OPTIMIZER_STATE_ELEMENTS[self.optimizer.name] for t in self.tables}
+
+    @property
+    def resolved_dense_optimizer(self) -> OptimizerSpec:
+        """The dense model's optimizer, resolved: ``dense_optimizer`` (its lr defaulting to the embeddings'), else
+        the embeddings' ``optimizer`` itself (rowwise_adagrad then runs as plain Adagrad on the dense weights:
+        program/dense_model.make_dense_optimizer)."""
+        d = self.dense_optimizer
+        if d is None:
+            return self.optimizer
+        return OptimizerSpec(name=d.name, lr=self.optimizer.lr if d.lr is None else d.lr)
 
     @property
     def num_pooled_features(self) -> int:
