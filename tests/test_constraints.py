@@ -183,3 +183,17 @@ def test_explain_names_the_constraints_that_bind_and_their_cost(tmp_path, capsys
     path.write_text(plan.model_dump_json())
     assert main(["explain", str(HW), str(_workload(tmp_path, EVERY_KIND)), str(path)]) == 0
     assert "constraints.tables[0] binds: without it t_users" in capsys.readouterr().out
+
+
+def test_a_memory_shortfall_under_constraints_names_them(tmp_path, capsys):
+    """Every table of mlperf-dlrm-v1 held to HBM on one H100: no plan fits; the error names the constraint that
+    narrowed the memories, and the headroom when it is what leaves no room."""
+    text = (ROOT / "workloads" / "mlperf-dlrm-v1.yaml").read_text()
+    path = tmp_path / "v1.yaml"
+    path.write_text(text + "\nconstraints:\n  tables:\n    - {tables: [\"*\"], memory: [hbm]}\n")
+    hw = ROOT / "hardware_specs" / "h100-pcie-host.yaml"
+    assert main(["solve", str(hw), str(path), "--work-limit", "2000"]) == 3
+    assert "constraints.tables[0] (memory hbm: 26 table(s))" in capsys.readouterr().err
+    room = _workload(tmp_path, {"hbm_headroom_GiB": 79.5}, "room")
+    assert main(["solve", str(HW), str(room), "--work-limit", "2000"]) == 3
+    assert "less the workload's HBM headroom of 79.5 GiB" in capsys.readouterr().err

@@ -128,3 +128,17 @@ def _said(rule) -> str:
     out = [f"{k} {', '.join(v)}" for k, v in fields if v is not None]
     out += [f"{k} {v}" for k, v in (("min_shards", c.min_shards), ("max_shards", c.max_shards)) if v is not None]
     return "; ".join(out) or "co-location"
+
+
+def constraints_note(model: CostModel) -> str:
+    """For an infeasibility under constraints: ' Under the workload's constraints, ...' naming each entry and the
+    headroom (what may have left the tables too little room); '' without constraints."""
+    rules = model.rules
+    if rules.empty:
+        return ""
+    entries = sorted({r.index: r for rs in rules.by_table.values() for r in rs}.values(), key=lambda r: r.index)
+    said = [f"{r.where} ({_said(r)}: {len(model.wl.constrained_tables(r.index))} table(s))" for r in entries]
+    if rules.headroom_GiB:
+        said.append(f"constraints.hbm_headroom_GiB ({rules.headroom_GiB:g} GiB kept free on every GPU)")
+    return (" Under the workload's constraints, which narrow where tables may go: " + "; ".join(said)
+            + " (placer solve on the workload without them says whether they are the cause).")
