@@ -27,7 +27,7 @@ candidates even on a machine without a GPU. What it is told (``planner_inputs``)
   state, Adam 2x, Adagrad 1x, row-wise Adagrad one value per row) and the sharder's fused params.
 - Storage reservation: TorchRec's default policy (HeuristicalStorageReservation, 15% of HBM) with the dense
   model's bytes per GPU from placer's model as ``dense_tensor_estimate`` (a meta module has no dense part).
-- fp16 tables: ``EmbeddingBagConfig(data_type=FP16)``.
+- fp16 tables: ``EmbeddingBagConfig(data_type=FP16)``; bf16 tables (dtype bf16): ``BF16``.
 
 The planner's proposal search is bounded by its own ``timeout_seconds``; the whole call also by a watchdog:
 a forked child process killed at its deadline (a daemon thread joined with the deadline where fork is not the
@@ -128,6 +128,7 @@ class PlannerInputs:
     notes: list[str] = field(default_factory=list)
     # table -> the workload's constraints as ParameterConstraints fields (sharding_types, compute_kernels)
     constraints: dict[str, dict] = field(default_factory=dict)
+    bf16_tables: list[str] = field(default_factory=list)  # tables stored at bf16 (their dtype): DataType.BF16
 
 
 def planner_inputs(model: CostModel) -> PlannerInputs:
@@ -188,7 +189,8 @@ def planner_inputs(model: CostModel) -> PlannerInputs:
                          fp16_tables=[t.name for t in wl.tables if t.dtype == "fp16" or t.name in fp16],
                          optimizer=wl.optimizer.name, learning_rate=wl.optimizer.lr,
                          dense_bytes_per_gpu=int(dense), tables=[(t.name, t.dim, t.rows) for t in wl.tables],
-                         notes=notes, constraints=constraints)
+                         notes=notes, constraints=constraints,
+                         bf16_tables=[t.name for t in wl.tables if t.dtype == "bf16"])
 
 
 def _constraints(wl, notes: list[str]) -> tuple[dict[str, dict], set[str]]:
@@ -235,7 +237,8 @@ def meta_model(inputs: PlannerInputs):
     from torchrec.modules.embedding_configs import DataType
 
     configs = [EmbeddingBagConfig(name=t, embedding_dim=dim, num_embeddings=rows, feature_names=inputs.feature_names[t],
-                                  data_type=DataType.FP16 if t in inputs.fp16_tables else DataType.FP32)
+                                  data_type=DataType.FP16 if t in inputs.fp16_tables else
+                                  DataType.BF16 if t in inputs.bf16_tables else DataType.FP32)
                for t, dim, rows in inputs.tables]
     ebc = EmbeddingBagCollection(tables=configs, device=torch.device("meta"))
     opt_class, opt_type = _OPTIMIZERS[inputs.optimizer]
@@ -429,7 +432,8 @@ def start(model: CostModel, time_limit_s: float = 60.0, deadline_s: float | None
         from placer.torchrec_io.torchrec_types import document_from_plan
 
         sharding_plan, proposals = quietly(_run_torchrec, inputs, time_limit_s)
-        doc = document_from_plan(sharding_plan, file=file, data_types={t: "FP16" for t in inputs.fp16_tables})
+        doc = document_from_plan(sharding_plan, file=file, data_types={
+            **{t: "FP16" for t in inputs.fp16_tables}, **{t: "BF16" for t in inputs.bf16_tables}})
         defaulted = _default_load_factors(doc)  # here: TorchRec's default needs torchrec, which the parent lacks
         return doc, defaulted, proposals, version, time.perf_counter() - c0
 
