@@ -56,7 +56,7 @@ from validation.common import ROOT, environment, write_json  # noqa: E402
 from validation.constraints_cli import cli_checks  # noqa: E402
 from validation.constraints_draw import Draw, draw_set  # noqa: E402
 
-#: (workload, hardware) pairs whose ILP solve at --work-limit 1000 took 2-9 s on the 2-core machine (2026-12-04,
+#: (workload, hardware) pairs whose ILP solve at --work-limit 1000 took 2-9 s on the 2-core machine (2026-12-03,
 #: beside other work); mlperf-dlrm-v2 @ dgx-h100 took 21-55 s and is left out, as are the 16-node and 32-node specs
 PAIRS = [("tiny", "h100-pcie-host"), ("tiny", "cpu-server"), ("tiny", "pcie-4gpu-workstation"),
          ("tiny", "dgx-a100"), ("tiny", "dgx-h100-2node"),
