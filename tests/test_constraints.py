@@ -197,3 +197,23 @@ def test_a_memory_shortfall_under_constraints_names_them(tmp_path, capsys):
     room = _workload(tmp_path, {"hbm_headroom_GiB": 79.5}, "room")
     assert main(["solve", str(HW), str(room), "--work-limit", "2000"]) == 3
     assert "less the workload's HBM headroom of 79.5 GiB" in capsys.readouterr().err
+
+
+def test_found_by_the_random_sets(tmp_path, capsys):
+    """validation/constraints_random.py's three findings: a device the machine lacks is refused (exit 2) before a
+    baseline can fail on memory; a forced form that a constraint rules out is named; a baseline that runs out of
+    GPU memory for a host table's buffers says which memory is short."""
+    bad = _workload(tmp_path, {"tables": [{"tables": ["t_geo"], "devices": ["gpu9"]}]}, "gpu9")
+    assert main(["solve", str(HW), str(bad), "--method", "host_cpu"]) == 2
+    assert "constraints.tables[0].devices[0]" in capsys.readouterr().err
+    qr = tmp_path / "qr.yaml"
+    qr.write_text((ROOT / "workloads" / "mlperf-dlrm-v1-qr.yaml").read_text()
+                  + "\nconstraints:\n  tables:\n    - {tables: [C1], min_shards: 2}\n")
+    assert main(["solve", str(HW), str(qr), "--method", "qr", "--work-limit", "1000"]) == 3
+    assert "--method qr holds it to qr, which its constraints do not allow" in capsys.readouterr().err
+    v1 = tmp_path / "v1.yaml"
+    v1.write_text((ROOT / "workloads" / "mlperf-dlrm-v1.yaml").read_text()
+                  + "\nconstraints:\n  hbm_headroom_GiB: 15.2\n")
+    assert main(["solve", str(ROOT / "hardware_specs" / "h100-pcie-host.yaml"), str(v1), "--method",
+                 "greedy_size"]) == 3
+    assert "more in node0/gpu0" in capsys.readouterr().err

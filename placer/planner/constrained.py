@@ -10,6 +10,8 @@ ILP, and the baselines' plans repaired to honour every rule.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from placer.constraints import Rules, device_set
@@ -87,21 +89,27 @@ def _in_group(rules: Rules, table: str, bad: set[str]) -> bool:
     return any(table in names and bad & set(names) for _, names in rules.groups)
 
 
-def check_menus(model: CostModel, options: dict[str, list[Placement]] | None = None) -> None:
+def check_menus(model: CostModel, options: dict[str, list[Placement]] | None = None,
+                cfg: OptionConfig = OptionConfig()) -> None:
     """InfeasibleError naming the constraints in conflict where a constrained table is left no option: one rule
-    that allows none of the table's options on this machine, two rules that together allow none, or a co-located
-    group whose tables share no device set. ``options``: the menu (colocated_menus applied), or None to build the
-    constrained tables' own."""
+    that allows none of the table's options on this machine, two rules that together allow none, a co-located
+    group whose tables share no device set, or the form ``cfg`` forces (--method qr ...) with the table's rules.
+    ``options``: the menu (colocated_menus applied), or None to build the constrained tables' own."""
     rules = model.rules
     if not rules.by_table:
         return
     if options is None:
-        options = colocated_menus(rules, {t.name: table_options(t, model.topo, model.wl, OptionConfig(), rules)
+        options = colocated_menus(rules, {t.name: table_options(t, model.topo, model.wl, cfg, rules)
                                           for t in model.wl.tables if t.name in rules.by_table})
     for t in model.wl.tables:
         if t.name in rules.by_table and not options.get(t.name):
-            raise InfeasibleError(f"table {t.name!r}: no placement meets its constraints on {model.topo.spec.name}: "
-                                  + _conflict(model, t, rules))
+            head = f"table {t.name!r}: no placement meets its constraints on {model.topo.spec.name}: "
+            form = cfg.forced_form
+            if form and table_options(t, model.topo, model.wl, replace(cfg, forced_form=None), rules):
+                raise InfeasibleError(head + f"--method {form} holds it to {form}, which its constraints do not allow ("
+                                      + "; ".join(f"{r.where}: {_said(r)}" for r in rules.by_table[t.name])
+                                      + f"); --method ilp may place it otherwise")
+            raise InfeasibleError(head + _conflict(model, t, rules))
 
 
 def _conflict(model: CostModel, t, rules: Rules) -> str:

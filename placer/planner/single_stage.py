@@ -104,7 +104,7 @@ def _menu(run: SingleStage) -> None:
         run.options = all_options(model.topo, model.wl, run.cfg)
         if model.rules.groups:  # co-located tables: the device sets all of a group's tables have
             colocated_menus(model.rules, run.options)
-        check_menus(model, run.options)  # exit 3 naming the constraints that leave a table nothing
+        check_menus(model, run.options, run.cfg)  # exit 3 naming the constraints that leave a table nothing
         baselines = (dict(each_feasible_baseline(model, run.config.seed, BASELINES)) if run.baselines_apply
                      else {})
         for placements in baselines.values():

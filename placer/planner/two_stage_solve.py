@@ -60,7 +60,7 @@ def _check_model(run: TwoStage) -> None:
     with run.budget.stage("model"):
         infeasible.check_dense(run.model)
         infeasible.check_tables(run.model, run.config.options)
-        check_menus(run.model)  # a constrained table left no option: exit 3 naming the constraints
+        check_menus(run.model, cfg=run.config.options)  # exit 3 naming the constraints in conflict
 
 
 def _no_time_for_stages(run: TwoStage) -> Plan | None:
