@@ -217,3 +217,14 @@ def test_found_by_the_random_sets(tmp_path, capsys):
     assert main(["solve", str(ROOT / "hardware_specs" / "h100-pcie-host.yaml"), str(v1), "--method",
                  "greedy_size"]) == 3
     assert "more in node0/gpu0" in capsys.readouterr().err
+
+
+def test_the_two_stage_planner_holds_memory_and_sharding_constraints(tmp_path):
+    """On 16 GPUs the two stages plan; their all-GPU kinds (row-wise over every GPU, data-parallel) are held to the
+    constraints too (found by validation/constraints_random.py: data-parallel for a table allowed only cached)."""
+    path = _workload(tmp_path, {"tables": [{"tables": ["t_items", "t_hist"], "memory": ["cached"]}]})
+    wl = load_workload(path)
+    topo = Topology(load_hardware(ROOT / "hardware_specs" / "dgx-h100-2node.yaml"), wl.dense.dtype)
+    plan = solve(topo, wl, SolveConfig(work_limit=1000))
+    assert "two-stage" in plan.solver.backend
+    _held(CostModel(topo, wl), plan.placements)

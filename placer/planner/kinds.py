@@ -129,14 +129,21 @@ class KindFolder:
                         if probe is None or probe.shards[0].hbm_rows in seen:
                             continue
                         seen.add(probe.shards[0].hbm_rows)
-                        ks.append(self.fold(ti, probe, repeat=len(gpus),
-                                            build=functools.partial(row_wise.placement, t, gpus, prec, f)))
-                if data_parallel.allowed(t, prec, topo, own_cfg):
+                        build = functools.partial(row_wise.placement, t, gpus, prec, f)
+                        if self._allowed(t, build):
+                            ks.append(self.fold(ti, probe, repeat=len(gpus), build=build))
+                build = functools.partial(data_parallel.placement, t, gpus, prec)
+                if data_parallel.allowed(t, prec, topo, own_cfg) and self._allowed(t, build):
                     probe = data_parallel.placement(t, gpus[:1], prec)
-                    ks.append(self.fold(ti, probe, repeat=len(gpus),
-                                        build=functools.partial(data_parallel.placement, t, gpus, prec)))
+                    ks.append(self.fold(ti, probe, repeat=len(gpus), build=build))
             out.append(prune_dominated([k for k in ks if k is not None]))
         return out
+
+    def _allowed(self, t, build) -> bool:
+        """Whether the workload's constraints allow the all-GPU placement ``build()`` of ``t`` (built only for a
+        table with constraints: table_options holds the canonical options to them, these are built here)."""
+        rules = self.ctx.model.rules
+        return t.name not in rules.by_table or rules.allows(build())
 
     def _exchange(self, device: str, outgoing: bool, node_local: bool = False):
         """The all-to-all of one byte per GPU from (or to) ``device``, folded: ({(phase, class): total},
