@@ -46,15 +46,30 @@ def allow_implausible(args) -> bool:
 DEFAULT_TIME_LIMIT_S = 60.0
 
 
+class _StoreGiven(argparse.Action):
+    """Stores the option's value and notes that the command line gave it (``limit_given``): a value equal to the
+    default, given, is not 'the default'."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        setattr(namespace, f"{self.dest}_given", True)
+
+
+def limit_given(args) -> bool:
+    """Whether the command line gave --time-limit (add_solver_options), whatever its value."""
+    return bool(getattr(args, "time_limit_given", False))
+
+
 def limit_line(limit_s: float, remaining_s: float | None = None, what: str = "time limit",
-               source: str | None = None) -> str:
+               source: str | None = None, given: bool | None = None) -> str:
     """'time limit 60 s (the default; --time-limit S to change): ends by 10:31:05' for stderr: the limit, whether
     it is the default (or ``source``), and the wall-clock time it ends at (``remaining_s`` from now, default the
-    whole limit)."""
+    whole limit). ``given``: whether the command line gave it (``limit_given``); None: judged by its value."""
     left = limit_s if remaining_s is None else max(0.0, remaining_s)
     end = time.strftime("%H:%M:%S", time.localtime(time.time() + left))
     if source is None:
-        source = "the default; --time-limit S to change" if limit_s == DEFAULT_TIME_LIMIT_S else "--time-limit"
+        default = not given if given is not None else limit_s == DEFAULT_TIME_LIMIT_S
+        source = "the default; --time-limit S to change" if default else "--time-limit"
     return f"{what} {limit_s:g} s ({source}): ends by {end}"
 
 
@@ -64,7 +79,9 @@ def add_solver_options(p: argparse.ArgumentParser, method: bool = True) -> None:
                        help="planner (default ilp; qr, tt, int8, node_local: the ILP with every table that allows "
                             "that form held to it)")
     p.add_argument("--solver", default="cbc", choices=SOLVERS, help="MILP backend (default cbc)")
+    p.set_defaults(time_limit_given=False)
     p.add_argument("--time-limit", type=_args.time_limit, default=DEFAULT_TIME_LIMIT_S, metavar="S",
+                   action=_StoreGiven,
                    help=f"time limit, s: > 0 and at most {_args.MAX_TIME_LIMIT_S:g} (default 60); for solve, "
                         "of the whole command (loading, solving, pricing the plan)")
     p.add_argument("--gap", type=_args.gap, default=0.005, metavar="G",

@@ -17,7 +17,8 @@ import time
 
 from placer.report import make_console
 
-from placer.commands._common import add_hw_wl, add_solver_options, add_trainer, limit_line, load_pair, solve_config
+from placer.commands._common import (add_hw_wl, add_solver_options, add_trainer, limit_given, limit_line, load_pair,
+                                     solve_config)
 from placer.commands._progress import Heartbeat
 from placer.planner.schedule import SCHEDULE
 
@@ -228,7 +229,7 @@ def run(args) -> int:
         parse_methods(args.methods)  # refuse a typo before loading and solving anything
     solve_config(args)
     with Heartbeat() as heartbeat:
-        heartbeat.say("compare: " + limit_line(float(args.time_limit), what="time budget") + " (the whole comparison)")
+        heartbeat.say("compare: " + limit_line(float(args.time_limit), what="time budget", given=limit_given(args)) + " (the whole comparison)")
         topo, wl = load_pair(args)
         rows = compare_rows(topo, wl, args, started=started, heartbeat=heartbeat)
     total = time.perf_counter() - started

@@ -7,8 +7,8 @@ import json
 import sys
 
 from placer import argtypes as _args
-from placer.commands._common import (add_hw_wl, add_solver_options, add_trainer, allow_implausible, limit_line,
-                                     solve_config, with_trainer)
+from placer.commands._common import (add_hw_wl, add_solver_options, add_trainer, allow_implausible, limit_given,
+                                     limit_line, solve_config, with_trainer)
 from placer.commands._output import check_plot_path, save_figure
 from placer.report import make_console
 from rich.text import Text
@@ -78,7 +78,7 @@ def run(args) -> int:
             what = f"{gpus} GPUs ({gpus // per} node(s))"
             limit = config.time_limit_s if config.method == "ilp" else None
             heartbeat.say(f"  {what}: solving {config.method}"
-                          + (", " + limit_line(config.time_limit_s) if limit is not None else ""))
+                          + (", " + limit_line(config.time_limit_s, given=limit_given(args)) if limit is not None else ""))
             heartbeat.begin(f"solving {what}", limit)
 
         def progress(p) -> None:
