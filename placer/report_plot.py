@@ -16,8 +16,11 @@ from placer.report import PHASE_SHORT, device_busy, memory_use, phase_busy
 MAX_ALL_GPUS = 16
 #: with many GPUs: how many of the busiest and of the emptiest are drawn
 BUSIEST, EMPTIEST = 6, 3
-PHASE_COLORS = {"embedding_forward": "#4c72b0", "forward_exchange": "#55a868", "dense": "#c44e52",
+#: the phases' colours; none of them red, which marks the bottleneck (BOTTLENECK_COLOR: its bar's outline, its
+#: device's name): dense was red, and a dense bottleneck's outline vanished into its bar (issue 52)
+PHASE_COLORS = {"embedding_forward": "#4c72b0", "forward_exchange": "#55a868", "dense": "#8c8c8c",
                 "backward_exchange": "#8fd18f", "embedding_backward": "#8172b3", "gradient_allreduce": "#ccb974"}
+BOTTLENECK_COLOR = "#d62728"
 GiB = float(2**30)
 
 
@@ -98,7 +101,7 @@ def plot_plan(plan, path: str | Path, title: str | None = None, notes: list[str]
             w = phase_busy(devices[d], ph) * 1e3
             mark = d == bneck and ph == bphase
             ax_t.barh(y_of[d], w, left=left, color=PHASE_COLORS[ph], height=0.65,
-                      edgecolor="red" if mark else "none", linewidth=2 if mark else 0)
+                      edgecolor=BOTTLENECK_COLOR if mark else "none", linewidth=2 if mark else 0)
             left += w
         ax_t.text(left + step_ms * 0.01, y_of[d], f"{left:.2f} ms", va="center", fontsize=7)
     ax_t.axvline(step_ms, color="k", ls="--", lw=0.8)
@@ -112,7 +115,7 @@ def plot_plan(plan, path: str | Path, title: str | None = None, notes: list[str]
     plt.setp(ax_t.get_yticklabels(), visible=False)
     for label in ax_mem.get_yticklabels():
         if label.get_text() == bneck:
-            label.set_color("red")
+            label.set_color(BOTTLENECK_COLOR)
             label.set_fontweight("bold")
         if label.get_text() == "step":
             label.set_fontweight("bold")
@@ -138,7 +141,7 @@ def _spread(ax, devices: dict, step_ms: float) -> None:
     gpus = sorted((d for d, v in devices.items() if "hbm_used_bytes" in v), key=lambda d: -device_busy(devices[d]))
     busy = [device_busy(devices[d]) * 1e3 for d in gpus]
     x = range(1, len(gpus) + 1)
-    ax.plot(x, busy, color="#c44e52", lw=1.2, label="busy time, ms")
+    ax.plot(x, busy, color="#444444", lw=1.2, label="busy time, ms")
     ax.axhline(step_ms, color="k", ls="--", lw=0.8)
     ax.set_ylim(0, step_ms * 1.1 if step_ms else 1)
     ax.set_xlim(1, max(2, len(gpus)))
