@@ -1,5 +1,6 @@
-"""A picture of a plan (``placer solve/simulate --plot PNG``): per device, memory used against capacity (HBM for a
-GPU, DRAM for a host) and busy time by phase against the step, the bottleneck marked.
+"""A picture of a plan (``placer solve/simulate --plot PNG``): per device, memory used against what is usable (HBM
+for a GPU, DRAM for a host; capacity less the spec's reserve) and busy time by phase against the step, the
+bottleneck marked.
 
 With many devices (more than MAX_ALL_GPUS GPUs) the plot shows the busiest and the emptiest GPUs and hosts, the
 bottleneck's device always among them, and says how many it left out; a strip under the bars shows every GPU's
@@ -77,7 +78,7 @@ def plot_plan(plan, path: str | Path, title: str | None = None, notes: list[str]
     ax_t = fig.add_subplot(grid[0, 1], sharey=ax_mem)
     ys = list(range(len(rows)))[::-1]
     y_of = dict(zip(rows, ys))
-    # memory: used share of capacity, with the amounts written
+    # memory: used share of the usable (capacity less the spec's reserve: the summary's figure), amounts written
     for d in shown:
         used, cap, kind = memory_use(devices[d])
         share = 100 * used / cap if cap else 0.0
@@ -87,7 +88,7 @@ def plot_plan(plan, path: str | Path, title: str | None = None, notes: list[str]
     ax_mem.axvline(100, color="k", lw=0.8)
     ax_mem.set_xlim(0, 200)
     ax_mem.set_xticks([0, 25, 50, 75, 100])
-    ax_mem.set_xlabel("memory used, % of capacity", fontsize=9)
+    ax_mem.set_xlabel("memory used, % of usable (capacity less the reserve)", fontsize=9)
     ax_mem.set_title("memory (HBM: GPU, host: DRAM)", fontsize=10)
     # busy time by phase: the step's phases on top, each device's busiest resource per phase below
     left = 0.0
@@ -148,8 +149,7 @@ def _spread(ax, devices: dict, step_ms: float) -> None:
     ax.set_ylabel("busy, ms", fontsize=8)
     ax.set_xlabel(f"all {len(gpus)} GPUs, busiest first", fontsize=8)
     twin = ax.twinx()
-    hbm = [100 * devices[d]["hbm_used_bytes"] / devices[d]["hbm_capacity_bytes"]
-           if devices[d]["hbm_capacity_bytes"] else 0.0 for d in gpus]
+    hbm = [100 * used / usable if usable else 0.0 for used, usable, _ in (memory_use(devices[d]) for d in gpus)]
     twin.plot(x, hbm, color="#1f77b4", lw=1.0, label="HBM used, %")
     twin.set_ylim(0, 105)
     twin.set_ylabel("HBM, %", fontsize=8)

@@ -229,7 +229,8 @@ def run(args) -> int:
         parse_methods(args.methods)  # refuse a typo before loading and solving anything
     solve_config(args)
     with Heartbeat() as heartbeat:
-        heartbeat.say("compare: " + limit_line(float(args.time_limit), what="time budget", given=limit_given(args)) + " (the whole comparison)")
+        heartbeat.say("compare: " + limit_line(float(args.time_limit), what="time budget", given=limit_given(args))
+                      + " (the whole comparison)")
         topo, wl = load_pair(args)
         rows = compare_rows(topo, wl, args, started=started, heartbeat=heartbeat)
     total = time.perf_counter() - started

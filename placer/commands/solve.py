@@ -108,8 +108,9 @@ def _limit_text(config, started: float | None, given: bool) -> str:
 def add_plot_argument(p: argparse.ArgumentParser) -> None:
     """``--plot PNG`` of solve and simulate (placer/report_plot.py)."""
     p.add_argument("--plot", metavar="PNG", default=None,
-                   help="also draw the plan to this PNG: per device, memory used against capacity and busy time "
-                        "by phase against the step, the bottleneck marked (many GPUs: the busiest and emptiest)")
+                   help="also draw the plan to this PNG: per device, memory used against what is usable (capacity less "
+                        "the spec's reserve) and busy time by phase against the step, the bottleneck marked (many "
+                        "GPUs: the busiest and emptiest)")
 
 
 def write_plot(args, plan, notes: list[str] = ()) -> None:

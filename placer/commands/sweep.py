@@ -77,8 +77,8 @@ def run(args) -> int:
         def starting(gpus: int) -> None:
             what = f"{gpus} GPUs ({gpus // per} node(s))"
             limit = config.time_limit_s if config.method == "ilp" else None
-            heartbeat.say(f"  {what}: solving {config.method}"
-                          + (", " + limit_line(config.time_limit_s, given=limit_given(args)) if limit is not None else ""))
+            said = limit_line(config.time_limit_s, given=limit_given(args)) if limit is not None else None
+            heartbeat.say(f"  {what}: solving {config.method}" + (f", {said}" if said else ""))
             heartbeat.begin(f"solving {what}", limit)
 
         def progress(p) -> None:
