@@ -93,6 +93,31 @@ def add_solver_options(p: argparse.ArgumentParser, method: bool = True) -> None:
     p.add_argument("--no-fp16", action="store_true", help="never offer fp16 storage")
 
 
+#: the shipped workloads (workloads/*.yaml) that allow each forced form, named where a workload allows none
+#: (tests/test_forced_methods.py checks this against the files)
+SHIPPED_ALLOWING = {
+    "qr": ("mlperf-dlrm-v1-qr", "mlperf-dlrm-v2-qr", "mlperf-dlrm-v2-tt"),
+    "tt": ("mlperf-dlrm-v2-tt",),
+    "int8": ("mlperf-dlrm-v1-frozen-int8",),
+    "node_local": ("criteo-terabyte-node-local",),
+}
+
+
+def check_forced_method(wl, method: str, flag: str = "--method") -> None:
+    """SpecError naming ``flag`` (exit 2) before anything is solved when ``method`` is a forced form (qr, tt, int8,
+    node_local) that no table of ``wl`` allows, naming the shipped workloads that allow it."""
+    from placer.errors import SpecError
+    from placer.forms.storage import FORCED_FORMS, STORAGE, allowing
+
+    if method not in FORCED_FORMS or allowing(wl, method):
+        return
+    shipped = ", ".join(f"workloads/{name}.yaml" for name in SHIPPED_ALLOWING.get(method, ()))
+    where = " (on several nodes, e.g. hardware_specs/dgx-h100-2node.yaml)" if method == "node_local" else ""
+    raise SpecError(f"no table of workload {wl.name!r} allows {method} (tables[].{STORAGE[method].field}): the forced "
+                    f"method {method} is the ILP with those tables held to it"
+                    + (f"; shipped workloads that allow it: {shipped}{where}" if shipped else ""), field=flag)
+
+
 def add_what_if(p: argparse.ArgumentParser) -> None:
     """--batch and --gpus: price a plan for another global batch or GPU count without editing the specs."""
     p.add_argument("--batch", type=_args.batch, default=None, metavar="N",

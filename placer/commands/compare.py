@@ -17,8 +17,8 @@ import time
 
 from placer.report import make_console
 
-from placer.commands._common import (add_hw_wl, add_solver_options, add_trainer, limit_given, limit_line, load_pair,
-                                     solve_config)
+from placer.commands._common import (add_hw_wl, add_solver_options, add_trainer, check_forced_method, limit_given,
+                                     limit_line, load_pair, solve_config)
 from placer.commands._progress import Heartbeat
 from placer.planner.schedule import SCHEDULE
 
@@ -112,6 +112,8 @@ def compare_rows(topo, wl, args, started: float | None = None, heartbeat=None) -
     budget = float(args.time_limit)
     deadline = started + budget
     methods = parse_methods(args.methods) if args.methods is not None else default_methods(wl)
+    for m in methods:  # a forced form no table allows: refused before anything is solved
+        check_forced_method(wl, m, "--methods")
     rows: dict[str, dict] = {}
 
     trec = None

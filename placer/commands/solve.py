@@ -10,8 +10,8 @@ from contextlib import contextmanager
 from placer import argtypes as _args
 from placer.report import add_listing_arguments, make_console
 
-from placer.commands._common import (add_hw_wl, add_solver_options, add_trainer, limit_given, limit_line, load_pair,
-                                     solve_config)
+from placer.commands._common import (add_hw_wl, add_solver_options, add_trainer, check_forced_method, limit_given,
+                                     limit_line, load_pair, solve_config)
 from placer.commands._output import check_output_path, check_plot_path, save_figure, write_text
 
 
@@ -81,6 +81,7 @@ def run(args) -> int:
     if not args.quiet:
         print(_limit_text(config, started, limit_given(args)), file=sys.stderr, flush=True)
     topo, wl = load_pair(args)
+    check_forced_method(wl, config.method)
     if not args.quiet:
         for note in wl.options_not_planned():
             print(f"note: {note}", file=sys.stderr, flush=True)

@@ -7,8 +7,8 @@ import json
 import sys
 
 from placer import argtypes as _args
-from placer.commands._common import (add_hw_wl, add_solver_options, add_trainer, allow_implausible, limit_given,
-                                     limit_line, solve_config, with_trainer)
+from placer.commands._common import (add_hw_wl, add_solver_options, add_trainer, allow_implausible,
+                                     check_forced_method, limit_given, limit_line, solve_config, with_trainer)
 from placer.commands._output import check_plot_path, save_figure
 from placer.report import make_console
 from rich.text import Text
@@ -56,6 +56,7 @@ def run(args) -> int:
         raise SpecError("--target-throughput must be positive (samples/s)")
     spec = load_hardware(args.hardware, allow_implausible=allow_implausible(args))  # HW first, as on the command line
     wl = with_trainer(load_workload(args.workload), args)
+    check_forced_method(wl, config.method)
     per = gpus_per_node(spec)
     fabric_note = None
     if args.search:
