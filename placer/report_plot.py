@@ -83,7 +83,7 @@ def plot_plan(plan, path: str | Path, title: str | None = None, notes: list[str]
         used, cap, kind = memory_use(devices[d])
         share = 100 * used / cap if cap else 0.0
         ax_mem.barh(y_of[d], share, color="#1f77b4" if kind == "HBM" else "#ff7f0e", height=0.65)
-        ax_mem.text(min(share, 100) + 2, y_of[d], f"{used / GiB:,.1f} / {cap / GiB:,.0f} GiB {kind}", va="center",
+        ax_mem.text(min(share, 100) + 2, y_of[d], f"{used / GiB:,.1f} / {cap / GiB:,.1f} GiB {kind}", va="center",
                     fontsize=7)
     ax_mem.axvline(100, color="k", lw=0.8)
     ax_mem.set_xlim(0, 200)

@@ -112,8 +112,6 @@ def compare_rows(topo, wl, args, started: float | None = None, heartbeat=None) -
     budget = float(args.time_limit)
     deadline = started + budget
     methods = parse_methods(args.methods) if args.methods is not None else default_methods(wl)
-    for m in methods:  # a forced form no table allows: refused before anything is solved
-        check_forced_method(wl, m, "--methods")
     rows: dict[str, dict] = {}
 
     trec = None
@@ -234,6 +232,8 @@ def run(args) -> int:
         heartbeat.say("compare: " + limit_line(float(args.time_limit), what="time budget", given=limit_given(args))
                       + " (the whole comparison)")
         topo, wl = load_pair(args)
+        for m in parse_methods(args.methods) if args.methods is not None else ():  # before anything is solved
+            check_forced_method(wl, m, "--methods")  # a forced form no table allows, named (default: allowed ones)
         rows = compare_rows(topo, wl, args, started=started, heartbeat=heartbeat)
     total = time.perf_counter() - started
     if args.json:

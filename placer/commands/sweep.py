@@ -44,8 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     from placer.errors import SpecError
     from placer.specs import load_hardware, load_workload
-    from placer.sweep import (check_counts, doubling_counts, gpus_per_node, parse_counts, plot_sweep, run_sweep,
-                              target_answer, template_of, with_fabric)
+    from placer.sweep import check_counts, gpus_per_node, plot_sweep, run_sweep, target_answer, template_of, with_fabric
 
     if args.plot is not None:
         check_plot_path(args.plot, "--plot")  # before the solves, which may take minutes
@@ -59,15 +58,7 @@ def run(args) -> int:
     check_forced_method(wl, config.method)
     per = gpus_per_node(spec)
     fabric_note = None
-    if args.search:
-        counts = doubling_counts(spec, args.max_gpus)
-    elif args.gpus:
-        counts = parse_counts(args.gpus)
-    else:
-        counts = [per, 2 * per, 4 * per]
-    if max(counts) > MAX_SWEEP_GPUS:
-        raise SpecError(f"{max(counts)} GPUs is more than a sweep plans for (at most {MAX_SWEEP_GPUS})",
-                        field="--gpus")
+    counts = _counts(args, spec, per)
     if max(counts) > per or args.fabric is not None:
         spec, fabric_note = with_fabric(spec, args.fabric)
     check_counts(spec, counts)  # refuse before solving anything
@@ -125,6 +116,24 @@ def run(args) -> int:
         notes = [p.note for p in points if p.note]
         raise InfeasibleError("no GPU count has a plan" + (f": {notes[-1]}" if notes else ""))
     return 0
+
+
+def _counts(args, spec, per: int) -> list[int]:
+    """The GPU counts to plan for: --search's doublings, --gpus, or 1, 2 and 4 nodes of ``per`` GPUs; SpecError
+    naming --gpus above MAX_SWEEP_GPUS."""
+    from placer.errors import SpecError
+    from placer.sweep import doubling_counts, parse_counts
+
+    if args.search:
+        counts = doubling_counts(spec, args.max_gpus)
+    elif args.gpus:
+        counts = parse_counts(args.gpus)
+    else:
+        counts = [per, 2 * per, 4 * per]
+    if max(counts) > MAX_SWEEP_GPUS:
+        raise SpecError(f"{max(counts)} GPUs is more than a sweep plans for (at most {MAX_SWEEP_GPUS})",
+                        field="--gpus")
+    return counts
 
 
 def _table(points, title: str, console) -> None:
