@@ -28,7 +28,8 @@ COMMANDS = {
     "profile": "measure each table's access skew and pooling from a sample of real ids and write them into a workload",
     "explain": "for each table of a plan: where it is, what binds it there, and the step time of its next-best option",
     "export": "write a plan as TorchRec's ParameterSharding plan and constraints (JSON + a ShardingPlan builder)",
-    "import": "read a TorchRec sharding plan (placer's JSON export or a pickled ShardingPlan) as a placer plan",
+    "import": "read a TorchRec sharding plan (placer's JSON export or a pickled ShardingPlan) as a placer plan, "
+              "or its ParameterConstraints (--constraints) into a workload",
 }
 #: subcommands whose module name differs from the command (``import`` is a Python keyword)
 MODULES = {"import": "import_plan"}

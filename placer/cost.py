@@ -19,12 +19,14 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from placer.constraints import Rules
 from placer.plan import Placement
 from placer.program.build import Buffer, ProgramBuilder
 from placer.program.torchrec_build import TorchRecProgramBuilder
 from placer.program.ops import AR, BWD, BX, DENSE, EVERY_GPU, FWD, FX, PHASES, GroupKey, Op
 from placer.specs.workload import Workload
 from placer.topology import Topology
+from placer.units import GiB
 
 __all__ = ["PHASES", "FWD", "FX", "DENSE", "BX", "BWD", "AR", "Cost", "CostModel", "cost_of"]
 
@@ -173,8 +175,15 @@ class CostModel:
         return self.traffic.fixed_latency_s(len(PHASES), FX, BX, AR)
 
     @cached_property
+    def rules(self) -> Rules:
+        """The workload's constraints compiled for this machine (placer/constraints.py)."""
+        return Rules.of(self.wl, self.topo)
+
+    @cached_property
     def usable_memory(self) -> dict[str, float]:
-        """Bytes each memory can give to tables: capacity - reserve - what the dense model holds there."""
+        """Bytes each memory can give to tables: capacity - reserve - what the dense model holds there, less the
+        workload's HBM headroom on every GPU's HBM (constraints.hbm_headroom_GiB)."""
+        headroom = self.wl.constraints.hbm_headroom_GiB * GiB
         return {name: mem.usable_bytes - self.base_cost.memory.get(name, 0.0)
-                for name, mem in self.topo.memories.items()}
+                - (headroom if mem.kind == "hbm" else 0.0) for name, mem in self.topo.memories.items()}
 

@@ -4,8 +4,8 @@ calls ``os.nice`` or touches ``gc`` (the runner's and calibration's rank process
 spawned as whole programs, runner/launcher.py and calibrate/ranks.py).
 
 Children. A child runs one call, ``fn()``, in a forked process while the caller goes on; its result comes back
-through a pipe and must pickle. Who uses them: the two-stage planner's baselines (``BackgroundParts``, two_stage_solve.py),
-half of the option kinds (``Background``, kinds.py), stage 1's MIP or bound tree beside stage 2
+through a pipe and must pickle. Who uses them: the two-stage planner's baselines (``BackgroundParts``,
+two_stage_solve.py), half of the option kinds (``Background``, kinds.py), stage 1's MIP or bound tree beside stage 2
 (``TimedChild``, stage1_mip.py / stage1_tree.py), half of stage 2's portfolio and TorchRec's planner (``Child``,
 stage2.py, torchrec_io/planner.py), a large plan's first skew what-if (``Background``, skew.py). Each form says
 what the caller gets where no child runs (not Linux, no process to be had, serial mode) or the child fails:

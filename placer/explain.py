@@ -15,8 +15,10 @@ import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 
+from placer.constraints import device_set
 from placer.cost import PHASES, Cost, CostModel
 from placer.errors import SpecError
+from placer.explain_constraints import binding_constraints
 from placer.forms import table_wise
 from placer.forms.shardings import sharding_of
 from placer.forms.storage import form_label
@@ -100,6 +102,7 @@ class Explainer:
         self.topo = model.topo
         self.specs = {t.name: t for t in model.wl.tables}
         self.index = {p.table: i for i, p in enumerate(plan.placements)}
+        self.placed = {p.table: p for p in plan.placements}
         self.costs = [model.placement_cost(p) for p in plan.placements]
         base = model.base_cost
         loads: dict = defaultdict(float, base.loads)
@@ -223,7 +226,7 @@ class Explainer:
         priced = infeasible = 0
         infeasible_mems: set[str] = set()
         for q in table_options(spec, self.topo, self.model.wl, self.options):
-            if _key(q) == current:
+            if _key(q) == current or not self.model.rules.keeps_groups(table, device_set(q), self.placed):
                 continue
             priced += 1
             step, bottleneck, over = self.swap(table, self.model.placement_cost(q))
@@ -386,7 +389,7 @@ def explain_plan(model: CostModel, plan: Plan, tables: list[str] | None = None, 
     return {"method": plan.method, "step_time_s": ex.step, "bottleneck": ex.bottleneck,
             "selection": "named" if tables else f"top {top} by step change of the next-best option",
             "tables": [r.to_dict() for r in rows], "not_locally_optimal": verdict, "hbm_note": hbm_note(model),
-            "wall_s": time.perf_counter() - t0}
+            "constraints": binding_constraints(ex), "wall_s": time.perf_counter() - t0}
 
 
 def hbm_note(model: CostModel) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from placer.constraints import Rules
 from placer.errors import SpecError
 from placer.forms import table_wise
 from placer.forms.base import first
@@ -68,16 +69,17 @@ class OptionConfig:
 
 
 def precisions(t: TableSpec, cfg: OptionConfig) -> list[str]:
-    """Storage precisions allowed for a table: its own, plus fp16 when the workload allows it."""
-    if t.dtype == "fp16":
-        return ["fp16"]
-    return ["fp32", "fp16"] if (cfg.fp16 and t.allow_fp16) else ["fp32"]
+    """Storage precisions offered for a table: its own, plus fp16 and bf16 where the workload allows them
+    (TableSpec.storage_precisions) and ``cfg.fp16`` (--no-fp16: no 16-bit storage the table does not have)."""
+    return [p for p in t.storage_precisions() if cfg.fp16 or p == t.dtype]
 
 
-def table_options(t: TableSpec, topo: Topology, wl: Workload, cfg: OptionConfig = OptionConfig()) -> list[Placement]:
+def table_options(t: TableSpec, topo: Topology, wl: Workload, cfg: OptionConfig = OptionConfig(),
+                  rules: Rules | None = None) -> list[Placement]:
     """Every candidate placement of one table: per precision, each sharding's options in the registry's order
     (placer/forms/shardings.py), then the compressed forms it allows; then the node-local variants; held to
-    ``cfg.forced_form`` when one is forced."""
+    ``cfg.forced_form`` when one is forced; then only those the workload's constraints allow (``rules``: them
+    compiled for ``topo``, placer/constraints.py; compiled here where not given)."""
     out: list[Placement] = []
     seen: dict[str, set] = {name: set() for name in SHARDINGS}  # per form, shared across precisions
     for prec in precisions(t, cfg):
@@ -87,7 +89,10 @@ def table_options(t: TableSpec, topo: Topology, wl: Workload, cfg: OptionConfig 
             out += compressed_options(t, topo, prec, cfg)
     if t.node_local and cfg.node_local:  # replicas of node0's intra-node options (placer/node_local.py)
         out += node_local_options(out, topo.nodes)
-    return force(out, t, cfg.forced_form) if cfg.forced_form else out
+    out = force(out, t, cfg.forced_form) if cfg.forced_form else out
+    if not wl.constraints.tables:
+        return out
+    return (rules if rules is not None else Rules.of(wl, topo)).allowed(out)
 
 
 def compressed_options(t: TableSpec, topo: Topology, precision: str, cfg: OptionConfig) -> list[Placement]:
@@ -100,5 +105,6 @@ def compressed_options(t: TableSpec, topo: Topology, precision: str, cfg: Option
 
 
 def all_options(topo: Topology, wl: Workload, cfg: OptionConfig = OptionConfig()) -> dict[str, list[Placement]]:
-    """Candidate placements per table name."""
-    return {t.name: table_options(t, topo, wl, cfg) for t in wl.tables}
+    """Candidate placements per table name (the constraints compiled once for all)."""
+    rules = Rules.of(wl, topo) if wl.constraints.tables else None
+    return {t.name: table_options(t, topo, wl, cfg, rules) for t in wl.tables}

@@ -126,7 +126,7 @@ class Placement(_PlanModel):
 
     table: str
     sharding: Sharding
-    precision: Literal["fp32", "fp16"] = "fp32"
+    precision: Literal["fp32", "fp16", "bf16"] = "fp32"
     shards: list[Shard] = Field(min_length=1)
     compression: Compression | None = None
     #: "per_node": a node-local table (the workload's ``node_local``): one replica on every node, laid out alike on

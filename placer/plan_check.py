@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import warnings
 
+from placer.constraints import Rules
 from placer.errors import SpecError
 from placer.forms.node_local import check_per_node
 from placer.forms.shardings import SHARDINGS, sharding_of
@@ -35,8 +36,9 @@ def check_plan(plan: Plan, topology, workload, *, file: str | None = None, check
             raise SpecError(f"table {p.table!r} placed twice", file=file, field=f"{where}.table")
         seen.add(p.table)
         t = tables[p.table]
-        if p.precision == "fp16" and t.dtype == "fp32" and not t.allow_fp16:
-            raise SpecError(f"table {p.table!r} may not be stored at fp16 (allow_fp16 is false)",
+        if p.precision not in t.storage_precisions():
+            flag = f" (allow_{p.precision} is false)" if t.dtype == "fp32" else f" (its dtype is {t.dtype})"
+            raise SpecError(f"table {p.table!r} may not be stored at {p.precision}{flag}",
                             file=file, field=f"{where}.precision")
         if p.compression is not None:
             check_compressed(p, t, file, where)
@@ -68,6 +70,21 @@ def check_plan(plan: Plan, topology, workload, *, file: str | None = None, check
     if missing:
         raise SpecError(f"tables without a placement: {', '.join(missing[:8])}"
                         f"{' ...' if len(missing) > 8 else ''}", file=file, field="placements")
+    check_constraints(plan, topology, workload, file)
+
+
+def check_constraints(plan: Plan, topology, workload, file: str | None = None) -> None:
+    """Refuse a plan that breaks the workload's constraints (placer/constraints.py): SpecError naming the placement
+    (or, for a co-location, the plan) and every constraint broken, first fault first."""
+    if not workload.constraints.tables:
+        return
+    faults = Rules.of(workload, topology).plan_faults(plan.placements)
+    if faults:
+        i, first = faults[0]
+        more = f" (and {len(faults) - 1} more: " + "; ".join(m for _, m in faults[1:4]) + \
+            (" ..." if len(faults) > 4 else "") + ")" if len(faults) > 1 else ""
+        raise SpecError(f"the plan breaks the workload's constraints: {first}{more}", file=file,
+                        field=f"placements[{i}]" if i is not None else "placements")
 
 
 def _check_cold_memory(p: Placement, s, topology, file, field: str) -> None:

@@ -22,7 +22,7 @@ def phase_busy(v: dict, phase: str) -> float:
     return max((s for k, s in v.get("busy_s", {}).items() if k.startswith(phase + ":")), default=0.0)
 
 
-TABLE_KINDS = ("host", "hbm", "uvm", "split", "fp16")
+TABLE_KINDS = ("host", "hbm", "uvm", "split", "fp16", "bf16")
 
 
 def add_listing_arguments(p) -> None:
@@ -31,7 +31,7 @@ def add_listing_arguments(p) -> None:
                    help="list every table and every device (devices busiest first), not just the largest/first")
     p.add_argument("--tables", metavar="WHICH", default=None,
                    help="list only these tables, all of them: host, hbm (all rows in HBM), uvm (none), split "
-                        "(some), fp16, or a name glob such as 't1*'; several separated by commas")
+                        "(some), fp16, bf16, or a name glob such as 't1*'; several separated by commas")
 
 
 def table_matches(p, which: str | None) -> bool:
@@ -42,7 +42,7 @@ def table_matches(p, which: str | None) -> bool:
 
     for w in (x.strip() for x in which.split(",")):
         on_gpu = sharding_of(p).on_gpus
-        if w == "host" and not on_gpu or w == "fp16" and p.precision == "fp16":
+        if w == "host" and not on_gpu or w in ("fp16", "bf16") and p.precision == w:
             return True
         if on_gpu and (w == "hbm" and p.hot_fraction >= 1 or w == "uvm" and p.hot_fraction <= 0
                        or w == "split" and 0 < p.hot_fraction < 1):
@@ -238,3 +238,21 @@ def explain_report(result: dict, console: Console) -> None:
                       markup=False)
     for e in result["tables"]:
         console.print(f"- {e['sentence']}", markup=False)
+    for line in constraint_lines(result.get("constraints") or []):
+        console.print(line, markup=False)
+
+
+def constraint_lines(rows: list[dict]) -> list[str]:
+    """The workload's constraints in explain's words: which bind the plan and what each costs (explain_constraints:
+    the fastest move one constraint alone forbids, the other tables kept)."""
+    if not rows:
+        return []
+    out = [f"constraints: {sum(r['binds'] for r in rows)} of {len(rows)} bind this plan (one table moved at a time)"]
+    for r in rows:
+        if r["binds"]:
+            out.append(f"- {r['constraint']} binds: without it {r['table']} as {r['placement']} gives "
+                       f"{fmt_seconds(r['step_time_without_s'])}, {fmt_seconds(r['cost_s'])} faster")
+        else:
+            out.append(f"- {r['constraint']} does not bind: no placement it alone forbids is faster "
+                       f"({r['tables']} table(s) tried)")
+    return out

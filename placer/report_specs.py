@@ -260,11 +260,14 @@ def workload_totals_table(wl: Workload) -> Table:
     tab.add_row("tables / features", f"{len(wl.tables)} / {len(wl.resolved_features)}")
     tab.add_row("rows", f"{rows:,}")
     tab.add_row("weights", fmt_bytes(wl.total_bytes(with_optimizer=False)))
-    tab.add_row(f"weights + {wl.optimizer.name} state", fmt_bytes(wl.total_bytes()))
+    tab.add_row(f"weights + {wl.optimizer.name} state", fmt_bytes(wl.total_bytes()))  # the tables' optimizer
     tab.add_row("global batch", f"{wl.batch_size:,}")
     tab.add_row("lookups per sample / per step", f"{_num(lookups)} / {lookups * wl.batch_size:,.0f}")
     tab.add_row("row bytes gathered per step", fmt_bytes(gathered))
-    tab.add_row("optimizer", f"{wl.optimizer.name}, lr {_num(wl.optimizer.lr)}")
+    dense = wl.resolved_dense_optimizer
+    tab.add_row("optimizer (tables)", f"{wl.optimizer.name}, lr {_num(wl.optimizer.lr)}")
+    tab.add_row("dense optimizer", f"{dense.name}, lr {_num(dense.lr)}" + ("" if wl.dense_optimizer else
+                                                                           " (the tables')"))
     return tab
 
 

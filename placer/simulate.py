@@ -55,8 +55,11 @@ def predict(model: CostModel, plan: Plan, *, check_memory: bool = True) -> dict:
         over = memory_overflows(model, cost)
         if over:
             name, placed, usable = over[0]
+            headroom = model.wl.constraints.hbm_headroom_GiB if model.topo.memories[name].kind == "hbm" else 0
             raise SpecError(f"plan puts {fmt_bytes(placed)} of tables on {name}, which holds "
                             f"{fmt_bytes(max(usable, 0))} for tables"
+                            + (f" after the workload's HBM headroom of {headroom:g} GiB "
+                               "(constraints.hbm_headroom_GiB)" if headroom else "")
                             + (f" (and {len(over) - 1} more memories over capacity)" if len(over) > 1 else ""),
                             field="placements")
     times, resources = phase_times(model, cost)

@@ -57,6 +57,8 @@ def test_mlperf_dlrm_v2():
     assert inter.kind == "dcnv2" and inter.layers == 3 and inter.rank == 512
     assert w.dense.bottom_mlp == [512, 256, 128] and w.dense.top_mlp == [1024, 1024, 512, 256, 1]
     assert w.total_bytes() == pytest.approx(2 * w.total_bytes(with_optimizer=False))  # adagrad: one state/element
+    # the reference's --adagrad: EXACT_ADAGRAD on the tables, torch.optim.Adagrad on the dense model (the header)
+    assert w.resolved_dense_optimizer.name == "adagrad" and w.resolved_dense_optimizer.lr == 0.005
 
 
 def test_criteo_terabyte_full():

@@ -117,7 +117,7 @@ def step_sizes(workload: Workload, samples: int, device_type: str) -> dict:
             "views": sum(op.kind == "view" for op in ops), "elementwise": sum(op.kind == "elementwise" for op in ops),
             "elementwise_bytes": by_size("stream"), "strided_bytes": by_size("strided"),
             "indexed_bytes": by_size("indexed"), "ops": len(ops),
-            "memory_bytes": traced.memory_bytes(workload.optimizer.name)}
+            "memory_bytes": traced.memory_bytes(workload.resolved_dense_optimizer.name)}
 
 
 @contextlib.contextmanager
@@ -144,8 +144,8 @@ class DenseStep:
 
         dims = {t.name: t.dim for t in workload.tables}
         self.model = DenseDLRM(workload).to(device)
-        self.opt = make_dense_optimizer(self.model, workload.optimizer.name, workload.optimizer.lr,
-                                        foreach=device.type == "cuda")
+        opt = workload.resolved_dense_optimizer
+        self.opt = make_dense_optimizer(self.model, opt.name, opt.lr, foreach=device.type == "cuda")
         self.loss_fn = torch.nn.BCEWithLogitsLoss()
         self.dense = torch.randn(samples, workload.dense.num_dense_features, device=device)
         self.labels = torch.rand(samples, device=device).round()

@@ -128,6 +128,58 @@ def add_what_if(p: argparse.ArgumentParser) -> None:
                         "sweep does); refused when the plan uses a device the N GPUs do not have")
 
 
+def dense_dtypes() -> tuple[str, ...]:
+    """The dense dtypes a workload may name (specs/workload.py DenseSpec.dtype)."""
+    from typing import get_args
+
+    from placer.specs.workload import DenseSpec
+
+    return get_args(DenseSpec.model_fields["dtype"].annotation)
+
+
+def add_dense_dtype(p: argparse.ArgumentParser) -> None:
+    """--dense-dtype: price (or plan) with the dense model at another dtype without editing the workload."""
+    p.add_argument("--dense-dtype", default=None, choices=dense_dtypes(), metavar="DTYPE",
+                   help=f"what-if: the workload's dense.dtype replaced by DTYPE, one of {', '.join(dense_dtypes())} "
+                        "(the dense model's GEMMs at that precision: bf16 / fp16 under autocast, tf32 matmuls); "
+                        "said on stderr, and a plan made with it records the changed workload")
+
+
+def with_dense_dtype(wl, dtype: str | None):
+    """``wl`` with its dense.dtype replaced (--dense-dtype), its sha256 changed so that a plan made with it names
+    the change (placer check, simulate); unchanged for None or the workload's own dtype. SpecError naming
+    --dense-dtype for a dtype a workload may not name."""
+    from placer.errors import SpecError
+
+    if dtype is None or dtype == wl.dense.dtype:
+        return wl
+    if dtype not in dense_dtypes():
+        raise SpecError(f"unknown dense dtype {dtype!r}; choose from {', '.join(dense_dtypes())}",
+                        field="--dense-dtype")
+    dense = wl.dense.model_copy(update={"dtype": dtype})
+    return wl.model_copy(update={"dense": dense, "sha256": _what_if_sha(wl.sha256, f"dense.dtype={dtype}")})
+
+
+def dense_dtype_note(wl, dtype: str | None) -> str | None:
+    """The stderr line that says --dense-dtype replaced the workload's dtype (``wl`` the workload as loaded), or
+    None where it changes nothing."""
+    if dtype is None or dtype == wl.dense.dtype:
+        return None
+    return (f"what-if: --dense-dtype {dtype}: {wl.name}'s dense.dtype {wl.dense.dtype} replaced by {dtype} "
+            f"(the workload file unchanged)")
+
+
+def apply_dense_dtype(wl, args):
+    """``wl`` with the command's --dense-dtype applied (unchanged without it), the change said on stderr."""
+    import sys
+
+    dtype = getattr(args, "dense_dtype", None)
+    note = dense_dtype_note(wl, dtype)
+    if note is not None:
+        print(note, file=sys.stderr, flush=True)
+    return with_dense_dtype(wl, dtype)
+
+
 def _what_if_sha(sha256: str | None, change: str) -> str | None:
     """A digest for a spec changed in memory: differs from its file's, so the plan check names the change."""
     import hashlib
@@ -181,8 +233,8 @@ def check_devices_exist(plan, topology, gpus: int | None, file: str | None = Non
 
 
 def load_pair(args):
-    """(Topology, Workload) from the command's HW and WL arguments, with the --batch / --gpus what-ifs applied
-    when the command has them."""
+    """(Topology, Workload) from the command's HW and WL arguments, with the --batch / --gpus / --dense-dtype
+    what-ifs applied when the command has them."""
     from placer.specs import load_hardware, load_workload
     from placer.topology import Topology
 
@@ -193,6 +245,7 @@ def load_pair(args):
     wl = with_trainer(load_workload(args.workload), args)
     if getattr(args, "batch", None) is not None:
         wl = with_batch(wl, args.batch)
+    wl = apply_dense_dtype(wl, args)
     return Topology(hw, wl.dense.dtype), wl
 
 

@@ -39,7 +39,14 @@ def summarize_workload(path: str) -> str:
     notes = "".join(f"\n  note: {n}" for n in wl.options_not_planned())
     return (f"workload {wl.name}: {len(wl.tables)} tables, {len(wl.resolved_features)} features, "
             f"{rows:,} rows, {fmt_bytes(wl.total_bytes(with_optimizer=False))} weights, "
-            f"{fmt_bytes(wl.total_bytes())} with {wl.optimizer.name} state, batch {wl.batch_size}{notes}")
+            f"{fmt_bytes(wl.total_bytes())} with {wl.optimizer.name} state, {_dense_optimizer(wl)}batch "
+            f"{wl.batch_size}{notes}")
+
+
+def _dense_optimizer(wl) -> str:
+    """'dense adam, ' where the dense model's optimizer is not the tables' (else nothing)."""
+    dense = wl.resolved_dense_optimizer
+    return "" if wl.dense_optimizer is None else f"dense {dense.name} lr {dense.lr:g}, "
 
 
 def summarize_plan(path: str, args) -> str:

@@ -17,14 +17,15 @@ import time
 
 from placer.report import make_console
 
-from placer.commands._common import (add_hw_wl, add_solver_options, add_trainer, check_forced_method, limit_given,
-                                     limit_line, load_pair, solve_config)
+from placer.commands._common import (add_dense_dtype, add_hw_wl, add_solver_options, add_trainer, check_forced_method,
+                                     limit_given, limit_line, load_pair, solve_config)
 from placer.commands._progress import Heartbeat
 from placer.planner.schedule import SCHEDULE
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_hw_wl(p)
     add_trainer(p)
+    add_dense_dtype(p)
     p.add_argument("--json", action="store_true", help="print a JSON list of rows")
     p.add_argument("--methods", default=None, help="comma-separated subset of methods (default: all; the forced "
                                                    "forms qr, tt, int8, node_local where the workload allows them)")

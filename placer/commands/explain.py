@@ -7,7 +7,7 @@ import json
 import sys
 
 from placer import argtypes as _args
-from placer.commands._common import add_hw_wl, add_trainer, add_what_if, check_devices_exist, load_pair
+from placer.commands._common import add_dense_dtype, add_hw_wl, add_trainer, add_what_if, check_devices_exist, load_pair
 from placer.explain import DEFAULT_TOP
 
 top_count = _args.int_range(1, 1_000_000, "a table count")
@@ -26,6 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-fp16", action="store_true", help="do not offer fp16 storage as an alternative")
     p.add_argument("--json", action="store_true", help="print the explanation as JSON")
     add_what_if(p)
+    add_dense_dtype(p)
 
 
 def run(args) -> int:

@@ -1,5 +1,9 @@
 """``placer export --torchrec HW WL PLAN -o OUT``: a placer plan as TorchRec's ParameterSharding plan and
 ParameterConstraints (JSON), plus a Python module that builds the ShardingPlan from it (docs/torchrec.md).
+Where the workload has constraints, the document carries them as ParameterConstraints too
+(``workload_constraints``), and a Python snippet beside the module says them as a TorchRec user writes them
+(``<module>_constraints.py``: ``constraints = {...}``, ``topology = Topology(hbm_cap=...)`` for a headroom); what
+TorchRec cannot say is printed on stderr, naming the table and the field, and listed in both.
 
 HW and WL are the plan's hardware spec and workload: the hardware gives the global ranks (node<i>/gpu<j> ->
 i * gpus_per_node + j), the workload the tables; both price the plan and its TorchRec mapping."""
@@ -9,6 +13,7 @@ import argparse
 import importlib.util
 import json
 import re
+import sys
 from pathlib import Path
 
 from placer.commands._common import add_hw_wl, add_trainer, load_pair
@@ -26,7 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the TorchRec plan JSON to write (ParameterSharding + ParameterConstraints per table)")
     p.add_argument("--python", metavar="PY", default=None,
                    help="the module that builds TorchRec's ShardingPlan from OUT (default: OUT's name with "
-                        "non-identifier characters as '_' and .py, next to OUT)")
+                        "non-identifier characters as '_' and .py, next to OUT); where the workload has constraints, "
+                        "PY's name with _constraints.py holds them as TorchRec ParameterConstraints")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                    help="the devices TorchRec runs on: cuda (placements rank:R/cuda:D, the default) or cpu "
                         "(rank:R/cpu, DistributedModelParallel over gloo; fused_uvm and fused_uvm_caching are "
@@ -62,6 +68,34 @@ def mapping_summary(pred: dict, noted: int) -> str:
             f"{pred['mapped_step_time_s'] * 1e3:.3f} ms as mapped; {noted} table(s) noted:")
 
 
+def _snippet_path(args, py: Path, out: Path) -> Path:
+    """Where the constraints snippet goes: PY's name with _constraints.py; refused where it is one of the
+    command's other files (checked before the work)."""
+    import os
+
+    path = check_output_path(py.with_name(py.stem + "_constraints.py"), "--python")
+    for other in (out, py, args.hardware, args.workload, args.plan):
+        same = Path(other).resolve() == path.resolve() or (
+            Path(other).exists() and path.exists() and os.path.samefile(other, path))
+        if same:
+            raise SpecError(f"the constraints snippet {path} would replace {other}; give --python another name",
+                            field="--python")
+    return path
+
+
+def _snippet(doc: dict, wl) -> str:
+    """The constraints snippet of an export document with workload_constraints (constraints_file.py)."""
+    from placer.torchrec_io.constraints import Exported, NotCarried
+    from placer.torchrec_io.constraints_file import python_snippet
+
+    block = doc["workload_constraints"]
+    exported = Exported(block["parameter_constraints"], block["hbm_headroom_GiB"],
+                        (block.get("topology") or {}).get("hbm_cap"), [NotCarried(**n) for n in block["not_carried"]])
+    local = doc["local_world_size"]
+    return python_snippet(exported, workload=wl.name, world_size=doc["world_size"],
+                          local_world_size=local if isinstance(local, int) else local[0])
+
+
 def run(args) -> int:
     from placer.plan import load_plan
     from placer.report import make_console
@@ -75,11 +109,14 @@ def run(args) -> int:
         raise SpecError(f"--python {py}: the same file as -o; give another name", field="--python")
     path = module_path(args.module_path)
     topo, wl = load_pair(args)
+    snippet = None if wl.constraints.empty else _snippet_path(args, py, out)
     names = load_name_map(args.names, wl)
     plan = load_plan(args.plan)
     doc = export_document(plan, topo, wl, file=args.plan, module_path=path, device=args.device, names=names)
     write_text(out, json.dumps(doc, indent=1) + "\n", "-o")
     write_text(py, builder_module(out.name, py.stem), "--python")
+    if snippet:
+        write_text(snippet, _snippet(doc, wl), "--python")
     console = make_console()
     noted = {n: t["mapping_note"] for n, t in doc["tables"].items() if "mapping_note" in t}
     console.print(f"{len(doc['tables'])} tables over {doc['world_size']} ranks written to {out} (EmbeddingBagConfigs "
@@ -91,6 +128,13 @@ def run(args) -> int:
         console.print(f"  {shown}: {note}", markup=False)
     if len(noted) > 10:
         console.print(f"  ... {len(noted) - 10} more tables with a mapping_note in {out}")
+    if snippet:
+        lost = doc["workload_constraints"]["not_carried"]
+        console.print(f"the workload's constraints as TorchRec ParameterConstraints for "
+                      f"{len(doc['workload_constraints']['parameter_constraints'])} tables: {snippet}"
+                      + (f"; {len(lost)} not carried (stderr)" if lost else ""), markup=False)
+        for n in lost:
+            print(f"not carried: {n['table']}: {n['field']}: {n['why']}", file=sys.stderr)
     if importlib.util.find_spec("torchrec") is None:
         console.print(f"{py.name} needs torchrec; on a CPU-only machine install it with: {INSTALL_HINT}",
                       markup=False)

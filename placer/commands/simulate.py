@@ -7,7 +7,7 @@ import sys
 
 from placer.report import add_listing_arguments, make_console
 
-from placer.commands._common import add_hw_wl, add_trainer, add_what_if, check_devices_exist, load_pair
+from placer.commands._common import add_dense_dtype, add_hw_wl, add_trainer, add_what_if, check_devices_exist, load_pair
 from placer.commands._output import check_plot_path
 
 
@@ -24,6 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="price the plan with every table's skew scaled: zipf alpha x SCALE, cdf/histogram curves "
                         "flatter (<1) or steeper (>1), uniform unchanged (placer/skew.py), e.g. 0.8 or 1.2")
     add_what_if(p)
+    add_dense_dtype(p)
 
 
 def run(args) -> int:

@@ -10,14 +10,15 @@ from contextlib import contextmanager
 from placer import argtypes as _args
 from placer.report import add_listing_arguments, make_console
 
-from placer.commands._common import (add_hw_wl, add_solver_options, add_trainer, check_forced_method, limit_given,
-                                     limit_line, load_pair, solve_config)
+from placer.commands._common import (add_dense_dtype, add_hw_wl, add_solver_options, add_trainer, check_forced_method,
+                                     limit_given, limit_line, load_pair, solve_config)
 from placer.commands._output import check_output_path, check_plot_path, save_figure, write_text
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_hw_wl(p)
     add_trainer(p)
+    add_dense_dtype(p)
     p.add_argument("-o", "--output", metavar="PLAN", help="write the plan JSON here")
     add_listing_arguments(p)
     add_plot_argument(p)

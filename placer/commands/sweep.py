@@ -7,8 +7,9 @@ import json
 import sys
 
 from placer import argtypes as _args
-from placer.commands._common import (add_hw_wl, add_solver_options, add_trainer, allow_implausible,
-                                     check_forced_method, limit_given, limit_line, solve_config, with_trainer)
+from placer.commands._common import (add_dense_dtype, add_hw_wl, add_solver_options, add_trainer, allow_implausible,
+                                     apply_dense_dtype, check_forced_method, limit_given, limit_line, solve_config,
+                                     with_trainer)
 from placer.commands._output import check_plot_path, save_figure
 from placer.report import make_console
 from rich.text import Text
@@ -22,6 +23,7 @@ MAX_SWEEP_GPUS = 1024
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_hw_wl(p)
     add_trainer(p)
+    add_dense_dtype(p)
     p.add_argument("--gpus", metavar="N,N,...",
                    help="GPU counts to plan for, multiples of the template's GPUs per node "
                         "(default: 1, 2 and 4 nodes of the spec's first node template)")
@@ -54,7 +56,7 @@ def run(args) -> int:
     if args.target_throughput is not None and args.target_throughput <= 0:
         raise SpecError("--target-throughput must be positive (samples/s)")
     spec = load_hardware(args.hardware, allow_implausible=allow_implausible(args))  # HW first, as on the command line
-    wl = with_trainer(load_workload(args.workload), args)
+    wl = apply_dense_dtype(with_trainer(load_workload(args.workload), args), args)
     check_forced_method(wl, config.method)
     per = gpus_per_node(spec)
     fabric_note = None
@@ -95,7 +97,7 @@ def run(args) -> int:
                     "--plot")
     if args.json:
         out = {"hardware": spec.name, "template": tname, "gpus_per_node": per, "workload": wl.name,
-               "method": config.method, "points": [p.as_dict() for p in points],
+               "dense_dtype": wl.dense.dtype, "method": config.method, "points": [p.as_dict() for p in points],
                "fabric": spec.fabric.model_dump() if spec.fabric is not None else None}
         if answer:
             out["target"] = {"throughput_samples_per_s": args.target_throughput, "gpus": answer[0],

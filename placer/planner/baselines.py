@@ -26,10 +26,11 @@ from placer.options import OptionConfig
 from placer.plan import Placement
 from placer.planner.accumulator import Accumulator
 from placer.planner.assign import Assigner
+from placer.planner.constrained import honour
 from placer.planner.context import Context
 from placer.planner.symmetry import Symmetry
 from placer.specs.workload import TableSpec
-from placer.units import GiB
+from placer.units import GiB, fmt_bytes
 
 BASELINES = ("host_cpu", "uvm", "greedy_size", "round_robin", "random", "fae")
 #: Planners outside placer, run when installed (placer/torchrec_io/planner.py): not in BASELINES, so the ILP
@@ -66,8 +67,25 @@ def nowhere(model: CostModel, acc: Accumulator, t: TableSpec, candidates: list[P
     return InfeasibleError(
         f"{method or 'baseline'}: table {t.name!r} ({t.rows:,} rows x {t.dim}, {size / GiB:,.1f} GiB with "
         f"optimizer state; {need / GiB:,.1f} GiB with its buffers as {'/'.join(kinds)}) fits in no memory "
-        f"left: the largest free memory is {m} with {max(free[m], 0.0) / GiB:,.1f} GiB. This baseline places "
-        "whole tables; the ilp method also splits them over GPUs and host DRAM.")
+        f"left: the largest free memory is {m} with {max(free[m], 0.0) / GiB:,.1f} GiB{_short(model, free, candidates)}"
+        ". This baseline places whole tables; the ilp method also splits them over GPUs and host DRAM.")
+
+
+def _short(model: CostModel, free: dict[str, float], candidates: list[Placement]) -> str:
+    """'; as host on node0/host it needs 16.0 MiB more in node0/gpu0 (0 B free)': the memory the candidate
+    closest to fitting lacks (a table's buffers may need room on a GPU that whole tables filled)."""
+    best = None
+    for p in candidates:
+        over = {m: b - max(free.get(m, 0.0), 0.0) for m, b in model.placement_cost(p).memory.items()
+                if b > free.get(m, 0.0)}
+        if over and (best is None or sum(over.values()) < sum(best[1].values())):
+            best = (p, over)
+    if best is None:
+        return ""
+    p, over = best
+    m = max(over, key=over.get)
+    return (f"; as {p.label()} it needs {fmt_bytes(over[m])} more in {m} "
+            f"({fmt_bytes(max(free.get(m, 0.0), 0.0))} free)")
 
 
 def host_cpu(model: CostModel, seed: int = 0) -> list[Placement]:
@@ -218,7 +236,7 @@ def run_baseline(name: str, model: CostModel, seed: int = 0) -> list[Placement]:
     if fn is None:
         raise ValueError(f"unknown baseline {name!r}")
     try:
-        return fn(model, seed=seed)
+        return honour(model, name, fn(model, seed=seed))  # repaired where it breaks a constraint (constrained.py)
     except InfeasibleError as exc:
         text = str(exc)
         if text.startswith("baseline:"):

@@ -143,6 +143,8 @@ def _build(problem: Problem, relax: bool = False):
     for n, (m, (ids, b)) in enumerate(problem.mem_rows.items()):
         prob += (pulp.LpAffineExpression([(x[i], v * MEM_SCALE) for i, v in zip(ids, b)])
                  <= problem.mem_capacity[m] * MEM_SCALE), f"mem_{n}"
+    for n, (a, b) in enumerate(problem.equal):  # co-located tables: the same device set (Problem.equal)
+        prob += pulp.LpAffineExpression([(x[i], 1.0) for i in a] + [(x[i], -1.0) for i in b]) == 0, f"same_{n}"
     return prob, x, y
 
 

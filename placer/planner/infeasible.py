@@ -12,6 +12,7 @@ from placer.cost import CostModel
 from placer.errors import InfeasibleError
 from placer.options import OptionConfig, precisions
 from placer.planner import fit
+from placer.planner.constrained import constraints_note
 from placer.planner.problem import Problem
 from placer.units import GiB
 
@@ -49,12 +50,15 @@ def check_dense(model: CostModel) -> None:
         return
     m, short = max(over, key=lambda o: o[1])
     mem = model.topo.memories[m]
+    headroom = model.wl.constraints.hbm_headroom_GiB if mem.kind == "hbm" else 0.0
+    kept = f", less the workload's HBM headroom of {headroom:g} GiB (constraints.hbm_headroom_GiB)" if headroom else ""
     raise InfeasibleError(
         f"the dense model (weights, gradients, optimizer state, activations at batch {model.wl.batch_size:,}) "
         f"and the exchange buffers need {_gib(model.base_cost.memory.get(m, 0.0))} in {m}, which holds "
-        f"{_gib(mem.usable_bytes)} after its {_gib(mem.reserve_bytes)} reserve: short by {_gib(short)} before "
-        f"any table" + (f" ({len(over)} memories short)" if len(over) > 1 else "")
-        + ". Use a smaller batch or dense model, or GPUs with more memory.")
+        f"{_gib(mem.usable_bytes)} after its {_gib(mem.reserve_bytes)} reserve{kept}: short by "
+        f"{_gib(short)} before any table" + (f" ({len(over)} memories short)" if len(over) > 1 else "")
+        + (". Use a smaller batch or dense model, or GPUs with more memory." if not headroom else
+           ". Lower the headroom, use a smaller batch or dense model, or GPUs with more memory."))
 
 
 def min_footprint_bytes(problem: Problem) -> float:
@@ -74,7 +78,12 @@ def capacity_sentence(model: CostModel, problem: Problem | None = None) -> str:
 
 def table_nowhere(model: CostModel, names: list[str], cfg: OptionConfig) -> InfeasibleError:
     """The error for tables none of whose candidate options fits the empty machine (``names`` largest
-    first): a capacity shortfall, or the menu as the limit with a split that would fit."""
+    first): a capacity shortfall, or the menu as the limit with a split that would fit; the workload's constraints
+    named where it has some (constrained.constraints_note)."""
+    return InfeasibleError(str(_table_nowhere(model, names, cfg)) + constraints_note(model))
+
+
+def _table_nowhere(model: CostModel, names: list[str], cfg: OptionConfig) -> InfeasibleError:
     t = model.tables[names[0]]
     more = f" ({len(names) - 1} more tables too)" if len(names) > 1 else ""
     need = fit.footprint_bytes(model, t)
@@ -133,7 +142,7 @@ def explain_infeasible(model: CostModel, problem: Problem, names: list[str], cfg
     if need > hold:
         raise InfeasibleError("does not fit: " + capacity_sentence(model, problem)
                               + f". Short by {_gib(need - hold)}. Add host DRAM or GPUs, allow fp16 storage, "
-                              "or use a smaller optimizer state.")
+                              "or use a smaller optimizer state." + constraints_note(model))
 
 
 def check_tables(model: CostModel, cfg: OptionConfig) -> None:
@@ -152,7 +161,13 @@ def check_tables(model: CostModel, cfg: OptionConfig) -> None:
 
 
 def after_solver(model: CostModel, problem: Problem | None, cfg: OptionConfig = OptionConfig()) -> InfeasibleError:
-    """The error when the solver proved that no choice of candidate options fits memory."""
+    """The error when the solver proved that no choice of candidate options fits memory (the workload's
+    constraints named where it has some)."""
+    exc = _after_solver(model, problem, cfg)
+    return exc if str(exc).endswith(constraints_note(model)) else InfeasibleError(str(exc) + constraints_note(model))
+
+
+def _after_solver(model: CostModel, problem: Problem | None, cfg: OptionConfig) -> InfeasibleError:
     try:
         check_tables(model, cfg)
     except InfeasibleError as exc:

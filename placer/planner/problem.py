@@ -175,6 +175,9 @@ class Problem:
     spread: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     spread_rows: frozenset = frozenset()
     group_counts: list[GroupCounts] = field(default_factory=list)
+    # Pairs of option-id sets whose chosen counts are equal: sum x[a] == sum x[b] (tables that must share a
+    # device set, one pair per device set and neighbouring tables of the group: placer/constraints.py)
+    equal: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
 
     def __post_init__(self):
         self._num_options = sum(len(g) for g in self.groups)
@@ -243,8 +246,9 @@ class Problem:
     def fits(self, chosen: list[int], slack: float = 1e-9) -> bool:
         x = np.zeros(self.num_options)
         x[chosen] = 1.0
-        return all(float(b @ x[ids]) <= self.mem_capacity[m] * (1 + slack) + 1
-                   for m, (ids, b) in self.mem_rows.items())
+        return (all(float(b @ x[ids]) <= self.mem_capacity[m] * (1 + slack) + 1
+                    for m, (ids, b) in self.mem_rows.items())
+                and all(float(x[a].sum()) == float(x[b].sum()) for a, b in self.equal))
 
     def simple_lower_bound(self) -> float:
         """A valid bound from resources alone: each table at its cheapest option on every (phase, resource)

@@ -16,6 +16,7 @@ from placer.plan import Placement, Plan, SolverInfo
 from placer.planner import ilp, infeasible, least_work, tiebreak, two_stage_solve
 from placer.planner.baselines import BASELINES
 from placer.planner.budget import Budget
+from placer.planner.constrained import check_menus, colocated_menus, equal_rows
 from placer.planner.fit import with_fit_levels
 from placer.planner.problem import Problem, build_problem
 from placer.planner.schedule import SCHEDULE
@@ -70,6 +71,8 @@ def _least_work_first(run: SingleStage) -> Plan | None:
 def _two_stages_if_large(run: SingleStage) -> Plan | None:
     """Above FULL_ILP_MAX_GPUS GPUs or FULL_ILP_MAX_PAIRS pairs, on a symmetric machine: the two-stage pipeline."""
     gpus = len(run.model.topo.gpus)
+    if run.model.wl.constraints.narrows_devices:  # pinned or co-located tables: the stages treat GPUs alike
+        return None
     if gpus > FULL_ILP_MAX_GPUS or (gpus > 1 and gpus * len(run.model.wl.tables) > FULL_ILP_MAX_PAIRS):
         sym = Symmetry.of(run.model.topo)
         if sym is not None:
@@ -99,6 +102,9 @@ def _menu(run: SingleStage) -> None:
         infeasible.check_dense(model)
         run.cfg = with_fit_levels(model, run.config.options)
         run.options = all_options(model.topo, model.wl, run.cfg)
+        if model.rules.groups:  # co-located tables: the device sets all of a group's tables have
+            colocated_menus(model.rules, run.options)
+        check_menus(model, run.options, run.cfg)  # exit 3 naming the constraints that leave a table nothing
         baselines = (dict(each_feasible_baseline(model, run.config.seed, BASELINES)) if run.baselines_apply
                      else {})
         for placements in baselines.values():
@@ -106,8 +112,7 @@ def _menu(run: SingleStage) -> None:
                 if p not in run.options[p.table]:
                     run.options[p.table].append(p)
         run.costs = [[model.placement_cost(p) for p in run.options[n]] for n in run.names]
-        problem = run.problem = build_problem(run.costs, model.base_cost, sum(model.fixed_latency_s.values()),
-                                              model.usable_memory, len(PHASES))
+        problem = run.problem = _problem(run)
         infeasible.explain_infeasible(model, problem, run.names, run.cfg)
         for name, placements in baselines.items():
             chosen = [problem.groups[ti][run.options[run.names[ti]].index(p)] for ti, p in enumerate(placements)]
@@ -180,6 +185,16 @@ PIPELINE = (("least work", _least_work_first), ("two stages", _two_stages_if_lar
             ("branch and bound", _branch_and_bound), ("tie-break", _tie_break_step), ("plan", _the_plan))
 
 
+def _problem(run: SingleStage) -> Problem:
+    """The problem of the run's menu and costs, with the rows that keep co-located tables on one device set."""
+    model = run.model
+    problem = build_problem(run.costs, model.base_cost, sum(model.fixed_latency_s.values()), model.usable_memory,
+                            len(PHASES))
+    if model.rules.groups:
+        problem.equal = equal_rows(model.rules, run.options, problem.groups, run.names)
+    return problem
+
+
 def search_s(model: CostModel, budget: Budget) -> float:
     """The single-stage branch and bound's seconds (SCHEDULE.search_s): under a time limit, what the limit leaves
     after the options and baselines less after_solve_s, so that the command ends within its limit (it ran the whole
@@ -194,14 +209,13 @@ def _tie_break(run: SingleStage, budget: Budget) -> tuple[Problem, dict]:
     record). The run's options and costs gain those levels."""
     model, problem, result, options, names = run.model, run.problem, run.result, run.options, run.names
     first = [options[n][oid - problem.groups[i][0]] for i, (n, oid) in enumerate(zip(names, result.chosen))]
-    fill = tiebreak.fill_options(model, first)
+    fill = {n: model.rules.allowed(ps) for n, ps in tiebreak.fill_options(model, first).items()}
     if fill:  # levels that fill the first plan's free HBM: appended, so every chosen option keeps its place
         pos = [oid - problem.groups[i][0] for i, oid in enumerate(result.chosen)]
         for i, n in enumerate(names):
             options[n].extend(fill.get(n, []))
             run.costs[i].extend(model.placement_cost(q) for q in fill.get(n, []))
-        problem = build_problem(run.costs, model.base_cost, sum(model.fixed_latency_s.values()),
-                                model.usable_memory, len(PHASES))
+        problem = _problem(run)
         result.chosen = [problem.groups[i][k] for i, k in enumerate(pos)]
     result.chosen, tie = tiebreak.tie_break(
         model, problem, [options[n] for n in names], result.chosen, result.lower_bound_s, run.config.gap,

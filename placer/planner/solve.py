@@ -101,6 +101,7 @@ def solve(topology: Topology, workload: Workload, config: SolveConfig = SolveCon
 def _solve(topology: Topology, workload: Workload, config: SolveConfig) -> Plan:
     config = for_trainer(workload, config)  # only the forms the workload's trainer runs (planner/trainers.py)
     model = CostModel(topology, workload)
+    model.rules  # the workload's constraints compiled for the machine: a device it lacks exits 2 before any work
     if config.work_limit is None:  # said before the work: the least work cannot fit in what the limit leaves
         least_work.say_if_short(model, config.method, config.time_limit_s,
                                 Budget(config.time_limit_s, start=config.started_s).left())

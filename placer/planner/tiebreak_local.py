@@ -151,7 +151,7 @@ def candidates(model: CostModel, p: Placement, cfg: OptionConfig, free: dict[str
         if q is not None and _key(q) not in seen:
             seen.add(_key(q))
             out.append(q)
-    return out
+    return model.rules.allowed(out)  # the workload's constraints (table_options holds its own to them)
 
 
 def local_tie_break(model: CostModel, placements: list[Placement], cap_s: float, cfg: OptionConfig, *,

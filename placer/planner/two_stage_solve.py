@@ -17,6 +17,7 @@ from placer.executor import BackgroundParts
 from placer.options import OptionConfig
 from placer.plan import Placement, Plan, SolverInfo
 from placer.planner import effort, infeasible, least_work, portfolio, tiebreak_local
+from placer.planner.constrained import check_menus
 from placer.planner.fit import with_fit_levels
 from placer.planner.schedule import SCHEDULE
 from placer.planner.solve_run import (BASELINE_ORDER, SolveRun, cheapest_baseline, cheapest_or_extended,
@@ -59,6 +60,7 @@ def _check_model(run: TwoStage) -> None:
     with run.budget.stage("model"):
         infeasible.check_dense(run.model)
         infeasible.check_tables(run.model, run.config.options)
+        check_menus(run.model, cfg=run.config.options)  # exit 3 naming the constraints in conflict
 
 
 def _no_time_for_stages(run: TwoStage) -> Plan | None:

@@ -157,8 +157,8 @@ NO_PLACEMENTS = Stage2Result([], float("inf"))
 
 @dataclass(frozen=True)
 class TwoStageResult:
-    """What the two stages give two_stage_solve.py: the best placements (None where stage 2 placed none), the lower bound
-    (s; 0 where stage 1 had none), stage 1's solver account (status, sizes, backend) and the wall seconds."""
+    """What the two stages give two_stage_solve.py: the best placements (None where stage 2 placed none), the lower
+    bound (s; 0 where stage 1 had none), stage 1's solver account (status, sizes, backend) and the wall seconds."""
 
     placements: list[Placement] | None
     bound_s: float

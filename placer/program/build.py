@@ -34,9 +34,9 @@ from placer.program import node_local_ops as nlo
 from placer.program import issue
 from placer.program import tt_ops
 from placer.program.locations import reads_across_links, rows_memory, rows_source, tier_location
-from placer.program.dense import DenseTrace, dense_step_s, is_traced, trace
-from placer.program.ops import (AR, BWD, BX, DENSE, EVERY_GPU, FWD, FX, INDEX_BYTES, POOLED_BYTES, STATE_BYTES,
-                                GroupKey, Member, Op)
+from placer.program.dense import CAST_OP, DenseTrace, dense_step_s, is_traced, trace
+from placer.program.ops import (AR, BWD, BX, DENSE, EVERY_GPU, FWD, FX, HOST_ISSUE, INDEX_BYTES, POOLED_BYTES,
+                                STATE_BYTES, GroupKey, Member, Op)
 from placer.specs.workload import Workload
 from placer.topology import Topology
 from placer.units import element_bytes
@@ -76,7 +76,8 @@ class ProgramBuilder:
         self.B = workload.batch_size
         self.samples_per_gpu = self.B / self.W
         self.tables = {t.name: t for t in workload.tables}
-        self.optimizer = workload.optimizer.name
+        self.optimizer = workload.optimizer.name  # the embedding rows' (their state, updates)
+        self.dense_optimizer = workload.resolved_dense_optimizer.name  # the dense model's (its state, update)
         self.state_factor = workload.optimizer_state_factor
         self.lookups_per_sample = {t.name: workload.lookups_per_sample(t.name) for t in workload.tables}
         self.features = {t.name: workload.outputs_per_sample(t.name) for t in workload.tables}
@@ -491,7 +492,7 @@ class ProgramBuilder:
         dtype = self.wl.dense.dtype
         extra = costs.fixed("dense_op")
         dense = self.dense_trace(gpu)
-        warm = costs.warm(dense.memory_bytes(self.optimizer))  # share of its traffic served by the caches
+        warm = costs.warm(dense.memory_bytes(self.dense_optimizer))  # share of its traffic served by the caches
         parts = []  # (kind, seconds the host issues it, seconds of its work, sizes)
         for op in dense.ops:
             if op.kind == "gemm":
@@ -508,12 +509,13 @@ class ProgramBuilder:
         if self.topo.is_unified(gpu):  # a CPU issues and works, one after the other
             return [Op(kind, DENSE, stream, issue + work, sizes=z) for kind, issue, work, z in parts]
         # a GPU works while its host issues the next ops (dense_step_s): each op is priced at its work, and what
-        # the host's issuing adds beyond the work is one more op
+        # the host's issuing adds beyond the work is one more op, of its own kind (HOST_ISSUE: the device waits)
         ops = [Op(kind, DENSE, stream, work, sizes=z) for kind, _, work, z in parts]
         issue_s, work_s = sum(p[1] for p in parts), sum(p[2] for p in parts)
-        ops.append(Op("elementwise", DENSE, stream, dense_step_s(issue_s, work_s, asynchronous=True) - work_s,
+        casts = sum(op.name == CAST_OP for op in dense.ops)
+        ops.append(Op(HOST_ISSUE, DENSE, stream, dense_step_s(issue_s, work_s, asynchronous=True) - work_s,
                       sizes={"aten": "the host issuing the step's ops (the device waits)", "issue_s": issue_s,
-                             "work_s": work_s}))
+                             "work_s": work_s, "ops": len(parts), "casts": casts}))
         return ops
 
     # ---- memory --------------------------------------------------------------------------------------------
@@ -570,7 +572,7 @@ class ProgramBuilder:
     def base_buffers(self) -> list[Buffer]:
         """The dense model on every GPU (weights, gradients, optimizer state, activations); with W > 1 every
         owner's all-to-all buffers for its samples' share of every table (owner_share corrects per option)."""
-        out = [Buffer(self.topo.memory_of(g), "dense model", self.dense_trace(g).resident_bytes(self.optimizer))
+        out = [Buffer(self.topo.memory_of(g), "dense model", self.dense_trace(g).resident_bytes(self.dense_optimizer))
                for g in self.gpus]
         if self.W > 1:
             per_owner = sum(self.exchange_bytes_per_gpu(t, self.tables[t].dim) for t in self.tables)

@@ -30,6 +30,9 @@ INDEXED_OPS = {"aten.index.Tensor", "aten.index_put.default", "aten.index_put_.d
                "aten.gather.default", "aten.scatter.src", "aten.scatter_add.default", "aten.index_select.default",
                "aten.index_add.default", "aten.index_add_.default"}
 IGNORED_PREFIX = ("profiler.",)
+#: a dtype conversion: under autocast, each GEMM operand of another dtype (weights, biases, fp32 activations) in the
+#: forward and each of their gradients back in the backward; the loss's ``logits.float()`` at bf16 / fp16
+CAST_OP = "aten._to_copy.default"
 
 
 OPTIMIZER_STATE_TENSORS = {"sgd": 0, "adagrad": 1, "rowwise_adagrad": 1, "adam": 2}  # per dense parameter
@@ -149,7 +152,9 @@ def trace(workload, samples: int, device_type: str) -> DenseTrace:
 
 
 def _key(workload) -> str:
-    return workload.model_dump_json(exclude={"tables": {"__all__": {"access"}}})
+    # a workload without a dense_optimizer keys as it did before that field existed (traces already cached stay)
+    unset = {"dense_optimizer": True} if workload.dense_optimizer is None else {}
+    return workload.model_dump_json(exclude={"tables": {"__all__": {"access"}}, "constraints": True, **unset})
 
 
 def is_traced(workload, samples: int, device_type: str) -> bool:
@@ -323,7 +328,8 @@ def _trace(workload_json: str, samples: int, device_type: str) -> DenseTrace:
         labels = torch.zeros(samples)
         pooled = [torch.zeros(samples, dims[f.table]) for f in wl.resolved_features]
     # built outside the meta context: the optimizer's step counters stay on the CPU, as they are in the runner
-    opt = make_dense_optimizer(model, wl.optimizer.name, wl.optimizer.lr, foreach=device_type == "cuda")
+    spec = wl.resolved_dense_optimizer
+    opt = make_dense_optimizer(model, spec.name, spec.lr, foreach=device_type == "cuda")
     loss_fn = torch.nn.BCEWithLogitsLoss()
 
     forward_ops = []

@@ -45,7 +45,10 @@ KERNELS = {"lookup": 2, "sort": 6, "segment_reduce": 3, "copy": 1, "elementwise"
            "collective": 1, "all_reduce": 0, "dense_op": 0, "embedding_op": 0,
            "update_sgd": 4, "update_adagrad": 9, "update_rowwise_adagrad": 10,
            "update_adam": 15}
-DTYPES = ("fp32", "fp16")
+DTYPES = ("fp32", "fp16", "bf16")
+#: the 16-bit storage precisions: a bf16 row has an fp16 row's bytes and is priced as one unless measured (calibrate
+#: times fp32 and fp16 rows; a spec may give bf16 rates of its own)
+HALF = ("fp16", "bf16")
 HOST_OP_US = 5.0  # assumption: one eager PyTorch CPU op dispatches in ~5 us (5.5 us measured for a tiny
 #                   embedding_bag on two cores of a cloud x86 VM)
 GRAPH_KERNEL_US = 2.5  # assumption: a small kernel replayed from a CUDA graph, its run plus the gap to the next
@@ -180,7 +183,7 @@ class OpCosts:
         rows in host memory also cross the link twice (read and write) at the host-gather rate. ``width``
         (columns): fp16 rows whose update the spec does not measure take the time of fp32 rows of that width
         (FP16_GATHER_PER_ROW), their link bytes stay their own."""
-        if (dtype == "fp16" and width and FP16_GATHER_PER_ROW and optimizer not in self.fp16_updates_measured):
+        if (dtype in HALF and width and FP16_GATHER_PER_ROW and optimizer not in self.fp16_updates_measured):
             as_fp32 = row_bytes + 2 * width
             work = rows * as_fp32 / self.update[optimizer]["fp32"](as_fp32)
         else:
@@ -243,10 +246,11 @@ def _by_dtype(points: dict | None, default: float, fp16_per_row: bool = False) -
     points = points or {}
     tables = {dt: _table(points[dt], default) for dt in DTYPES if points.get(dt)}
     fallback = next(iter(tables.values()), RateTable.flat(default))
-    out = {dt: tables.get(dt, fallback) for dt in DTYPES}
+    out = {dt: tables.get(dt, fallback) for dt in ("fp32", "fp16")}
     if fp16_per_row and "fp16" not in tables:
         fp32 = out["fp32"]  # an fp16 row of b bytes: the time of an fp32 row of 2b bytes
         out["fp16"] = RateTable({s / 2: r / 2 for s, r in zip(fp32.sizes, fp32.rates)})
+    out["bf16"] = tables.get("bf16", out["fp16"])  # bf16 rows: priced as fp16 rows of the same bytes (HALF)
     return out
 
 

@@ -37,7 +37,8 @@ LOCATIONS = ("hbm", "uvm", "cpu", "replica")
 TIER_PREFIX = "tier:"
 
 KINDS = ("lookup", "sort", "segment_reduce", "update", "scatter", "update_dense", "copy_h2d", "copy_d2h",
-         "combine", "pack_grad", "all_to_all", "all_reduce", "gemm", "elementwise", "optimizer_dense")
+         "combine", "pack_grad", "all_to_all", "all_reduce", "gemm", "elementwise", "optimizer_dense", "host_issue")
+HOST_ISSUE = "host_issue"
 
 EVERY_GPU = "*"  # an op's stream (or a buffer's memory) meaning: the same on every GPU (the sample owners)
 POOLED_BYTES = 4  # pooled embeddings and their gradients are fp32

@@ -75,6 +75,8 @@ class TbeCosts:
 def _tables(points: dict | None, default) -> dict[str, RateTable]:
     """A rate table per storage dtype from ``points`` (GB/s) where given, else ``default(dtype)``."""
     points = points or {}
+    if points.get("fp16") and not points.get("bf16"):  # bf16 rows: fp16's measured rates (the same bytes)
+        points = {**points, "bf16": points["fp16"]}
     return {dt: RateTable({rb: v * GB for rb, v in points[dt].items()}) if points.get(dt) else default(dt)
             for dt in DTYPES}
 

@@ -36,7 +36,7 @@ from placer.runner.optim import SparseRowOptimizer, state_shapes
 from placer.specs.workload import Workload
 
 INIT_CHUNK_ROWS = 1 << 16
-TORCH_DTYPE = {"fp32": torch.float32, "fp16": torch.float16}
+TORCH_DTYPE = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 def init_rows(seed: int, table_index: int, table_rows: int, table_dim: int, rows: tuple[int, int],

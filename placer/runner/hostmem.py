@@ -31,7 +31,8 @@ CUDA_HOST_REGISTER_PORTABLE = 1
 CUDA_HOST_REGISTER_MAPPED = 2
 MECHANISMS = ("uva", "cpu_gather_copy", "cpu")
 
-_TYPESTR = {torch.float32: "<f4", torch.float16: "<f2", torch.int32: "<i4", torch.int64: "<i8", torch.uint8: "|u1"}
+_TYPESTR = {torch.float32: "<f4", torch.float16: "<f2", torch.int32: "<i4", torch.int64: "<i8", torch.uint8: "|u1",
+            torch.bfloat16: "<i2"}  # no bf16 typestr: its 2-byte words, viewed back as bf16 (_map)
 
 
 @dataclass
@@ -200,7 +201,8 @@ class HostMemory:
                 return torch.from_dlpack(arr)
         with torch.cuda.device(index):
             dptr = _host_get_device_pointer(cpu.data_ptr())
-            return torch.as_tensor(_CudaArray(dptr, tuple(cpu.shape), cpu.dtype, cpu), device=self.device)
+            out = torch.as_tensor(_CudaArray(dptr, tuple(cpu.shape), cpu.dtype, cpu), device=self.device)
+            return out.view(torch.bfloat16) if cpu.dtype == torch.bfloat16 else out
 
     def _probe(self, way: str) -> None:
         """Map a small buffer, read it with a gather kernel on the GPU and write it from the GPU."""

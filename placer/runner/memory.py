@@ -73,7 +73,7 @@ def estimate_needs(plan: Plan, workload: Workload, topology: Topology, device_ty
                      m.bags * (m.cols[1] - m.cols[0]) * GRAD_BYTES)
             need.add("host", "per-member objects", PER_MEMBER_BYTES)
     dense = trace(workload, workload.batch_size, "cuda" if device_type == "cuda" else "cpu")
-    need.add("device", "dense model", dense.resident_bytes(workload.optimizer.name))
+    need.add("device", "dense model", dense.resident_bytes(workload.resolved_dense_optimizer.name))
     per_batch = batch_bytes_estimate(workload, plan)
     need.add("device", "batch pool", per_batch * pool_batches)
     if device_type == "cuda":

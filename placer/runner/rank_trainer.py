@@ -101,8 +101,8 @@ class RankTrainer(GroupOwner):
         # rank starts from the same weights and the summed gradients keep them equal
         torch.manual_seed(seed)
         self.model = DenseDLRM(workload).to(device)
-        self.dense_opt = make_dense_optimizer(self.model, workload.optimizer.name, workload.optimizer.lr,
-                                              foreach=device.type == "cuda")
+        dense_spec = workload.resolved_dense_optimizer
+        self.dense_opt = make_dense_optimizer(self.model, dense_spec.name, dense_spec.lr, foreach=device.type == "cuda")
         self.autocast, self.dense_dtype = dense_autocast(device, workload.dense.dtype)
         self.pool: list[Batch] = [self._make_batch(gen) for _ in range(max(1, pool_batches))]
         gen.release_permutations()

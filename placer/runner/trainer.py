@@ -210,8 +210,8 @@ class Trainer(GroupOwner):
         self.tables = [TableParts(p, parts[p.table], dims[p.table]) for p in plan.placements]
         self.feature_slots = feature_slots(workload)  # per feature: (table, its position among the table's)
         self.model = DenseDLRM(workload).to(device)
-        self.dense_opt = make_dense_optimizer(self.model, workload.optimizer.name, workload.optimizer.lr,
-                                              foreach=device.type == "cuda",
+        dense_spec = workload.resolved_dense_optimizer
+        self.dense_opt = make_dense_optimizer(self.model, dense_spec.name, dense_spec.lr, foreach=device.type == "cuda",
                                               capturable=graph_safe and device.type == "cuda")
         self.loss_fn = torch.nn.BCEWithLogitsLoss()
         self.autocast, self.dense_dtype = dense_autocast(device, workload.dense.dtype, cache=not graph_safe)

@@ -1,10 +1,12 @@
-"""Workload spec: embedding tables (with access skew), features, the dense model, batch and optimizer.
+"""Workload spec: embedding tables (with access skew), features, the dense model, batch and optimizers (the
+embedding tables' ``optimizer``, the dense model's ``dense_optimizer``, by default the same).
 
 Units: ``rows`` and ``dim`` are counts; ``pooling_factor`` is lookups per sample per feature;
 ``batch_size`` is the GLOBAL batch (samples per training step over all devices).
 """
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import math
@@ -23,12 +25,13 @@ from placer.errors import SpecError
 from placer.specs import limits as L
 from placer.specs.common import StrictModel
 from placer.specs.compression import CompressionSpec
+from placer.specs.constraints import Constraints
 from placer.specs.files import load_npy_guarded
 from placer.specs.detect import expect_kind
 from placer.specs.loading import load_model, read_document
 from placer.units import element_bytes
 
-StorageDtype = Literal["fp32", "fp16"]
+StorageDtype = Literal["fp32", "fp16", "bf16"]
 
 #: Optimizer state held per embedding element, as a multiple of the row's own elements (docs/design.md).
 OPTIMIZER_STATE_ELEMENTS = {"sgd": 0.0, "adagrad": 1.0, "adam": 2.0}
@@ -106,6 +109,8 @@ class TableSpec(StrictModel):
     pooling_factor: L.Pooling = Field(default=1.0, description="lookups per sample for each feature using it")
     access: AccessSpec = Field(default_factory=UniformSpec)
     allow_fp16: bool = Field(default=False, description="the planner may store this table at fp16")
+    allow_bf16: bool = Field(default=False, description="the planner may store this table at bf16 (TBE's "
+                                                        "SparseType.BF16: fp32's range, 8 bits of mantissa)")
     frozen: bool = Field(default=False, description="the table is not trained: its rows are read, never updated")
     compression: CompressionSpec | None = Field(default=None, description="compressed forms accuracy allows "
                                                                           "(placer/specs/compression.py)")
@@ -122,6 +127,13 @@ class TableSpec(StrictModel):
             raise ValueError(f"compression.qr.max_collisions: {c.qr.max_collisions} leaves fewer than 2 quotient "
                              f"rows of the table's {self.rows} rows (at most {self.rows // 2})")
         return self
+
+    def storage_precisions(self) -> list[str]:
+        """The precisions its rows may be stored at: its own dtype, and fp16 / bf16 where an fp32 table allows
+        them (a 16-bit table stays at its dtype)."""
+        if self.dtype != "fp32":
+            return [self.dtype]
+        return ["fp32"] + ["fp16"] * self.allow_fp16 + ["bf16"] * self.allow_bf16
 
     def row_bytes(self, dtype: str | None = None) -> int:
         """Bytes of one row at ``dtype`` (default: the table's own)."""
@@ -168,21 +180,51 @@ class DenseSpec(StrictModel):
 
 
 class OptimizerSpec(StrictModel):
+    """The embedding tables' optimizer (what TorchRec fuses into FBGEMM's kernels: its state is kept beside every
+    trained row). ``lr``: learning rate."""
+
     name: Literal["sgd", "adagrad", "rowwise_adagrad", "adam"] = "sgd"
     lr: L.LearningRate = 0.01
 
 
+#: The dense model's optimizers (torch.optim's SGD, Adagrad, Adam: state per dense parameter 0, 1, 2 fp32 values)
+DenseOptimizerName = Literal["sgd", "adagrad", "adam"]
+
+
+class DenseOptimizerSpec(StrictModel):
+    """The dense model's optimizer (bottom MLP, interaction, top MLP: what TorchRec leaves to a
+    KeyedOptimizerWrapper, the reference scripts' ``dense_optimizer``). ``lr``: learning rate, default the
+    embeddings' ``optimizer.lr``. Row-wise Adagrad is an embedding optimizer (one state value per row); the dense
+    model's Adagrad is ``adagrad``."""
+
+    name: DenseOptimizerName
+    lr: L.LearningRate | None = None
+
+    @field_validator("name", mode="before")
+    @classmethod
+    def _not_rowwise(cls, name: Any) -> Any:
+        if name == "rowwise_adagrad":
+            raise ValueError("rowwise_adagrad is an embedding optimizer (one state value per row), not the dense "
+                             "model's: use adagrad (torch.optim.Adagrad) for the dense model")
+        return name
+
+
 class Workload(StrictModel):
-    """A training job: tables, features, dense model, global batch, optimizer."""
+    """A training job: tables, features, dense model, global batch, the tables' and the dense model's optimizers."""
 
     schema_version: Literal[1] = 1
     name: L.Name
     description: str = ""
     batch_size: L.Batch = Field(description="global batch: samples per step over all devices")
-    optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec)
+    optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec, description="the embedding tables' optimizer")
+    dense_optimizer: DenseOptimizerSpec | None = Field(
+        default=None, description="the dense model's optimizer; default: the embeddings' (rowwise_adagrad as adagrad)")
     tables: list[TableSpec] = Field(min_length=1)
     features: list[FeatureSpec] | None = None
     dense: DenseSpec
+    constraints: Constraints = Field(default_factory=Constraints, description="where tables may go "
+                                     "(specs/constraints.py): allowed shardings, memory, devices, shards, "
+                                     "precisions, co-location, HBM headroom")
     trainer: Literal["placer", "torchrec"] = Field(
         default="placer", description="what trains the job, and so how a step is priced: placer's runner, or "
                                       "TorchRec's DistributedModelParallel with FBGEMM's fused kernels "
@@ -249,7 +291,26 @@ class Workload(StrictModel):
             raise ValueError(f"features: tables without a feature: {', '.join(unused[:5])}")
         if self.dense.top_mlp[-1] != 1:
             raise ValueError("dense.top_mlp: the last layer must have 1 output (the click logit)")
+        self._constraints_name_tables()
         return self
+
+    def _constraints_name_tables(self) -> None:
+        """Every pattern of a constraint names at least one table; a co-located entry names two or more."""
+        names = [t.name for t in self.tables]
+        for i, c in enumerate(self.constraints.tables):
+            for j, pattern in enumerate(c.tables):
+                if not any(fnmatch.fnmatchcase(n, pattern) for n in names):
+                    known = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+                    raise ValueError(f"constraints.tables[{i}].tables[{j}]: {pattern!r} names no table (known: "
+                                     f"{known})")
+            if c.colocate and len(self.constrained_tables(i)) < 2:
+                raise ValueError(f"constraints.tables[{i}].colocate: co-location needs two tables or more, "
+                                 f"{c.tables!r} names {len(self.constrained_tables(i))}")
+
+    def constrained_tables(self, index: int) -> list[str]:
+        """The names of the tables constraint entry ``index`` applies to, in the workload's order."""
+        patterns = self.constraints.tables[index].tables
+        return [t.name for t in self.tables if any(fnmatch.fnmatchcase(t.name, p) for p in patterns)]
 
     # ---- derived quantities -------------------------------------------------------------------------------
 
@@ -304,6 +365,16 @@ class Workload(StrictModel):
         if self.optimizer.name == "rowwise_adagrad":
             return {t.name: 1.0 / t.dim for t in self.tables}
         return {t.name: OPTIMIZER_STATE_ELEMENTS[self.optimizer.name] for t in self.tables}
+
+    @property
+    def resolved_dense_optimizer(self) -> OptimizerSpec:
+        """The dense model's optimizer, resolved: ``dense_optimizer`` (its lr defaulting to the embeddings'), else
+        the embeddings' ``optimizer`` itself (rowwise_adagrad then runs as plain Adagrad on the dense weights:
+        program/dense_model.make_dense_optimizer)."""
+        d = self.dense_optimizer
+        if d is None:
+            return self.optimizer
+        return OptimizerSpec(name=d.name, lr=self.optimizer.lr if d.lr is None else d.lr)
 
     @property
     def num_pooled_features(self) -> int:

@@ -6,7 +6,8 @@ makes it inside a rank. Three kinds, every one trained with BCE-with-logits loss
 - ``torchrec_dlrm``: TorchRec's own DLRM (torchrec.models.dlrm) from the workload's ``dense`` section, the model
   placer's prediction prices (program/dense_model.py's DenseDLRM): the same number of dense features, bottom MLP
   (ReLU after every layer), interaction and top MLP (ReLU between layers, the last the logit), the workload's
-  optimizer and learning rate for the dense parameters (rowwise_adagrad as plain Adagrad, as placer's runner),
+  dense optimizer and learning rate for the dense parameters (``dense_optimizer``, by default the embeddings'
+  ``optimizer`` with rowwise_adagrad as plain Adagrad, as placer's runner),
   the dense part at the workload's ``dense.dtype`` (placer's runner's autocast). The interaction ``dot`` is
   TorchRec's ``DLRM`` (pairwise dot products of the bottom MLP's output and every pooled feature: V(V-1)/2
   values for V = features + 1, as placer's), ``dcnv2`` is ``DLRM_DCN`` (``layers`` low-rank cross layers of
@@ -23,7 +24,7 @@ makes it inside a rank. Three kinds, every one trained with BCE-with-logits loss
   split into the per-feature (B, dim) tensors in the workload's feature order (the export's TorchRec feature
   names mapped back); the workload's dense optimizer, learning rate and dense.dtype autocast as torchrec_dlrm.
 - ``linear_head``: the tables and one linear layer over every pooled feature (-> one logit), SGD at the
-  workload's learning rate, fp32: the trainer's model before issue 51, for ``--head linear`` (or, under ``auto``,
+  workload's dense learning rate, fp32: the trainer's model before issue 51, for ``--head linear`` (or, under ``auto``,
   where neither model above can run: the export's features do not match the workload's).
 
 ``--head``: ``auto`` (the default) TorchRec's DLRM where it expresses the workload, else placer's DenseDLRM, else
@@ -112,24 +113,25 @@ def choose(doc: dict, wl, head: str = "auto") -> dict:
     choice needs no reason, else why this model: asked for, or why the models before it cannot run), ...}.
     torchrec_dlrm and placer_dense add dense_in_features, bottom_mlp and top_mlp (layer widths, the workload's),
     interaction (the workload's: kind, and layers and rank for dcnv2), sparse_features (pooled features), dtype
-    (the workload's dense.dtype), optimizer {name, lr} (the workload's); torchrec_dlrm adds class (DLRM,
-    DLRM_DCN), wrapper (DLRMTrain, none, or the wrapper's path) and embedding_dim (columns); placer_dense adds
+    (the workload's dense.dtype), optimizer {name, lr} (the workload's dense optimizer); torchrec_dlrm adds class
+    (DLRM, DLRM_DCN), wrapper (DLRMTrain, none, or the wrapper's path) and embedding_dim (columns); placer_dense adds
     class DenseDLRM, dense_path (its attribute in the model), module_path (the tables') and embedding_dims (the
     tables' distinct widths); linear_head adds in_features (the pooled features' widths summed, columns) and
-    optimizer {sgd, the workload's lr}. ``head``: one of HEADS (the module's docstring); ValueError where a
+    optimizer {sgd, the workload's dense lr}. ``head``: one of HEADS (the module's docstring); ValueError where a
     forced head cannot run, naming why."""
     if head not in HEADS:
         raise ValueError(f"--head {head!r}: choose one of {', '.join(HEADS)}")
     configs = _check_doc(doc)
     width = sum(int(c["embedding_dim"]) * len(c["feature_names"]) for c in configs)
-    linear = {"kind": "linear_head", "in_features": width, "optimizer": {"name": "sgd", "lr": wl.optimizer.lr}}
+    linear = {"kind": "linear_head", "in_features": width,
+              "optimizer": {"name": "sgd", "lr": wl.resolved_dense_optimizer.lr}}
     if head == "linear":
         return {**linear, "why": "asked for (--head linear)"}
     d = wl.dense
     common = {"dense_in_features": d.num_dense_features, "bottom_mlp": list(d.bottom_mlp),
               "top_mlp": list(d.top_mlp), "interaction": d.interaction.model_dump(mode="json"),
               "sparse_features": sum(len(c["feature_names"]) for c in configs), "dtype": d.dtype,
-              "optimizer": {"name": wl.optimizer.name, "lr": wl.optimizer.lr}}
+              "optimizer": wl.resolved_dense_optimizer.model_dump()}
     not_dlrm = _dlrm_obstacles(doc, wl) if head in ("auto", "dlrm") else []
     if head == "dlrm" and not_dlrm:
         raise ValueError(f"--head dlrm: TorchRec's DLRM classes cannot express the dense model of workload "

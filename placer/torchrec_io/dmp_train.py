@@ -11,8 +11,9 @@ set up by dmp_check.init_group. Per rank:
   prices) as TorchRec's DLRM where it can express it, else placer's own DenseDLRM over the sharded tables' pooled
   features, or a linear head (``head``; dmp_models.py says which and why); BCE-with-logits loss;
 - the plan: the document's ShardingPlan (plan_builder); embedding optimizer fused into TorchRec's kernels
-  (the workload's optimizer: exact SGD, row-wise Adagrad, or Adam on GPUs only; its learning rate), the dense part's
-  optimizer under DDP (the workload's for either DLRM, SGD for the linear head);
+  (the workload's ``optimizer``: exact SGD, exact Adagrad, exact row-wise Adagrad, or Adam on GPUs only; its
+  learning rate), the dense part's optimizer under DDP (the workload's ``dense_optimizer`` for either DLRM, by
+  default the embeddings'; SGD for the linear head);
 - batches: the workload's global batch split over the ranks, dense features and ids drawn as placer's runner
   draws them (placer/runner/batches.py: the same hottest rows on every rank, each rank its own draws), labels
   learnable; a pool of up to 4 batches built before timing.
@@ -33,7 +34,10 @@ from placer.runner.launcher import free_port
 from placer.torchrec_io import dmp_models
 from placer.torchrec_io.dmp_check import init_group, spawn_ranks
 
-_OPTIMIZERS = {"sgd": "EXACT_SGD", "adagrad": "EXACT_ROWWISE_ADAGRAD", "rowwise_adagrad": "EXACT_ROWWISE_ADAGRAD",
+#: the workload's embedding optimizer -> FBGEMM's fused one (EmbOptimType name): adagrad is EXACT_ADAGRAD, one
+#: state value per element as placer prices it (what torch.optim.Adagrad maps to in TorchRec's
+#: optimizer_type_to_emb_opt_type), rowwise_adagrad EXACT_ROWWISE_ADAGRAD, one per row
+_OPTIMIZERS = {"sgd": "EXACT_SGD", "adagrad": "EXACT_ADAGRAD", "rowwise_adagrad": "EXACT_ROWWISE_ADAGRAD",
                "adam": "ADAM"}
 
 
@@ -61,8 +65,9 @@ def train(doc: dict, wl, *, steps: int = 5, warmup: int = 1, batch_size: int | N
             raise ValueError(f"the plan needs {world} GPUs, this machine has {torch.cuda.device_count()}; "
                              "export with --device cpu to train on CPU over gloo")
     if backend == "gloo" and wl.optimizer.name == "adam":
-        raise ValueError("optimizer adam: fbgemm-gpu-cpu's fused embedding kernels have no Adam on CPU (exact SGD "
-                         "and row-wise Adagrad only); train this workload on GPUs, or with sgd/adagrad on CPU")
+        raise ValueError("optimizer adam: fbgemm-gpu-cpu's fused embedding kernels have no Adam on CPU (exact SGD, "
+                         "Adagrad and row-wise Adagrad only); train this workload on GPUs, or with sgd, adagrad or "
+                         "rowwise_adagrad on CPU")
     batch = int(batch_size or wl.batch_size)
     if batch < world:
         raise ValueError(f"global batch {batch} is smaller than the {world} ranks")

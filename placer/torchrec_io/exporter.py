@@ -13,11 +13,15 @@ The document (format ``placer-torchrec-plan`` version 1)::
      "predicted": {"plan_step_time_s", "mapped_step_time_s", "exact"},
      "tables": {name: {"parameter_sharding": {...},      # ParameterSharding fields (mapping.parameter_sharding)
                        "parameter_constraints": {...},   # ParameterConstraints fields
-                       "data_type": "FP16",              # only for fp16 storage: EmbeddingBagConfig.data_type
+                       "data_type": "FP16",              # 16-bit rows only (FP16, BF16): EmbeddingBagConfig.data_type
                        "placer": "table_wise node0/gpu1 hot 10%",   # the placement as placer prints it
                        "mapping_note": "...",            # only where TorchRec runs something else
-                       "mapped_step_time_s": ...}}}      # with the note: the plan's step time with only this
+                       "mapped_step_time_s": ...}},      # with the note: the plan's step time with only this
                                                          # table mapped (seconds)
+     "workload_constraints": {                           # only where the workload has constraints (constraints.py)
+         "parameter_constraints": {name: {sharding_types, compute_kernels, pooling_factors}},
+         "hbm_headroom_GiB": 4, "topology": {"hbm_cap": ...},   # Topology.hbm_cap, bytes (with a headroom)
+         "not_carried": [{"table", "field", "why"}]}}    # what TorchRec cannot say
 
 Table names in "tables" and "embedding_bag_configs" are TorchRec's (the "names" map; placer's by default).
 Step times are placer's cost model (seconds per training step): ``plan_step_time_s`` for the plan as placer
@@ -38,7 +42,8 @@ from placer.specs.workload import Workload
 from placer.topology import Topology
 from placer.torchrec_io import FORMAT, FORMAT_VERSION
 from placer.torchrec_io import mapping
-from placer.torchrec_io.names import NameMap, embedding_bag_configs, identity
+from placer.torchrec_io.constraints import to_torchrec
+from placer.torchrec_io.names import DATA_TYPES, NameMap, embedding_bag_configs, identity
 
 DEFAULT_MODULE_PATH = "sparse_arch.embedding_bag_collection"
 _BUILDER = Path(__file__).with_name("plan_builder.py")
@@ -146,11 +151,11 @@ def export_document(plan: Plan, topo: Topology, wl: Workload, *, file: str | Non
             notes.setdefault(p.table, []).append(
                 "cpu: TorchRec runs fused_uvm and fused_uvm_caching as its plain host kernel there, so the kernel is "
                 "written as fused (priced as placer's split; an import reads fused as every row in device memory)")
-        if q.precision == "fp16":
-            entry["data_type"] = "FP16"
+        if q.precision != "fp32":
+            entry["data_type"] = DATA_TYPES[q.precision]
             notes.setdefault(p.table, []).append(
-                "fp16 storage: set EmbeddingBagConfig(data_type=DataType.FP16) for this table "
-                "(ParameterConstraints has no storage type)")
+                f"{q.precision} storage: set EmbeddingBagConfig(data_type=DataType.{DATA_TYPES[q.precision]}) for "
+                "this table (ParameterConstraints has no storage type)")
         if p.table in notes:
             entry["mapping_note"] = "; ".join(notes[p.table])
             if price_each and q != p:
@@ -159,6 +164,9 @@ def export_document(plan: Plan, topo: Topology, wl: Workload, *, file: str | Non
                 entry["mapped_step_time_s"] = priced_plan(alone, topo, wl, file=file, check_hashes=False)["step_time_s"]
         entries[names.tables[p.table]] = entry
     local = sorted({len(topo.gpus_of_node(n)) for n in topo.nodes})
+    extra = {}
+    if not wl.constraints.empty:  # the workload's constraints as ParameterConstraints (constraints.py)
+        extra["workload_constraints"] = to_torchrec(wl, topo, names).as_json()
     return {
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "source": {"method": plan.method, "hardware": plan.hardware.model_dump(exclude_none=True),
@@ -169,11 +177,11 @@ def export_document(plan: Plan, topo: Topology, wl: Workload, *, file: str | Non
         "ranks": {str(r): g for r, g in enumerate(ranks.gpus)},
         "module_path": module_path,
         "names": names.as_json(),
-        "embedding_bag_configs": embedding_bag_configs(wl, names, {q.table for q in mapped.placements
-                                                                   if q.precision == "fp16"}),
+        "embedding_bag_configs": embedding_bag_configs(wl, names, {q.table: q.precision for q in mapped.placements}),
         "predicted": {"plan_step_time_s": plan_step, "mapped_step_time_s": mapped_step,
                       "exact": mapped.placements == plan.placements},
         "tables": entries,
+        **extra,
     }
 
 

@@ -96,9 +96,10 @@ def plan_from_document(doc: dict, topo: Topology, wl: Workload, *, file: str, me
         if not isinstance(entry, dict):
             raise SpecError("expected an object with parameter_sharding", file=file, field=field)
         dtype = entry.get("data_type")
-        if dtype not in (None, "FP32", "FP16"):
-            raise SpecError(f"data_type {dtype!r}: placer stores FP32 or FP16", file=file, field=f"{field}.data_type")
-        precision = {"FP16": "fp16", "FP32": "fp32"}.get(dtype, specs[name].dtype)
+        if dtype not in (None, "FP32", "FP16", "BF16"):
+            raise SpecError(f"data_type {dtype!r}: placer stores FP32, FP16 or BF16", file=file,
+                            field=f"{field}.data_type")
+        precision = {"FP16": "fp16", "BF16": "bf16", "FP32": "fp32"}.get(dtype, specs[name].dtype)
         placements.append(mapping.placement_from_sharding(name, entry.get("parameter_sharding"), specs[name],
                                                            ranks, precision, file=file,
                                                            field=f"{field}.parameter_sharding"))

@@ -102,13 +102,18 @@ def load_name_map(value: str | None, wl: Workload) -> NameMap:
                    _part(data, "features", [f.name for f in wl.resolved_features], value), value)
 
 
-def embedding_bag_configs(wl: Workload, names: NameMap, fp16: set[str] = frozenset()) -> list[dict]:
+#: TorchRec's DataType of each storage precision placer plans
+DATA_TYPES = {"fp32": "FP32", "fp16": "FP16", "bf16": "BF16"}
+
+
+def embedding_bag_configs(wl: Workload, names: NameMap, precision: dict[str, str] | None = None) -> list[dict]:
     """EmbeddingBagConfig fields per table, TorchRec names: name, num_embeddings (rows), embedding_dim
-    (columns), feature_names, pooling SUM (placer's pooling), data_type FP16 for ``fp16`` (placer names) else
-    FP32."""
+    (columns), feature_names, pooling SUM (placer's pooling), data_type of its storage ``precision`` (placer
+    names -> fp32, fp16 or bf16; FP32 where not given)."""
+    precision = precision or {}
     feats: dict[str, list[str]] = {}
     for f in wl.resolved_features:
         feats.setdefault(f.table, []).append(names.features[f.name])
     return [{"name": names.tables[t.name], "num_embeddings": t.rows, "embedding_dim": t.dim,
              "feature_names": feats.get(t.name, []), "pooling": "SUM",
-             "data_type": "FP16" if t.name in fp16 else "FP32"} for t in wl.tables]
+             "data_type": DATA_TYPES[precision.get(t.name, "fp32")]} for t in wl.tables]

@@ -2,7 +2,7 @@
 
 Generated next to its JSON by placer; needs torchrec (not placer). Usage::
 
-    from plan_builder import embedding_bag_configs, sharding_plan, parameter_constraints
+    from plan_builder import embedding_bag_configs, sharding_plan, parameter_constraints, workload_constraints
     ebc = EmbeddingBagCollection(tables=embedding_bag_configs(), device=torch.device("meta"))
     model = ...                            # the model holding ebc at the document's module_path
     plan = sharding_plan()                 # torchrec.distributed.types.ShardingPlan
@@ -10,6 +10,7 @@ Generated next to its JSON by placer; needs torchrec (not placer). Usage::
     # embedding_bag_configs(): the workload's tables (rows, dims, features, fp16 storage) by TorchRec's names
     # or let TorchRec's planner choose under the same constraints:
     # EmbeddingShardingPlanner(topology, constraints=parameter_constraints())
+    # or under the workload's constraints only (what each table may take): constraints=workload_constraints()
 
 Ranks are global ranks (placer's node<i>/gpu<j> is rank i * gpus_per_node + j, on cuda:<j>, or on cpu for an
 export with --device cpu); the document's "ranks" object lists them. Row-wise shards are one per rank of the
@@ -74,9 +75,19 @@ def parameter_constraints(path=None) -> dict:
     return out
 
 
+def workload_constraints(path=None) -> dict:
+    """Table name -> TorchRec ParameterConstraints saying the workload's own constraints (what its tables may
+    take, not the plan's choice; empty where the workload has none). The document's
+    workload_constraints.not_carried lists what TorchRec cannot say; a headroom is its topology.hbm_cap, bytes."""
+    from torchrec.distributed.planner.types import ParameterConstraints
+
+    block = read_document(path).get("workload_constraints") or {}
+    return {name: ParameterConstraints(**fields) for name, fields in (block.get("parameter_constraints") or {}).items()}
+
+
 def embedding_bag_configs(path=None) -> list:
     """TorchRec EmbeddingBagConfigs of the workload's tables (num_embeddings rows, embedding_dim columns,
-    feature_names, SUM pooling, FP16 for tables placer stores at fp16), in the workload's order."""
+    feature_names, SUM pooling, FP16 / BF16 for tables placer stores at 16 bits), in the workload's order."""
     from torchrec import EmbeddingBagConfig, PoolingType
     from torchrec.types import DataType
 
@@ -91,6 +102,11 @@ def embedding_bag_configs(path=None) -> list:
 def fp16_tables(path=None) -> list:
     """Names of the tables placer stores at fp16 (EmbeddingBagConfig data_type=DataType.FP16)."""
     return [name for name, t in read_document(path)["tables"].items() if t.get("data_type") == "FP16"]
+
+
+def bf16_tables(path=None) -> list:
+    """Names of the tables placer stores at bf16 (EmbeddingBagConfig data_type=DataType.BF16)."""
+    return [name for name, t in read_document(path)["tables"].items() if t.get("data_type") == "BF16"]
 
 
 if __name__ == "__main__":

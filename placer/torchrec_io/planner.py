@@ -17,12 +17,17 @@ candidates even on a machine without a GPU. What it is told (``planner_inputs``)
 - ``batch_size``: the per-rank batch (global / world size, rounded).
 - Per table ParameterConstraints: ``pooling_factors`` (one per feature reading the table); the kernels placer
   can price (dense, fused, fused_uvm, fused_uvm_caching: not key_value or the virtual-table kernels) and every
-  sharding type but grid_shard (which placer does not read).
+  sharding type but grid_shard (which placer does not read), narrowed by the workload's constraints as
+  torchrec_io/constraints.py maps them (shardings -> sharding_types, memory -> compute_kernels); its
+  ``hbm_headroom_GiB`` comes off ``hbm_cap``; a table whose precisions allow fp16 alone (and allow_fp16) is an
+  fp16 config. What TorchRec cannot say (devices, co-location, shard counts, other precisions, host) is checked
+  on its plan: a plan that breaks it is refused (TorchRecPlannerError naming the constraint), as placer check
+  would refuse it.
 - The optimizer: each weight's ``_optimizer_classes`` (what TorchRec's storage estimate reads: SGD adds no
   state, Adam 2x, Adagrad 1x, row-wise Adagrad one value per row) and the sharder's fused params.
 - Storage reservation: TorchRec's default policy (HeuristicalStorageReservation, 15% of HBM) with the dense
   model's bytes per GPU from placer's model as ``dense_tensor_estimate`` (a meta module has no dense part).
-- fp16 tables: ``EmbeddingBagConfig(data_type=FP16)``.
+- fp16 tables: ``EmbeddingBagConfig(data_type=FP16)``; bf16 tables (dtype bf16): ``BF16``.
 
 The planner's proposal search is bounded by its own ``timeout_seconds``; the whole call also by a watchdog:
 a forked child process killed at its deadline (a daemon thread joined with the deadline where fork is not the
@@ -48,6 +53,7 @@ from placer.executor import Child, reason
 from placer.forms.shardings import COLUMN_WISE, DATA_PARALLEL, ROW_WISE, TABLE_WISE
 from placer.plan import Placement, Plan, SpecRef
 from placer.torchrec_io import INSTALL_HINT, mapping
+from placer.units import GiB
 
 #: TorchRec sharding types its planner may choose (all its EmbeddingBagCollection sharder offers but grid_shard: the
 #: TorchRec types of placer's sharding forms), in the order its enumerator has always been offered them
@@ -120,6 +126,9 @@ class PlannerInputs:
     dense_bytes_per_gpu: int
     tables: list[tuple[str, int, int]] = field(default_factory=list)  # (name, dim, rows), workload order
     notes: list[str] = field(default_factory=list)
+    # table -> the workload's constraints as ParameterConstraints fields (sharding_types, compute_kernels)
+    constraints: dict[str, dict] = field(default_factory=dict)
+    bf16_tables: list[str] = field(default_factory=list)  # tables stored at bf16 (their dtype): DataType.BF16
 
 
 def planner_inputs(model: CostModel) -> PlannerInputs:
@@ -141,6 +150,12 @@ def planner_inputs(model: CostModel) -> PlannerInputs:
     ddr_cap = min(topo.memories[f"{n}/host"].usable_bytes / local for n in nodes)
     # CPU ranks (unified memory): TorchRec's CPU topology, rows in the ranks' share of the one RAM
     hbm_cap = 0 if unified else min(topo.memories[g].usable_bytes for g in gpus)
+    headroom = wl.constraints.hbm_headroom_GiB * GiB
+    if headroom and not unified:  # the workload's HBM headroom, as a TorchRec user says it: a lower hbm_cap
+        if hbm_cap <= headroom:
+            raise TorchRecPlannerError(f"hbm_headroom_GiB {headroom / GiB:g} leaves no HBM on {topo.spec.name}")
+        hbm_cap -= headroom
+        notes.append(f"hbm_cap less the workload's hbm_headroom_GiB {headroom / GiB:g}")
 
     def gspec(g):
         return topo.gpu_spec(g)
@@ -169,11 +184,40 @@ def planner_inputs(model: CostModel) -> PlannerInputs:
         pooling[f.table].append(float(f.pooling_factor))
         feats[f.table].append(f.name)
     dense = max((model.base_cost.memory.get(g, 0.0) for g in gpus), default=0.0)
+    constraints, fp16 = _constraints(wl, notes)
     return PlannerInputs(topology=args, batch_size=batch, pooling_factors=pooling, feature_names=feats,
-                         fp16_tables=[t.name for t in wl.tables if t.dtype == "fp16"],
+                         fp16_tables=[t.name for t in wl.tables if t.dtype == "fp16" or t.name in fp16],
                          optimizer=wl.optimizer.name, learning_rate=wl.optimizer.lr,
                          dense_bytes_per_gpu=int(dense), tables=[(t.name, t.dim, t.rows) for t in wl.tables],
-                         notes=notes)
+                         notes=notes, constraints=constraints,
+                         bf16_tables=[t.name for t in wl.tables if t.dtype == "bf16"])
+
+
+def _constraints(wl, notes: list[str]) -> tuple[dict[str, dict], set[str]]:
+    """The workload's constraints as TorchRec's planner takes them (torchrec_io/constraints.py): per table the
+    sharding types and kernels allowed; the tables whose precisions allow fp16 alone of what they may take (an
+    fp16 EmbeddingBagConfig); a note of what TorchRec cannot say (its plan is checked against it: ``collect``)."""
+    from placer.torchrec_io.constraints import table_rules, table_to_torchrec
+
+    out, fp16, lost = {}, set(), []
+    tables = {t.name: t for t in wl.tables}
+    for name, rule in table_rules(wl).items():
+        try:
+            fields, why = table_to_torchrec(name, rule)
+        except InfeasibleError as exc:
+            raise TorchRecPlannerError(str(exc)) from None
+        out[name] = fields
+        if rule.precisions is not None and tables[name].dtype == "fp32" and "fp32" not in rule.precisions \
+                and "fp16" in rule.precisions and tables[name].allow_fp16:
+            fp16.add(name)
+            why = [n for n in why if n.field != "precisions"]
+        lost += why
+    if out:
+        notes.append(f"the workload's constraints as ParameterConstraints for {len(out)} table(s)"
+                     + (f"; not expressible in TorchRec, checked on its plan: "
+                        f"{', '.join(sorted({f'{n.field} ({n.table})' for n in lost})[:6])}"
+                        f"{' ...' if len({(n.field, n.table) for n in lost}) > 6 else ''}" if lost else ""))
+    return out, fp16
 
 
 def _class(path: str):
@@ -193,7 +237,8 @@ def meta_model(inputs: PlannerInputs):
     from torchrec.modules.embedding_configs import DataType
 
     configs = [EmbeddingBagConfig(name=t, embedding_dim=dim, num_embeddings=rows, feature_names=inputs.feature_names[t],
-                                  data_type=DataType.FP16 if t in inputs.fp16_tables else DataType.FP32)
+                                  data_type=DataType.FP16 if t in inputs.fp16_tables else
+                                  DataType.BF16 if t in inputs.bf16_tables else DataType.FP32)
                for t, dim, rows in inputs.tables]
     ebc = EmbeddingBagCollection(tables=configs, device=torch.device("meta"))
     opt_class, opt_type = _OPTIMIZERS[inputs.optimizer]
@@ -212,9 +257,13 @@ def _run_torchrec(inputs: PlannerInputs, time_limit_s: float):
     from torchrec.distributed.planner.storage_reservations import HeuristicalStorageReservation
 
     ebc, sharder = meta_model(inputs)
-    constraints = {t: ParameterConstraints(sharding_types=list(SHARDING_TYPES), compute_kernels=list(mapping.KERNELS),
-                                           pooling_factors=inputs.pooling_factors[t])
-                   for t, _, _ in inputs.tables}
+    constraints = {}
+    for t, _, _ in inputs.tables:  # the workload's constraints narrow the types and kernels placer reads
+        c = inputs.constraints.get(t, {})
+        types = [st for st in SHARDING_TYPES if st in c.get("sharding_types", SHARDING_TYPES)]
+        kernels = [k for k in mapping.KERNELS if k in c.get("compute_kernels", mapping.KERNELS)]
+        constraints[t] = ParameterConstraints(sharding_types=types, compute_kernels=kernels,
+                                              pooling_factors=inputs.pooling_factors[t])
     planner = EmbeddingShardingPlanner(
         topology=TrecTopology(**inputs.topology), batch_size=inputs.batch_size, constraints=constraints,
         storage_reservation=HeuristicalStorageReservation(percentage=STORAGE_RESERVE_PERCENTAGE,
@@ -383,7 +432,8 @@ def start(model: CostModel, time_limit_s: float = 60.0, deadline_s: float | None
         from placer.torchrec_io.torchrec_types import document_from_plan
 
         sharding_plan, proposals = quietly(_run_torchrec, inputs, time_limit_s)
-        doc = document_from_plan(sharding_plan, file=file, data_types={t: "FP16" for t in inputs.fp16_tables})
+        doc = document_from_plan(sharding_plan, file=file, data_types={
+            **{t: "FP16" for t in inputs.fp16_tables}, **{t: "BF16" for t in inputs.bf16_tables}})
         defaulted = _default_load_factors(doc)  # here: TorchRec's default needs torchrec, which the parent lacks
         return doc, defaulted, proposals, version, time.perf_counter() - c0
 
@@ -419,6 +469,7 @@ def collect(run: PlannerRun) -> TorchRecResult:
     if missing:
         raise TorchRecPlannerError(f"its plan leaves out tables {', '.join(missing[:5])}")
     placements = [by_table[t.name] for t in wl.tables]
+    _refuse_broken_constraints(run.model, placements)
     try:
         predicted = priced_plan(Plan(hardware=SpecRef(name=topo.spec.name), workload=SpecRef(name=wl.name),
                                      method="torchrec", placements=placements), topo, wl, file=file,
@@ -428,6 +479,16 @@ def collect(run: PlannerRun) -> TorchRecResult:
     return TorchRecResult(placements=placements, wall_s=run.setup_s + planner_s + time.perf_counter() - t0,
                           num_proposals=proposals, version=version, inputs=inputs, planner_s=planner_s,
                           predicted=predicted)
+
+
+def _refuse_broken_constraints(model: CostModel, placements: list[Placement]) -> None:
+    """TorchRecPlannerError where TorchRec's plan breaks a workload constraint (one its ParameterConstraints
+    cannot say: devices, co-location, shard counts, precisions, host): placer check would refuse the plan."""
+    faults = model.rules.plan_faults(placements)
+    if faults:
+        shown = "; ".join(why for _, why in faults[:3]) + (f"; and {len(faults) - 3} more" if len(faults) > 3 else "")
+        raise TorchRecPlannerError(f"its plan breaks the workload's constraints ({shown}): TorchRec's "
+                                   "ParameterConstraints cannot say them, and placer check would refuse the plan")
 
 
 def torchrec_plan(model: CostModel, time_limit_s: float = 60.0) -> TorchRecResult:
