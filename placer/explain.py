@@ -23,6 +23,7 @@ from placer.forms import table_wise
 from placer.forms.shardings import sharding_of
 from placer.forms.storage import form_label
 from placer.planner.trainers import options_for
+from placer.report_sizes import stored_bytes
 from placer.options import OptionConfig, table_options
 from placer.plan import Placement, Plan
 from placer.simulate import MEMORY_SLACK
@@ -262,7 +263,7 @@ class Explainer:
             table=table, placement=p.label(), sharding=p.sharding, precision=p.precision,
             devices=sorted({s.device for s in p.shards}),
             hot_fraction=p.hot_fraction if sharding_of(p).on_gpus else 0.0,
-            size_bytes=spec.size_bytes(p.precision), memory=mems, hbm_wanted_bytes=wanted, hbm_free_bytes=hbm_free,
+            size_bytes=stored_bytes(spec, p), memory=mems, hbm_wanted_bytes=wanted, hbm_free_bytes=hbm_free,
             hbm_devices=gpus,
             main_load=main, bottleneck_share=bshare, options_priced=priced, options_infeasible=infeasible,
             infeasible_memories=sorted(infeasible_mems), next_best=best)
@@ -387,8 +388,21 @@ def explain_plan(model: CostModel, plan: Plan, tables: list[str] | None = None, 
             r.sentence += f" So the plan is not locally optimal: {verdict['reason']}"
     return {"method": plan.method, "step_time_s": ex.step, "bottleneck": ex.bottleneck,
             "selection": "named" if tables else f"top {top} by step change of the next-best option",
-            "tables": [r.to_dict() for r in rows], "not_locally_optimal": verdict,
+            "tables": [r.to_dict() for r in rows], "not_locally_optimal": verdict, "hbm_note": hbm_note(model),
             "constraints": binding_constraints(ex), "wall_s": time.perf_counter() - t0}
+
+
+def hbm_note(model: CostModel) -> str:
+    """What 'HBM free' is left of: the usable HBM, capacity less the spec's reserve, per distinct GPU memory (the
+    figure solve's 'HBM used / usable' shows: free = usable - used)."""
+    kinds: dict[tuple[float, float], int] = {}
+    for m in model.topo.memories.values():
+        if m.kind == "hbm":
+            kinds[(m.capacity_bytes, m.reserve_bytes)] = kinds.get((m.capacity_bytes, m.reserve_bytes), 0) + 1
+    each = "; ".join(f"{fmt_bytes(c - r)} = {fmt_bytes(c)} - {fmt_bytes(r)} reserve ({n} GPU{'s' if n > 1 else ''})"
+                     for (c, r), n in kinds.items())
+    return ("HBM free: what is left of the usable HBM (capacity less the spec's hbm_reserve_GiB; solve shows used / "
+            f"usable): {each}")
 
 
 #: a next-best option this much faster than the plan (relative) is an improvement, not float rounding

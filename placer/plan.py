@@ -177,14 +177,19 @@ _Amount = Annotated[float, Field(ge=0, allow_inf_nan=False, strict=True)]
 
 @with_config(ConfigDict(extra="allow"))
 class PredictedDevice(TypedDict, total=False):
-    """One device of the 'predicted' block: bytes used and held, busy seconds per 'phase:resource kind'."""
+    """One device of the 'predicted' block: bytes used and held, busy seconds per 'phase:resource kind'. Bytes
+    used count against the capacity less the reserve (the spec's hbm_reserve_GiB, dram_reserve_GiB; absent in
+    plans written before it was recorded: read as none)."""
 
     hbm_used_bytes: _Amount
     hbm_capacity_bytes: _Amount
+    hbm_reserve_bytes: _Amount
     host_used_bytes: _Amount
     host_capacity_bytes: _Amount
+    host_reserve_bytes: _Amount
     tier_used_bytes: _Amount
     tier_capacity_bytes: _Amount
+    tier_reserve_bytes: _Amount
     busy_s: dict[str, _Amount]
 
 

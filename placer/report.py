@@ -9,6 +9,7 @@ from placer import shown_text
 from placer.cost import PHASES
 from placer.forms.shardings import sharding_of
 from placer.plan import Plan
+from placer.report_sizes import stored_bytes
 from placer.units import fmt_bytes, fmt_seconds
 
 PHASE_SHORT = {"embedding_forward": "emb fwd", "forward_exchange": "fwd x", "dense": "dense",
@@ -51,12 +52,43 @@ def table_matches(p, which: str | None) -> bool:
     return False
 
 
+_MEMORY_KINDS = (("hbm", "HBM"), ("host", "host"), ("tier", "tier"))
+
+
 def memory_use(v: dict) -> tuple[float, float, str]:
-    """(bytes used, capacity, 'HBM' | 'host' | 'tier') of one device of a plan's 'predicted' block."""
-    for kind, label in (("hbm", "HBM"), ("host", "host"), ("tier", "tier")):
+    """(bytes used, bytes usable, 'HBM' | 'host' | 'tier') of one device of a plan's 'predicted' block: usable is
+    the capacity less the spec's reserve (hbm_reserve_GiB, dram_reserve_GiB), what the planner may fill and what
+    explain's 'HBM free' is left of; one figure everywhere (memory_reserve says the rest)."""
+    for kind, label in _MEMORY_KINDS:
         if f"{kind}_used_bytes" in v:
-            return v[f"{kind}_used_bytes"], v[f"{kind}_capacity_bytes"], label
+            usable = v[f"{kind}_capacity_bytes"] - v.get(f"{kind}_reserve_bytes", 0.0)
+            return v[f"{kind}_used_bytes"], max(0.0, usable), label
     return 0.0, 0.0, "none"
+
+
+def memory_reserve(v: dict) -> tuple[float, float]:
+    """(capacity, reserve) in bytes of one device's memory in a plan's 'predicted' block (reserve 0 in plans
+    written before it was recorded)."""
+    for kind, _label in _MEMORY_KINDS:
+        if f"{kind}_used_bytes" in v:
+            return v[f"{kind}_capacity_bytes"], v.get(f"{kind}_reserve_bytes", 0.0)
+    return 0.0, 0.0
+
+
+def usable_note(devices: dict) -> str:
+    """One line under the per-device table: how usable memory follows from capacity and reserve, per distinct
+    (kind, capacity, reserve) among ``devices`` (a 'predicted' block's): 'usable = capacity less the spec's
+    reserve: HBM 79.6 GiB - 4.0 GiB (1 GPU); host 128.0 GiB - 16.0 GiB (1 host)'."""
+    seen: dict[tuple[str, float, float], int] = {}
+    for v in devices.values():
+        _used, _usable, kind = memory_use(v)
+        if kind != "none":
+            key = (kind, *memory_reserve(v))
+            seen[key] = seen.get(key, 0) + 1
+    noun = {"HBM": "GPU", "host": "host", "tier": "tier"}
+    parts = [f"{kind} {fmt_bytes(cap)} - {fmt_bytes(res)} ({n} {noun[kind]}{'s' if n > 1 else ''})"
+             for (kind, cap, res), n in seen.items()]
+    return "usable = capacity less the spec's reserve (hbm_reserve_GiB, dram_reserve_GiB): " + "; ".join(parts)
 
 
 def device_busy(v: dict) -> float:
@@ -80,7 +112,7 @@ def plan_summary(plan: Plan, workload, console: Console, max_tables: int = 12, m
     console.print(title)
     t = Table(title="per device (busy time by phase)", title_justify="left")
     t.add_column("device")
-    t.add_column("HBM used / capacity", justify="right")
+    t.add_column("HBM used / usable", justify="right")
     for ph in PHASES:
         t.add_column(PHASE_SHORT[ph], justify="right")
     shown = gpus[:max_devices] + hosts[:max(2, max_devices - len(gpus[:max_devices]))]
@@ -88,22 +120,21 @@ def plan_summary(plan: Plan, workload, console: Console, max_tables: int = 12, m
         shown = sorted(gpus + hosts, key=lambda d: -device_busy(devices[d]))
     for d in shown:
         v = devices[d]
-        if "hbm_used_bytes" in v:
-            mem = f"{fmt_bytes(v['hbm_used_bytes'])} / {fmt_bytes(v['hbm_capacity_bytes'])}"
-        else:
-            used, capacity, kind = memory_use(v)
-            mem = f"{kind} {fmt_bytes(used)} / {fmt_bytes(capacity)}"
+        used, usable, kind = memory_use(v)
+        mem = f"{'' if kind == 'HBM' else kind + ' '}{fmt_bytes(used)} / {fmt_bytes(usable)}"
         t.add_row(d, mem, *[fmt_seconds(phase_busy(v, ph)) for ph in PHASES])
     if len(gpus) + len(hosts) > len(shown):
         t.add_row(f"... {len(gpus) + len(hosts) - len(shown)} more", "", *[""] * len(PHASES))
     t.add_row(Text("step (max per phase)", style="bold"), "",
               *[Text(fmt_seconds(pred.get("phases_s", {}).get(ph, 0)), style="bold") for ph in PHASES])
     console.print(t)
+    console.print(usable_note({d: devices[d] for d in shown}), markup=False)
     console.print(f"bottleneck: {pred.get('bottleneck', '?')}")
     for line in insights or ():
         console.print(line, markup=False)
 
-    sizes = {tb.name: tb.size_bytes() for tb in workload.tables}
+    specs = {tb.name: tb for tb in workload.tables}
+    sizes = {p.table: stored_bytes(specs[p.table], p) for p in plan.placements if p.table in specs}
     largest = sorted(plan.placements, key=lambda p: -sizes.get(p.table, 0))
     kinds: dict[str, int] = {}
     for p in plan.placements:
@@ -118,7 +149,7 @@ def plan_summary(plan: Plan, workload, console: Console, max_tables: int = 12, m
                  if tables else f"every table, largest first ({counts})")
     tt = Table(title=title, title_justify="left")
     tt.add_column("table")
-    tt.add_column("size", justify="right")
+    tt.add_column("size stored", justify="right")
     tt.add_column("placement")
     tt.add_column("in HBM", justify="right")
     for p in largest[:max_tables]:
@@ -199,6 +230,8 @@ def explain_report(result: dict, console: Console) -> None:
         t.add_row(shown_text.name(e["table"]), e["placement"], used, free,
                   load, f"{e['bottleneck_share']:.1%}", alt, delta)
     console.print(t)
+    if result.get("hbm_note"):
+        console.print(result["hbm_note"], markup=False)
     verdict = result.get("not_locally_optimal")
     if verdict:
         console.print(f"not locally optimal ({verdict['verdict'].replace('_', ' ')}): {verdict['reason']}",

@@ -1,5 +1,6 @@
-"""A picture of a plan (``placer solve/simulate --plot PNG``): per device, memory used against capacity (HBM for a
-GPU, DRAM for a host) and busy time by phase against the step, the bottleneck marked.
+"""A picture of a plan (``placer solve/simulate --plot PNG``): per device, memory used against what is usable (HBM
+for a GPU, DRAM for a host; capacity less the spec's reserve) and busy time by phase against the step, the
+bottleneck marked.
 
 With many devices (more than MAX_ALL_GPUS GPUs) the plot shows the busiest and the emptiest GPUs and hosts, the
 bottleneck's device always among them, and says how many it left out; a strip under the bars shows every GPU's
@@ -16,8 +17,11 @@ from placer.report import PHASE_SHORT, device_busy, memory_use, phase_busy
 MAX_ALL_GPUS = 16
 #: with many GPUs: how many of the busiest and of the emptiest are drawn
 BUSIEST, EMPTIEST = 6, 3
-PHASE_COLORS = {"embedding_forward": "#4c72b0", "forward_exchange": "#55a868", "dense": "#c44e52",
+#: the phases' colours; none of them red, which marks the bottleneck (BOTTLENECK_COLOR: its bar's outline, its
+#: device's name): dense was red, and a dense bottleneck's outline vanished into its bar (issue 52)
+PHASE_COLORS = {"embedding_forward": "#4c72b0", "forward_exchange": "#55a868", "dense": "#8c8c8c",
                 "backward_exchange": "#8fd18f", "embedding_backward": "#8172b3", "gradient_allreduce": "#ccb974"}
+BOTTLENECK_COLOR = "#d62728"
 GiB = float(2**30)
 
 
@@ -74,17 +78,17 @@ def plot_plan(plan, path: str | Path, title: str | None = None, notes: list[str]
     ax_t = fig.add_subplot(grid[0, 1], sharey=ax_mem)
     ys = list(range(len(rows)))[::-1]
     y_of = dict(zip(rows, ys))
-    # memory: used share of capacity, with the amounts written
+    # memory: used share of the usable (capacity less the spec's reserve: the summary's figure), amounts written
     for d in shown:
         used, cap, kind = memory_use(devices[d])
         share = 100 * used / cap if cap else 0.0
         ax_mem.barh(y_of[d], share, color="#1f77b4" if kind == "HBM" else "#ff7f0e", height=0.65)
-        ax_mem.text(min(share, 100) + 2, y_of[d], f"{used / GiB:,.1f} / {cap / GiB:,.0f} GiB {kind}", va="center",
+        ax_mem.text(min(share, 100) + 2, y_of[d], f"{used / GiB:,.1f} / {cap / GiB:,.1f} GiB {kind}", va="center",
                     fontsize=7)
     ax_mem.axvline(100, color="k", lw=0.8)
     ax_mem.set_xlim(0, 200)
     ax_mem.set_xticks([0, 25, 50, 75, 100])
-    ax_mem.set_xlabel("memory used, % of capacity", fontsize=9)
+    ax_mem.set_xlabel("memory used, % of usable (capacity less the reserve)", fontsize=9)
     ax_mem.set_title("memory (HBM: GPU, host: DRAM)", fontsize=10)
     # busy time by phase: the step's phases on top, each device's busiest resource per phase below
     left = 0.0
@@ -98,7 +102,7 @@ def plot_plan(plan, path: str | Path, title: str | None = None, notes: list[str]
             w = phase_busy(devices[d], ph) * 1e3
             mark = d == bneck and ph == bphase
             ax_t.barh(y_of[d], w, left=left, color=PHASE_COLORS[ph], height=0.65,
-                      edgecolor="red" if mark else "none", linewidth=2 if mark else 0)
+                      edgecolor=BOTTLENECK_COLOR if mark else "none", linewidth=2 if mark else 0)
             left += w
         ax_t.text(left + step_ms * 0.01, y_of[d], f"{left:.2f} ms", va="center", fontsize=7)
     ax_t.axvline(step_ms, color="k", ls="--", lw=0.8)
@@ -112,7 +116,7 @@ def plot_plan(plan, path: str | Path, title: str | None = None, notes: list[str]
     plt.setp(ax_t.get_yticklabels(), visible=False)
     for label in ax_mem.get_yticklabels():
         if label.get_text() == bneck:
-            label.set_color("red")
+            label.set_color(BOTTLENECK_COLOR)
             label.set_fontweight("bold")
         if label.get_text() == "step":
             label.set_fontweight("bold")
@@ -138,15 +142,14 @@ def _spread(ax, devices: dict, step_ms: float) -> None:
     gpus = sorted((d for d, v in devices.items() if "hbm_used_bytes" in v), key=lambda d: -device_busy(devices[d]))
     busy = [device_busy(devices[d]) * 1e3 for d in gpus]
     x = range(1, len(gpus) + 1)
-    ax.plot(x, busy, color="#c44e52", lw=1.2, label="busy time, ms")
+    ax.plot(x, busy, color="#444444", lw=1.2, label="busy time, ms")
     ax.axhline(step_ms, color="k", ls="--", lw=0.8)
     ax.set_ylim(0, step_ms * 1.1 if step_ms else 1)
     ax.set_xlim(1, max(2, len(gpus)))
     ax.set_ylabel("busy, ms", fontsize=8)
     ax.set_xlabel(f"all {len(gpus)} GPUs, busiest first", fontsize=8)
     twin = ax.twinx()
-    hbm = [100 * devices[d]["hbm_used_bytes"] / devices[d]["hbm_capacity_bytes"]
-           if devices[d]["hbm_capacity_bytes"] else 0.0 for d in gpus]
+    hbm = [100 * used / usable if usable else 0.0 for used, usable, _ in (memory_use(devices[d]) for d in gpus)]
     twin.plot(x, hbm, color="#1f77b4", lw=1.0, label="HBM used, %")
     twin.set_ylim(0, 105)
     twin.set_ylabel("HBM, %", fontsize=8)

@@ -229,14 +229,24 @@ def dense_table(wl: Workload) -> Table:
 
 
 def largest_tables_table(wl: Workload, n: int = TOP_TABLES) -> Table:
+    """The ``n`` largest tables; where any table allows a compressed form, a column 'stored compressed' with the
+    bytes each form it allows stores it in (QR at its max_collisions: the smallest; report_sizes.allowed_forms)."""
+    from placer.report_sizes import allowed_forms
+
     models = wl.access_models
+    forms = any(allowed_forms(t) for t in wl.tables)
     tab = Table(title=f"Largest {min(n, len(wl.tables))} of {len(wl.tables)} tables", title_justify="left")
-    for col in ("table", "rows", "dim", "dtype", "bytes", "lookups/sample", "access", "top 1% rows ->"):
-        tab.add_column(col, justify="left" if col in ("table", "dtype", "access") else "right")
+    cols = ("table", "rows", "dim", "dtype", "bytes", "lookups/sample", "access", "top 1% rows ->") \
+        + (("stored compressed",) if forms else ())
+    for col in cols:
+        tab.add_column(col, justify="left" if col in ("table", "dtype", "access", "stored compressed") else "right")
     for t in table_rows_by_size(wl)[:n]:
         m = models[t.name]
-        tab.add_row(t.name, f"{t.rows:,}", str(t.dim), t.dtype, fmt_bytes(t.size_bytes()),
-                    _num(wl.lookups_per_sample(t.name)), m.describe(), f"{hot_share(m):.1%} of lookups")
+        row = [t.name, f"{t.rows:,}", str(t.dim), t.dtype, fmt_bytes(t.size_bytes()),
+               _num(wl.lookups_per_sample(t.name)), m.describe(), f"{hot_share(m):.1%} of lookups"]
+        if forms:
+            row.append("; ".join(f"{form}: {fmt_bytes(b)}" for form, b in allowed_forms(t)) or "-")
+        tab.add_row(*row)
     return tab
 
 

@@ -73,15 +73,19 @@ def predict(model: CostModel, plan: Plan, *, check_memory: bool = True) -> dict:
     for g in topo.gpus:
         host = topo.host_of(g)
         mem = topo.memory_of(g)
-        devices[g] = {"hbm_used_bytes": cost.memory.get(mem, 0.0) if mem == g else 0.0,
-                      "hbm_capacity_bytes": topo.memories[mem].capacity_bytes if mem == g else 0.0,
+        own = mem == g  # a GPU whose memory is another's (none shipped) shows none of its own
+        devices[g] = {"hbm_used_bytes": cost.memory.get(mem, 0.0) if own else 0.0,
+                      "hbm_capacity_bytes": topo.memories[mem].capacity_bytes if own else 0.0,
+                      "hbm_reserve_bytes": topo.memories[mem].reserve_bytes if own else 0.0,
                       "busy_s": dict(busy.get(g, {}))}
         devices.setdefault(host, {"host_used_bytes": cost.memory.get(host, 0.0),
                                   "host_capacity_bytes": topo.memories[host].capacity_bytes,
+                                  "host_reserve_bytes": topo.memories[host].reserve_bytes,
                                   "busy_s": dict(busy.get(host, {}))})
         for tier in topo.tiers_of(g):  # a node's memory tiers (the spec's tiers), where it has any
             devices.setdefault(tier, {"tier_used_bytes": cost.memory.get(tier, 0.0),
                                       "tier_capacity_bytes": topo.memories[tier].capacity_bytes,
+                                      "tier_reserve_bytes": topo.memories[tier].reserve_bytes,
                                       "busy_s": dict(busy.get(tier, {}))})
     worst = max(range(len(PHASES)), key=lambda p: times[p])
     return {

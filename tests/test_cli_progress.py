@@ -52,3 +52,18 @@ def test_compare_says_each_method_and_its_budget_on_stderr(capsys):
     assert "[1/3] greedy_size" in err and "[2/3] host_cpu" in err
     assert "[3/3] ilp: solver limit" in err and "(what the budget leaves)" in err
     assert "  ilp: step " in err
+
+
+def test_a_time_limit_given_is_not_called_the_default(capsys):
+    """Issue 52: sweep said '(the default)' for --time-limit 60 given on the command line; solve and compare too."""
+    given = f"time limit {DEFAULT_TIME_LIMIT_S:g} s (--time-limit): ends by"
+    default = f"time limit {DEFAULT_TIME_LIMIT_S:g} s (the default; --time-limit S to change)"
+    limit = ["--time-limit", f"{DEFAULT_TIME_LIMIT_S:g}"]
+    assert main(["sweep", HW, TINY, "--gpus", "8", "--json"] + limit) == 0
+    assert given in capsys.readouterr().err
+    assert main(["sweep", HW, TINY, "--gpus", "8", "--json"]) == 0
+    assert default in capsys.readouterr().err
+    assert main(["solve", HW, TINY, "--json", "--method", "greedy_size"] + limit) == 0
+    assert given in capsys.readouterr().err
+    assert main(["compare", HW, TINY, "--methods", "greedy_size", "--json"] + limit) == 0
+    assert "time budget 60 s (--time-limit)" in capsys.readouterr().err

@@ -67,6 +67,46 @@ def test_forced_methods_a_workload_does_not_allow_exit_2(capsys):
     assert "--method" in err and "compression.qr" in err and "tiny" in err
 
 
+@pytest.mark.parametrize("form", ["qr", "tt", "int8", "node_local"])
+def test_a_form_no_table_allows_names_the_shipped_workloads_that_do(form, capsys):
+    """Issue 52: exit 2 named no workload to try; now the shipped ones that allow the form, before any solve (solve,
+    sweep; compare names --methods). The list is the files' (SHIPPED_ALLOWING, checked against workloads/)."""
+    from placer.commands._common import SHIPPED_ALLOWING
+
+    for argv, flag in ((["solve", HW, "workloads/mlperf-dlrm-v1.yaml", "--method", form], "--method"),
+                       (["sweep", "hardware_specs/dgx-h100.yaml", "workloads/tiny.yaml", "--gpus", "8", "--method",
+                         form], "--method"),
+                       (["compare", HW, "workloads/tiny.yaml", "--methods", f"greedy_size,{form}"], "--methods")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"error: {flag}: no table of workload" in err and "Traceback" not in err
+        assert "shipped workloads that allow it: " + ", ".join(f"workloads/{n}.yaml" for n in SHIPPED_ALLOWING[form]) \
+            in err
+        assert "greedy_size: step" not in err  # compare: refused before anything is solved
+
+
+def test_shipped_allowing_is_what_the_workload_files_allow():
+    from pathlib import Path
+
+    from placer.commands._common import SHIPPED_ALLOWING
+    from placer.forms.storage import FORCED_FORMS
+
+    root = Path(__file__).resolve().parents[1]
+    files = {p.stem: load_workload(p) for p in sorted((root / "workloads").glob("*.yaml"))}
+    assert SHIPPED_ALLOWING == {f: tuple(n for n, wl in files.items() if allowing(wl, f)) for f in FORCED_FORMS}
+    assert all(SHIPPED_ALLOWING.values())  # every form has a shipped workload that allows it (int8: issue 52)
+
+
+def test_the_shipped_int8_workload_plans_int8_rows(tmp_path, capsys):
+    out = tmp_path / "int8.json"
+    assert main(["solve", HW, "workloads/mlperf-dlrm-v1-frozen-int8.yaml", "--method", "int8", "--work-limit", "300",
+                 "-o", str(out)]) == 0
+    capsys.readouterr()
+    plan = load_plan(str(out))
+    held = sorted(p.table for p in plan.placements if uses(p, "int8"))
+    assert plan.method == "int8" and held == ["C1", "C10", "C20", "C21", "C22"]
+
+
 def test_compare_shows_the_allowed_forms_beside_the_ilp(wl_path, capsys):
     assert main(["compare", HW, wl_path, "--json", "--methods", "ilp,greedy_size,qr,node_local",
                  "--time-limit", "20"]) == 0

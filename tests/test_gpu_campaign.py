@@ -78,7 +78,10 @@ def test_the_device_name_selects_the_datasheet_spec():
     from validation.gpu_device import datasheet_for, slug
 
     assert datasheet_for("NVIDIA H200")[0].name == "h200-sxm-host.yaml" and slug("NVIDIA H200") == "h200"
-    assert datasheet_for("NVIDIA H100 80GB HBM3") == (gpu_campaign.DATASHEET, None)
+    assert datasheet_for("NVIDIA H100 80GB HBM3") == (gpu_campaign.DATASHEET, None)  # the SXM5 part
+    assert gpu_campaign.DATASHEET.name == "h100-sxm-host.yaml" and slug("NVIDIA H100 80GB HBM3") == "h100"
+    assert datasheet_for("NVIDIA H100 PCIe")[0].name == "h100-pcie-host.yaml"
+    assert slug("NVIDIA H100 PCIe") == "h100-pcie"
     spec, why = datasheet_for("NVIDIA GH200 480GB")
     assert why and "GH200" in why and slug("NVIDIA GH200 480GB") == "nvidia-gh200-480gb"
 

@@ -31,7 +31,7 @@ from placer.specs.workload import Workload
 from placer.topology import Topology
 from tests.conftest import ROOT, TWO_GPU_YAML
 
-H100 = ROOT / "hardware_specs/h100-pcie-host.yaml"
+H100 = ROOT / "hardware_specs/h100-sxm-host.yaml"  # the SXM5 figures (hbm_bw_GBps 3350, read below)
 GiB = 2.0**30
 FAST = SolveConfig(time_limit_s=20)
 

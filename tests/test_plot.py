@@ -130,3 +130,20 @@ def test_cli_bad_plot_path_exits_2(tmp_path, capsys, name):
     assert main(["solve", HW, TINY, "--method", "greedy_size", "--plot", str(tmp_path / name)]) == 2
     cap = capsys.readouterr()
     assert "--plot" in cap.err and "Traceback" not in cap.err
+
+
+def test_no_phase_is_drawn_in_the_bottleneck_colour():
+    """Issue 52: dense was red (#c44e52) and the bottleneck's outline red: a dense bottleneck was not visible. Every
+    phase's colour is grey or at least 40 degrees of hue from the bottleneck's (orange is 30)."""
+    import colorsys
+
+    from matplotlib.colors import to_rgb
+
+    from placer.report_plot import BOTTLENECK_COLOR, PHASE_COLORS
+
+    bh, _, bs = colorsys.rgb_to_hls(*to_rgb(BOTTLENECK_COLOR))
+    for phase, colour in PHASE_COLORS.items():
+        h, _, s = colorsys.rgb_to_hls(*to_rgb(colour))
+        apart = min(abs(h - bh), 1 - abs(h - bh)) * 360
+        assert s < 0.15 or apart >= 40, (phase, colour, apart)
+    assert bs > 0.5

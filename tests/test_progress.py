@@ -53,3 +53,53 @@ def test_solve_shows_progress_on_stderr_unless_quiet(capsys):
     assert "baselines" in err and "stage 1" in err and "done" in err and "gap" in err
     assert main(args + ["--quiet"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_cbc_log_terminal_reports_lines_while_the_solver_still_runs(tmp_path):
+    """A solver that writes its log with C-style stdio (here Python's own: block-buffered into a file, a line at a
+    time on a terminal) is heard before it exits: CBC into a file held 4 KiB for 16 s (issue 52)."""
+    import subprocess
+    import sys
+    import threading
+
+    from placer.planner.progress import CbcLogTerminal
+
+    heard, seen = threading.Event(), []
+
+    def report(p):
+        seen.append(p)
+        if p.incumbent_s is not None:
+            heard.set()
+
+    log = tmp_path / "cbc.log"
+    log.write_text("")
+    term = CbcLogTerminal(str(log), Tracker(report), lambda v: v / 1e3)
+    assert term.live and term.solver_path != str(log)
+    line0 = CBC_LOG.splitlines()[1]
+    code = f"import time; print({line0!r}); time.sleep(60)"
+    with open(term.solver_path, "w") as out:  # as PuLP opens logPath
+        child = subprocess.Popen([sys.executable, "-c", code], stdout=out, stderr=out)
+    try:
+        assert heard.wait(30), "nothing heard while the solver runs"
+        assert child.poll() is None  # still running: heard line by line, not at its exit
+    finally:
+        child.kill()
+        child.wait()
+        term.stop()
+    assert seen[-1].incumbent_s == 8.5e-3 and seen[-1].bound_s == 7.9e-3
+    assert log.read_text().strip() == line0  # the log file holds what it wrote, '\n' as written
+
+
+def test_highs_callback_reports_incumbents_and_bounds():
+    import pulp
+
+    from placer.planner.progress import highs_callback
+
+    seen: list[Progress] = []
+    prob = pulp.LpProblem("cover", pulp.LpMinimize)  # minimized, as the placement ILP is
+    x = [pulp.LpVariable(f"x{i}", cat="Binary") for i in range(30)]
+    prob += pulp.lpSum((i % 7 + 1) * v for i, v in enumerate(x))
+    prob += pulp.lpSum((i % 5 + 2) * v for i, v in enumerate(x)) >= 41
+    prob.solve(pulp.HiGHS(msg=False, **highs_callback(Tracker(seen.append), lambda v: v / 1e3, every_s=0.0)))
+    best = pulp.value(prob.objective)
+    assert seen[-1].incumbent_s == best / 1e3  # heard from HiGHS itself: nothing else reports here

@@ -49,8 +49,8 @@ ILP_LIMIT_S = 1.0
 #: pairs where nothing fits (placer solve exits 3): every method raises InfeasibleError (checked)
 INFEASIBLE_PAIRS = {
     ("cpu-server", "synthetic-1000"),
-    ("h100-pcie-host", "mlperf-dlrm-v2"), ("h100-pcie-host", "production-856"),
-    ("h100-pcie-host", "synthetic-1000"),
+    *((h, w) for h in ("h100-pcie-host", "h100-sxm-host") for w in ("mlperf-dlrm-v2", "production-856",
+                                                                     "synthetic-1000")),
     ("h200-sxm-host", "production-856"), ("h200-sxm-host", "synthetic-1000"),
     *(("local-cpu-procs", w) for w in ("criteo-terabyte-full", "mlperf-dlrm-v1", "mlperf-dlrm-v2", "production-856",
                                        "synthetic-1000")),

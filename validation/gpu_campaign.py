@@ -11,14 +11,16 @@ next stage runs), results written into DIR as they come:
 
 1. env:       GPU name, driver, clocks and memory (nvidia-smi), torch and CUDA versions, installed packages, and
               the datasheet spec the GPU's name selects (validation/gpu_device.py: h200-sxm-host for an H200,
-              h100-pcie-host for an H100; results are named by the device) -> env.json
+              h100-pcie-host for an H100 PCIe, h100-sxm-host for another H100; results are named by the device)
+              -> env.json
 2. calibrate: ``placer calibrate --device cuda --quick`` with the campaign's workloads -> calibrated.yaml
 3. micro:     validation/gpu_micro.py: reduce (uniform and zipf ids), sort, updates in HBM and through UVA,
               zero-copy gathers, fp16 vs fp32 lookups, whole groups; measured / priced under the datasheet
               spec and the calibrated one -> micro.json
 4. resolve:   the ILP solved again on the calibrated spec, per workload (the plan placer would choose for
               this machine; needs pulp and highspy: scripts/gpu_kit.sh carries them)
-5. plans:     every plan of validation/gpu_plans/ (made by --make-plans for hardware_specs/h100-pcie-host.yaml;
+5. plans:     every plan of validation/gpu_plans/ (made by --make-plans for hardware_specs/h100-sxm-host.yaml, the
+              SXM5 H100's figures, which were h100-pcie-host.yaml's when the committed plans were made;
               priced on the selected datasheet spec and the calibrated one)
               and the re-solved ILPs run on the GPU in this process in interleaved rounds (validation/gpu_rounds.py:
               the ILPs and greedy_size of every workload in 3 rounds, then the other plans with each workload's
@@ -53,7 +55,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 PLANS = ROOT / "validation" / "gpu_plans"
-DATASHEET = ROOT / "hardware_specs" / "h100-pcie-host.yaml"
+DATASHEET = ROOT / "hardware_specs" / "h100-sxm-host.yaml"
 
 #: (name, shipped workload, global batch, rows divided by, fp16 allowed, seconds of timed steps per plan); the
 #: dense part runs bf16 so that the embedding phases are a large share of the step (the issue's >= 30%)

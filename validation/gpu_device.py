@@ -15,10 +15,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = ROOT / "hardware_specs"
-#: a token of the device's name -> the datasheet spec of that GPU (first match wins: the more specific first)
-DATASHEETS = (("h200", SPECS / "h200-sxm-host.yaml"), ("h100", SPECS / "h100-pcie-host.yaml"))
+#: a token of the device's name -> the datasheet spec of that GPU (first match wins: the more specific first).
+#: nvidia-smi names the H100 PCIe card "NVIDIA H100 PCIe" and the SXM5 part "NVIDIA H100 80GB HBM3"
+DATASHEETS = (("h200", SPECS / "h200-sxm-host.yaml"), ("h100 pcie", SPECS / "h100-pcie-host.yaml"),
+              ("h100", SPECS / "h100-sxm-host.yaml"))
 #: the spec a GPU without its own stands in with (named as such in the results)
-FALLBACK = SPECS / "h100-pcie-host.yaml"
+FALLBACK = SPECS / "h100-sxm-host.yaml"
 #: packages whose presence decides what a campaign can run (fused kernels, compilers, the planners' solvers)
 WATCHED = ("torch", "triton", "fbgemm_gpu", "fbgemm-gpu", "torchrec", "pulp", "highspy", "pydantic", "numpy", "scipy")
 
@@ -29,7 +31,7 @@ def slug(device_name: str) -> str:
     low = device_name.lower()
     for token, _spec in DATASHEETS:
         if re.search(rf"\b{token}\b", low):
-            return token
+            return token.replace(" ", "-")
     return re.sub(r"[^a-z0-9]+", "-", low).strip("-") or "gpu"
 
 

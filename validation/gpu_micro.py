@@ -3,7 +3,7 @@
 spec the plans were made for and the spec ``placer calibrate`` just wrote (``price``: the same formulas the
 planner uses, placer/calibrate/record.py).
 
-    python3 validation/gpu_micro.py --device cuda --datasheet hardware_specs/h100-pcie-host.yaml \\
+    python3 validation/gpu_micro.py --device cuda --datasheet hardware_specs/h100-sxm-host.yaml \\
         --calibrated OUT/calibrated.yaml --out OUT/micro.json
     python3 validation/gpu_micro.py --device cpu --tiny ...   # the same code at tiny sizes (the dry run)
 
@@ -315,7 +315,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--tiny", action="store_true", help="tiny sizes (a CPU dry run)")
-    ap.add_argument("--datasheet", default=str(ROOT / "hardware_specs" / "h100-pcie-host.yaml"))
+    ap.add_argument("--datasheet", default=str(ROOT / "hardware_specs" / "h100-sxm-host.yaml"))
     ap.add_argument("--calibrated", default=None, help="the spec placer calibrate wrote (optional)")
     ap.add_argument("--out", required=True, help="JSON file to write")
     args = ap.parse_args(argv)

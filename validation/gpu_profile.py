@@ -199,7 +199,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--tiny", action="store_true", help="tiny sizes (the dry run on a CPU)")
-    ap.add_argument("--spec", default=str(ROOT / "hardware_specs" / "h100-pcie-host.yaml"),
+    ap.add_argument("--spec", default=str(ROOT / "hardware_specs" / "h100-sxm-host.yaml"),
                     help="the spec the plans are priced on")
     ap.add_argument("--out", required=True)
     ap.add_argument("--deadline", type=float, default=None, help="stop starting new cases after this time")

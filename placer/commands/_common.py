@@ -46,15 +46,30 @@ def allow_implausible(args) -> bool:
 DEFAULT_TIME_LIMIT_S = 60.0
 
 
+class _StoreGiven(argparse.Action):
+    """Stores the option's value and notes that the command line gave it (``limit_given``): a value equal to the
+    default, given, is not 'the default'."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        setattr(namespace, f"{self.dest}_given", True)
+
+
+def limit_given(args) -> bool:
+    """Whether the command line gave --time-limit (add_solver_options), whatever its value."""
+    return bool(getattr(args, "time_limit_given", False))
+
+
 def limit_line(limit_s: float, remaining_s: float | None = None, what: str = "time limit",
-               source: str | None = None) -> str:
+               source: str | None = None, given: bool | None = None) -> str:
     """'time limit 60 s (the default; --time-limit S to change): ends by 10:31:05' for stderr: the limit, whether
     it is the default (or ``source``), and the wall-clock time it ends at (``remaining_s`` from now, default the
-    whole limit)."""
+    whole limit). ``given``: whether the command line gave it (``limit_given``); None: judged by its value."""
     left = limit_s if remaining_s is None else max(0.0, remaining_s)
     end = time.strftime("%H:%M:%S", time.localtime(time.time() + left))
     if source is None:
-        source = "the default; --time-limit S to change" if limit_s == DEFAULT_TIME_LIMIT_S else "--time-limit"
+        default = not given if given is not None else limit_s == DEFAULT_TIME_LIMIT_S
+        source = "the default; --time-limit S to change" if default else "--time-limit"
     return f"{what} {limit_s:g} s ({source}): ends by {end}"
 
 
@@ -64,7 +79,9 @@ def add_solver_options(p: argparse.ArgumentParser, method: bool = True) -> None:
                        help="planner (default ilp; qr, tt, int8, node_local: the ILP with every table that allows "
                             "that form held to it)")
     p.add_argument("--solver", default="cbc", choices=SOLVERS, help="MILP backend (default cbc)")
+    p.set_defaults(time_limit_given=False)
     p.add_argument("--time-limit", type=_args.time_limit, default=DEFAULT_TIME_LIMIT_S, metavar="S",
+                   action=_StoreGiven,
                    help=f"time limit, s: > 0 and at most {_args.MAX_TIME_LIMIT_S:g} (default 60); for solve, "
                         "of the whole command (loading, solving, pricing the plan)")
     p.add_argument("--gap", type=_args.gap, default=0.005, metavar="G",
@@ -74,6 +91,31 @@ def add_solver_options(p: argparse.ArgumentParser, method: bool = True) -> None:
     p.add_argument("--seed", type=_args.seed, default=0, metavar="N",
                    help=f"seed of the random baseline, 0..{_args.MAX_SEED} (default 0)")
     p.add_argument("--no-fp16", action="store_true", help="never offer fp16 storage")
+
+
+#: the shipped workloads (workloads/*.yaml) that allow each forced form, named where a workload allows none
+#: (tests/test_forced_methods.py checks this against the files)
+SHIPPED_ALLOWING = {
+    "qr": ("mlperf-dlrm-v1-qr", "mlperf-dlrm-v2-qr", "mlperf-dlrm-v2-tt"),
+    "tt": ("mlperf-dlrm-v2-tt",),
+    "int8": ("mlperf-dlrm-v1-frozen-int8",),
+    "node_local": ("criteo-terabyte-node-local",),
+}
+
+
+def check_forced_method(wl, method: str, flag: str = "--method") -> None:
+    """SpecError naming ``flag`` (exit 2) before anything is solved when ``method`` is a forced form (qr, tt, int8,
+    node_local) that no table of ``wl`` allows, naming the shipped workloads that allow it."""
+    from placer.errors import SpecError
+    from placer.forms.storage import FORCED_FORMS, STORAGE, allowing
+
+    if method not in FORCED_FORMS or allowing(wl, method):
+        return
+    shipped = ", ".join(f"workloads/{name}.yaml" for name in SHIPPED_ALLOWING.get(method, ()))
+    where = " (on several nodes, e.g. hardware_specs/dgx-h100-2node.yaml)" if method == "node_local" else ""
+    raise SpecError(f"no table of workload {wl.name!r} allows {method} (tables[].{STORAGE[method].field}): the forced "
+                    f"method {method} is the ILP with those tables held to it"
+                    + (f"; shipped workloads that allow it: {shipped}{where}" if shipped else ""), field=flag)
 
 
 def add_what_if(p: argparse.ArgumentParser) -> None:

@@ -17,8 +17,8 @@ import time
 
 from placer.report import make_console
 
-from placer.commands._common import (add_dense_dtype, add_hw_wl, add_solver_options, add_trainer, limit_line, load_pair,
-                                     solve_config)
+from placer.commands._common import (add_dense_dtype, add_hw_wl, add_solver_options, add_trainer, check_forced_method,
+                                     limit_given, limit_line, load_pair, solve_config)
 from placer.commands._progress import Heartbeat
 from placer.planner.schedule import SCHEDULE
 
@@ -230,8 +230,11 @@ def run(args) -> int:
         parse_methods(args.methods)  # refuse a typo before loading and solving anything
     solve_config(args)
     with Heartbeat() as heartbeat:
-        heartbeat.say("compare: " + limit_line(float(args.time_limit), what="time budget") + " (the whole comparison)")
+        heartbeat.say("compare: " + limit_line(float(args.time_limit), what="time budget", given=limit_given(args))
+                      + " (the whole comparison)")
         topo, wl = load_pair(args)
+        for m in parse_methods(args.methods) if args.methods is not None else ():  # before anything is solved
+            check_forced_method(wl, m, "--methods")  # a forced form no table allows, named (default: allowed ones)
         rows = compare_rows(topo, wl, args, started=started, heartbeat=heartbeat)
     total = time.perf_counter() - started
     if args.json:

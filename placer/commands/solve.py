@@ -10,8 +10,8 @@ from contextlib import contextmanager
 from placer import argtypes as _args
 from placer.report import add_listing_arguments, make_console
 
-from placer.commands._common import (add_dense_dtype, add_hw_wl, add_solver_options, add_trainer, limit_line, load_pair,
-                                     solve_config)
+from placer.commands._common import (add_dense_dtype, add_hw_wl, add_solver_options, add_trainer, check_forced_method,
+                                     limit_given, limit_line, load_pair, solve_config)
 from placer.commands._output import check_output_path, check_plot_path, save_figure, write_text
 
 
@@ -80,8 +80,9 @@ def run(args) -> int:
     started = getattr(args, "_started_s", None) if process.owned() else None
     config = dataclasses.replace(solve_config(args), started_s=started)
     if not args.quiet:
-        print(_limit_text(config, started), file=sys.stderr, flush=True)
+        print(_limit_text(config, started, limit_given(args)), file=sys.stderr, flush=True)
     topo, wl = load_pair(args)
+    check_forced_method(wl, config.method)
     if not args.quiet:
         for note in wl.options_not_planned():
             print(f"note: {note}", file=sys.stderr, flush=True)
@@ -95,21 +96,23 @@ def run(args) -> int:
     return 0
 
 
-def _limit_text(config, started: float | None) -> str:
-    """The solve's limit for stderr: the work budget (--work-limit) or the time limit, and when it ends."""
+def _limit_text(config, started: float | None, given: bool) -> str:
+    """The solve's limit for stderr: the work budget (--work-limit) or the time limit (``given``: on the command
+    line), and when it ends."""
     if config.work_limit is not None:
         return (f"solving {config.method}: work limit {config.work_limit:,.0f} units (--work-limit; deterministic, "
                 "no wall-clock end)")
     elapsed = time.perf_counter() - started if started is not None else 0.0
-    return f"solving {config.method}: " + limit_line(config.time_limit_s, config.time_limit_s - elapsed) \
+    return f"solving {config.method}: " + limit_line(config.time_limit_s, config.time_limit_s - elapsed, given=given) \
         + " (the whole command)"
 
 
 def add_plot_argument(p: argparse.ArgumentParser) -> None:
     """``--plot PNG`` of solve and simulate (placer/report_plot.py)."""
     p.add_argument("--plot", metavar="PNG", default=None,
-                   help="also draw the plan to this PNG: per device, memory used against capacity and busy time "
-                        "by phase against the step, the bottleneck marked (many GPUs: the busiest and emptiest)")
+                   help="also draw the plan to this PNG: per device, memory used against what is usable (capacity less "
+                        "the spec's reserve) and busy time by phase against the step, the bottleneck marked (many "
+                        "GPUs: the busiest and emptiest)")
 
 
 def write_plot(args, plan, notes: list[str] = ()) -> None:

@@ -8,7 +8,8 @@ import sys
 
 from placer import argtypes as _args
 from placer.commands._common import (add_dense_dtype, add_hw_wl, add_solver_options, add_trainer, allow_implausible,
-                                     apply_dense_dtype, limit_line, solve_config, with_trainer)
+                                     apply_dense_dtype, check_forced_method, limit_given, limit_line, solve_config,
+                                     with_trainer)
 from placer.commands._output import check_plot_path, save_figure
 from placer.report import make_console
 from rich.text import Text
@@ -45,8 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     from placer.errors import SpecError
     from placer.specs import load_hardware, load_workload
-    from placer.sweep import (check_counts, doubling_counts, gpus_per_node, parse_counts, plot_sweep, run_sweep,
-                              target_answer, template_of, with_fabric)
+    from placer.sweep import check_counts, gpus_per_node, plot_sweep, run_sweep, target_answer, template_of, with_fabric
 
     if args.plot is not None:
         check_plot_path(args.plot, "--plot")  # before the solves, which may take minutes
@@ -57,17 +57,10 @@ def run(args) -> int:
         raise SpecError("--target-throughput must be positive (samples/s)")
     spec = load_hardware(args.hardware, allow_implausible=allow_implausible(args))  # HW first, as on the command line
     wl = apply_dense_dtype(with_trainer(load_workload(args.workload), args), args)
+    check_forced_method(wl, config.method)
     per = gpus_per_node(spec)
     fabric_note = None
-    if args.search:
-        counts = doubling_counts(spec, args.max_gpus)
-    elif args.gpus:
-        counts = parse_counts(args.gpus)
-    else:
-        counts = [per, 2 * per, 4 * per]
-    if max(counts) > MAX_SWEEP_GPUS:
-        raise SpecError(f"{max(counts)} GPUs is more than a sweep plans for (at most {MAX_SWEEP_GPUS})",
-                        field="--gpus")
+    counts = _counts(args, spec, per)
     if max(counts) > per or args.fabric is not None:
         spec, fabric_note = with_fabric(spec, args.fabric)
     check_counts(spec, counts)  # refuse before solving anything
@@ -78,8 +71,8 @@ def run(args) -> int:
         def starting(gpus: int) -> None:
             what = f"{gpus} GPUs ({gpus // per} node(s))"
             limit = config.time_limit_s if config.method == "ilp" else None
-            heartbeat.say(f"  {what}: solving {config.method}"
-                          + (", " + limit_line(config.time_limit_s) if limit is not None else ""))
+            said = limit_line(config.time_limit_s, given=limit_given(args)) if limit is not None else None
+            heartbeat.say(f"  {what}: solving {config.method}" + (f", {said}" if said else ""))
             heartbeat.begin(f"solving {what}", limit)
 
         def progress(p) -> None:
@@ -125,6 +118,24 @@ def run(args) -> int:
         notes = [p.note for p in points if p.note]
         raise InfeasibleError("no GPU count has a plan" + (f": {notes[-1]}" if notes else ""))
     return 0
+
+
+def _counts(args, spec, per: int) -> list[int]:
+    """The GPU counts to plan for: --search's doublings, --gpus, or 1, 2 and 4 nodes of ``per`` GPUs; SpecError
+    naming --gpus above MAX_SWEEP_GPUS."""
+    from placer.errors import SpecError
+    from placer.sweep import doubling_counts, parse_counts
+
+    if args.search:
+        counts = doubling_counts(spec, args.max_gpus)
+    elif args.gpus:
+        counts = parse_counts(args.gpus)
+    else:
+        counts = [per, 2 * per, 4 * per]
+    if max(counts) > MAX_SWEEP_GPUS:
+        raise SpecError(f"{max(counts)} GPUs is more than a sweep plans for (at most {MAX_SWEEP_GPUS})",
+                        field="--gpus")
+    return counts
 
 
 def _table(points, title: str, console) -> None:

@@ -24,7 +24,7 @@ from placer.planner import effort
 from placer.planner.budget import Budget
 from placer.planner.highs_banner import swallow_banner
 from placer.planner.problem import GroupCounts, Problem
-from placer.planner.progress import CbcLogWatcher, Tracker
+from placer.planner.progress import CbcLogTerminal, Tracker, highs_callback
 from placer.planner.schedule import SCHEDULE
 from placer.process import Watchdog
 
@@ -272,13 +272,28 @@ _HIGHS_LIMITS = frozenset({highspy.HighsModelStatus.kTimeLimit, highspy.HighsMod
 _CBC_MIPSTART = re.compile(r"MIPStart provided solution with cost ([-+0-9.eE]+)")
 
 
+def _highs_solver(problem: Problem, limits: dict, gap: float, threads: int | None, warm_start: list[int] | None,
+                  msg: bool, tracker: Tracker | None, highs_options: dict | None) -> pulp.HiGHS:
+    """PuLP's HiGHS for ``solve``: ``limits`` (effort.mip_limits), the warm start as an objective cutoff at its
+    step time, and ``tracker`` hearing HiGHS's incumbents and bounds as it finds them (progress.highs_callback)."""
+    extra = {}
+    if warm_start is not None:
+        start = (problem.objective(warm_start) - problem.fixed_s) * TIME_SCALE
+        extra["objective_bound"] = start * (1 + 1e-7) + 1e-9
+    if tracker is not None:
+        extra.update(highs_callback(tracker, lambda v: v / TIME_SCALE + problem.fixed_s))
+    limits = dict(limits)
+    return pulp.HiGHS(msg=msg, timeLimit=limits.pop("time_limit", None), gapRel=gap, threads=threads,
+                      **limits, **extra, **(highs_options or {}))
+
+
 def solve(problem: Problem, *, backend: str = "cbc", time_limit_s: float = 60.0, gap: float = 0.005,
           threads: int | None = None, warm_start: list[int] | None = None, msg: bool = False,
           tracker: Tracker | None = None, budget: Budget | None = None,
           highs_options: dict | None = None) -> IlpResult:
     """Solve the placement ILP within ``budget`` (default: ``time_limit_s`` of wall time; a work budget gives
     the solver a node limit and is charged the work it reports, effort.py). ``warm_start`` is a feasible
-    choice (one option id per group). ``tracker`` hears CBC's incumbents and bounds while it runs (in
+    choice (one option id per group). ``tracker`` hears the solver's incumbents and bounds while it runs (in
     seconds of step time). ``highs_options``: more HiGHS options (name -> value) for backend "highs"."""
     if backend not in SOLVERS:
         raise SolverError(f"unknown solver {backend!r}; choose one of {', '.join(SOLVERS)}")
@@ -293,24 +308,20 @@ def solve(problem: Problem, *, backend: str = "cbc", time_limit_s: float = 60.0,
     log_path = None
     time_limit_s = _finite_limit(budget.left())  # the limit covers building the model
     nonzeros = _nonzeros(prob)
+    watcher = None
     if backend == "cbc":
         fd, log_path = tempfile.mkstemp(prefix="placer-cbc-", suffix=".log")
         os.close(fd)
+        if tracker is not None and not msg:  # CBC's log through a terminal: each line as it comes (progress.py)
+            watcher = CbcLogTerminal(log_path, tracker, lambda v: v / TIME_SCALE + problem.fixed_s)
         solver = pulp.PULP_CBC_CMD(msg=msg, gapRel=gap, threads=threads, warmStart=warm_start is not None,
-                                   logPath=None if msg else log_path, options=EXACT_CBC_OPTIONS if gap == 0 else [],
+                                   logPath=None if msg else watcher.solver_path if watcher else log_path,
+                                   options=EXACT_CBC_OPTIONS if gap == 0 else [],
                                    **effort.cbc_limits(budget, time_limit_s, nonzeros))
     else:
-        extra = {}
-        if warm_start is not None:
-            start = (problem.objective(warm_start) - problem.fixed_s) * TIME_SCALE
-            extra["objective_bound"] = start * (1 + 1e-7) + 1e-9
         limits = effort.mip_limits(budget, time_limit_s, nonzeros)
-        solver = pulp.HiGHS(msg=msg, timeLimit=limits.pop("time_limit", None), gapRel=gap, threads=threads,
-                            **limits, **extra, **(highs_options or {}))
+        solver = _highs_solver(problem, limits, gap, threads, warm_start, msg, tracker, highs_options)
     watchdog = Watchdog(effort.watchdog_s(budget, time_limit_s), "cbc") if backend == "cbc" else None
-    watcher = None
-    if tracker is not None and backend == "cbc" and log_path and not msg:
-        watcher = CbcLogWatcher(log_path, tracker, lambda v: v / TIME_SCALE + problem.fixed_s)
     try:
         _solve(prob, solver)
     except pulp.PulpSolverError as exc:

@@ -1,8 +1,10 @@
 """What the planner says while it works: the stage, the best plan so far and the best lower bound.
 
 The planner calls a ``Reporter`` (any callable taking a ``Progress``) at each stage and whenever the incumbent
-or the bound moves; inside CBC's branch and bound, ``CbcLogWatcher`` reads CBC's log as it is written. The
-command line turns reports into a live line (commands/solve.py); the Python API reports nothing unless asked.
+or the bound moves; inside CBC's branch and bound, ``CbcLogTerminal`` reads CBC's log line by line as CBC writes
+it (through a pseudo-terminal; ``CbcLogWatcher`` follows a plain file where none can be had), inside HiGHS's,
+``highs_callback`` hears its incumbents and bounds. The command line turns reports into a live line
+(commands/solve.py); the Python API reports nothing unless asked.
 """
 from __future__ import annotations
 
@@ -111,12 +113,126 @@ class CbcLogWatcher:
 
     def read(self, text: str) -> None:
         """Report what ``text`` (whole lines of the log) says."""
-        for m in _CBC_SOLUTION.finditer(text):
-            self.tracker.update(incumbent_s=self.to_seconds(float(m.group(1))))
-        for m in _CBC_NODES.finditer(text):
-            best, bound = float(m.group(1)), float(m.group(2))
-            self.tracker.update(incumbent_s=self.to_seconds(best) if best < 1e49 else None,
-                                bound_s=self.to_seconds(bound))
+        read_cbc_log(text, self.tracker, self.to_seconds)
+
+
+def read_cbc_log(text: str, tracker: Tracker, to_seconds: Callable[[float], float]) -> None:
+    """Report to ``tracker`` the incumbents and bounds that ``text`` (whole lines of CBC's log) states."""
+    for m in _CBC_SOLUTION.finditer(text):
+        tracker.update(incumbent_s=to_seconds(float(m.group(1))))
+    for m in _CBC_NODES.finditer(text):
+        best, bound = float(m.group(1)), float(m.group(2))
+        tracker.update(incumbent_s=to_seconds(best) if best < 1e49 else None, bound_s=to_seconds(bound))
+
+
+class CbcLogTerminal:
+    """Where CBC writes its log while a tracker listens: a pseudo-terminal, so that CBC flushes every line as it
+    does on a terminal (into a file its C stdio writes 4 KiB blocks: a solve's first block came after 16 s and the
+    live line kept the warm start's numbers for most of a minute, issue 52). A thread copies every byte into
+    ``path`` (the log the solve reads afterwards, as before) and reports what the lines say (``CbcLogWatcher.read``).
+    ``solver_path``: what to hand PuLP as its ``logPath`` (PuLP opens it and gives it to CBC as stdout and
+    stderr). ``live``: whether the terminal could be had; without one (no pty module, none free, or this process a
+    session leader, which would take the terminal as its own), ``solver_path`` is ``path`` and a CbcLogWatcher
+    follows the file, in CBC's blocks."""
+
+    def __init__(self, path: str, tracker: Tracker, to_seconds: Callable[[float], float]):
+        self.path, self.tracker, self.to_seconds = path, tracker, to_seconds
+        self.watcher: CbcLogWatcher | None = None
+        self._master = self._slave = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.solver_path = path
+        self.live = self._open_terminal()
+        if not self.live:
+            self.watcher = CbcLogWatcher(path, tracker, to_seconds)
+            tracker.update(stage=f"{tracker.stage} (no terminal for cbc's log here: its best and bound come in "
+                                 "4 KiB blocks and may lag)")
+
+    def _open_terminal(self) -> bool:
+        try:
+            import pty
+            import termios
+
+            if os.getsid(0) == os.getpid():
+                return False  # a session leader opening a terminal by name would make it its controlling one
+            master, slave = pty.openpty()
+            attrs = termios.tcgetattr(slave)
+            attrs[1] &= ~termios.OPOST  # no '\r\n' for '\n': the log reads as CBC wrote it
+            termios.tcsetattr(slave, termios.TCSANOW, attrs)
+            name = os.ttyname(slave)
+        except (ImportError, OSError, AttributeError):
+            return False
+        self._master, self._slave, self.solver_path = master, slave, name
+        self._thread = threading.Thread(target=self._copy, name="placer-cbc-log", daemon=True)
+        self._thread.start()
+        return True
+
+    def _copy(self) -> None:
+        """Copy the terminal's output into the log file, reporting whole lines as they come, until stopped and
+        drained (or the terminal closes)."""
+        import select
+
+        pending = b""
+        with open(self.path, "ab") as out:
+            while True:
+                ready, _, _ = select.select([self._master], [], [], 0.1)
+                if not ready:
+                    if self._stop.is_set():
+                        break
+                    continue
+                try:
+                    data = os.read(self._master, 65536)
+                except OSError:  # EIO: every writer closed it
+                    break
+                if not data:
+                    break
+                out.write(data)
+                out.flush()
+                complete = (pending + data).rfind(b"\n") + 1
+                text, pending = (pending + data)[:complete], (pending + data)[complete:]
+                if text:
+                    read_cbc_log(text.decode("utf-8", errors="replace"), self.tracker, self.to_seconds)
+            if pending:
+                read_cbc_log(pending.decode("utf-8", errors="replace"), self.tracker, self.to_seconds)
+
+    def stop(self) -> None:
+        """Stop listening once what CBC wrote is copied (the solve has returned: CBC has exited)."""
+        if self.watcher is not None:
+            self.watcher.stop()
+            return
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+        for fd in (self._slave, self._master):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def highs_callback(tracker: Tracker, to_seconds: Callable[[float], float], every_s: float = 0.5) -> dict:
+    """PuLP's HiGHS arguments (``callbackTuple``, ``callbacksToActivate``) that report HiGHS's incumbents as it
+    finds them and its bound at most every ``every_s`` (from its MIP interrupt checks), converted to seconds by
+    ``to_seconds``. The callback only reads: the search is the same with it as without."""
+    import highspy
+
+    kinds = highspy.cb.HighsCallbackType
+    last = [0.0]
+
+    def callback(kind, _message, data_out, _data_in, _user) -> None:
+        if kind == kinds.kCallbackMipImprovingSolution:
+            tracker.update(incumbent_s=to_seconds(data_out.objective_function_value))
+            return
+        now = time.perf_counter()
+        if now - last[0] < every_s:
+            return
+        last[0] = now
+        primal, dual = data_out.mip_primal_bound, data_out.mip_dual_bound
+        tracker.update(incumbent_s=to_seconds(primal) if abs(primal) < 1e30 else None,
+                       bound_s=to_seconds(dual) if abs(dual) < 1e30 else None)
+
+    return {"callbackTuple": (callback, None),
+            "callbacksToActivate": [kinds.kCallbackMipImprovingSolution, kinds.kCallbackMipInterrupt]}
 
 
 def line(report: Progress, elapsed_s: float) -> str:
