@@ -20,6 +20,7 @@ from placer.errors import InfeasibleError
 from placer.options import OptionConfig, table_options
 from placer.plan import Placement
 from placer.planner.accumulator import Accumulator
+from placer.planner.trainers import options_for
 
 
 def colocated_menus(rules: Rules, options: dict[str, list[Placement]]) -> dict[str, list[Placement]]:
@@ -65,7 +66,8 @@ def honour(model: CostModel, method: str, placements: list[Placement]) -> list[P
     if not bad:
         return placements
     acc = Accumulator(model, [model.placement_cost(p) for p in placements if p.table not in bad])
-    menus = colocated_menus(rules, {t.name: table_options(t, model.topo, wl, OptionConfig(), rules)
+    cfg = options_for(wl, OptionConfig())  # the forms the workload's trainer runs
+    menus = colocated_menus(rules, {t.name: table_options(t, model.topo, wl, cfg, rules)
                                     for t in wl.tables if t.name in bad or _in_group(rules, t.name, bad)})
     placed = {p.table: p for p in placements if p.table not in bad}
     for t in sorted((t for t in wl.tables if t.name in bad), key=lambda t: (-t.size_bytes(), t.name)):
@@ -108,7 +110,7 @@ def check_menus(model: CostModel, options: dict[str, list[Placement]] | None = N
             if form and table_options(t, model.topo, model.wl, replace(cfg, forced_form=None), rules):
                 raise InfeasibleError(head + f"--method {form} holds it to {form}, which its constraints do not allow ("
                                       + "; ".join(f"{r.where}: {_said(r)}" for r in rules.by_table[t.name])
-                                      + f"); --method ilp may place it otherwise")
+                                      + "); --method ilp may place it otherwise")
             raise InfeasibleError(head + _conflict(model, t, rules))
 
 
