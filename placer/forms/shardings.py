@@ -17,6 +17,14 @@ HOST: ShardingForm = host.FORM
 SHARDINGS: dict[str, ShardingForm] = {f.name: f for f in (TABLE_WISE, ROW_WISE, COLUMN_WISE, DATA_PARALLEL, HOST)}
 #: TorchRec's sharding type -> placer's sharding form (table_row_wise is row_wise within one node)
 FROM_TORCHREC: dict[str, ShardingForm] = {st: f for f in SHARDINGS.values() for st in f.torchrec_types}
+#: TorchRec 1.8's ShardingType, member -> value, in its order (grid_shard: no placer form; checked against TorchRec by
+#: tests/test_torchrec_constraints.py)
+TORCHREC_SHARDING_TYPES: dict[str, str] = {
+    "DATA_PARALLEL": "data_parallel", "TABLE_WISE": "table_wise", "COLUMN_WISE": "column_wise",
+    "ROW_WISE": "row_wise", "TABLE_ROW_WISE": "table_row_wise", "TABLE_COLUMN_WISE": "table_column_wise",
+    "GRID_SHARD": "grid_shard"}
+#: (TorchRec's type for a form, a narrower one of the same form): (row_wise, table_row_wise), (column_wise, ...)
+NARROWER_TORCHREC_TYPES = tuple((f.torchrec_types[0], t) for f in SHARDINGS.values() for t in f.torchrec_types[1:])
 
 
 def sharding_of(p) -> ShardingForm:

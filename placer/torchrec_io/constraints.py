@@ -53,13 +53,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from placer.errors import InfeasibleError, SpecError
-from placer.forms.shardings import SHARDINGS
+from placer.forms.names import DATA_PARALLEL, TABLE_WISE
+from placer.forms.shardings import NARROWER_TORCHREC_TYPES, SHARDINGS
+from placer.forms.shardings import TORCHREC_SHARDING_TYPES as TORCHREC_TYPES
 from placer.specs.constraints import PRECISIONS, Constraints, TableConstraint
 from placer.units import GiB
 
 #: TorchRec 1.8's ShardingType values and EmbeddingComputeKernel values (checked against torchrec by the tests)
-TORCHREC_SHARDING_TYPES = ("data_parallel", "table_wise", "column_wise", "row_wise", "table_row_wise",
-                           "table_column_wise", "grid_shard")
+TORCHREC_SHARDING_TYPES = tuple(TORCHREC_TYPES.values())
 TORCHREC_KERNELS = ("dense", "fused", "fused_uvm", "fused_uvm_caching", "quant", "quant_uvm", "quant_uvm_caching",
                     "key_value", "customized_kernel", "ssd_virtual_table", "dram_virtual_table",
                     "dram_ssd_virtual_table", "fused_triton")
@@ -71,7 +72,7 @@ FIELDS = ("sharding_types", "compute_kernels", "min_partition", "pooling_factors
 KERNELS_OF_MEMORY = {"hbm": ("fused",), "cached": ("fused_uvm_caching",), "uvm": ("fused_uvm",), "host": ()}
 #: TorchRec kernel -> placer's memory class (the kernels placer prices)
 MEMORY_OF_KERNEL = {"dense": "hbm", "fused": "hbm", "fused_uvm": "uvm", "fused_uvm_caching": "cached"}
-_DP = "data_parallel"
+_DP = DATA_PARALLEL
 _GPU_SHARDINGS = tuple(n for n, f in SHARDINGS.items() if f.on_gpus)
 #: why each placer-only field is not carried to TorchRec
 _PLACER_ONLY = {
@@ -179,7 +180,7 @@ def table_to_torchrec(name: str, r: TableRule) -> tuple[dict, list[NotCarried]]:
     if r.shardings is not None and "host" in r.shardings:
         lost.append(NotCarried(name, "shardings", "host (a CPU lookup in a host's memory) has no TorchRec sharding"
                                + ("; nearest: table_wise" if not gpu else "")))
-        gpu = gpu or {"table_wise"}
+        gpu = gpu or {TABLE_WISE}
     mem = None if r.memory is None else r.memory - {"host"}
     if r.memory is not None and "host" in r.memory:
         lost.append(NotCarried(name, "memory", "host (rows looked up by the host CPU) has no TorchRec kernel"
@@ -299,7 +300,7 @@ def _memory_and_shardings(name: str, fields: dict, file: str, fld: str) -> tuple
         if "grid_shard" in types:
             lost.append(NotCarried(name, "sharding_types", "grid_shard: placer has no grid sharding"))
         shardings = {SHARDINGS_OF_TYPE[t] for t in types if t in SHARDINGS_OF_TYPE}
-        for wide, narrow in (("row_wise", "table_row_wise"), ("column_wise", "table_column_wise")):
+        for wide, narrow in NARROWER_TORCHREC_TYPES:
             if narrow in types and wide not in types:
                 lost.append(NotCarried(name, "sharding_types", f"{narrow} alone: read as placer's {wide}, which may "
                                                                "also span nodes"))

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from placer.errors import SpecError
+from placer.forms.shardings import TORCHREC_SHARDING_TYPES
 from placer.specs.documents import parse_json
 from placer.specs.files import read_text_guarded
 from placer.torchrec_io import FORMAT
@@ -30,9 +31,7 @@ from placer.torchrec_io import FORMAT
 #: TorchRec enum members by class: ShardingType and EmbeddingComputeKernel (member -> value, TorchRec 1.8); the
 #: others' members read as their names (the fields they fill are not carried; their names are shown)
 ENUMS = {
-    "ShardingType": {"DATA_PARALLEL": "data_parallel", "TABLE_WISE": "table_wise", "COLUMN_WISE": "column_wise",
-                     "ROW_WISE": "row_wise", "TABLE_ROW_WISE": "table_row_wise",
-                     "TABLE_COLUMN_WISE": "table_column_wise", "GRID_SHARD": "grid_shard"},
+    "ShardingType": TORCHREC_SHARDING_TYPES,
     "EmbeddingComputeKernel": {"DENSE": "dense", "FUSED": "fused", "FUSED_UVM": "fused_uvm",
                                "FUSED_UVM_CACHING": "fused_uvm_caching", "QUANT": "quant", "QUANT_UVM": "quant_uvm",
                                "QUANT_UVM_CACHING": "quant_uvm_caching", "KEY_VALUE": "key_value",
