@@ -47,15 +47,27 @@ def device_set(p: Placement) -> frozenset[str]:
 @dataclass(frozen=True)
 class Rule:
     """One constraint entry compiled for a machine: ``where`` names it in messages ("constraints.tables[2]
-    (user_side)"), ``devices`` its device patterns expanded (None: any device)."""
+    (user_side)"), ``tables`` the tables it names (workload order), ``devices`` its device patterns expanded (None:
+    any device)."""
 
     index: int
     spec: TableConstraint
+    tables: tuple[str, ...]
     devices: frozenset[str] | None
 
     @property
     def where(self) -> str:
         return f"constraints.tables[{self.index}]" + (f" ({self.spec.name})" if self.spec.name else "")
+
+    @property
+    def said(self) -> str:
+        """Its fields in words: 'shardings row_wise; memory host' ('co-location' for a bare co-location)."""
+        c = self.spec
+        fields = [("shardings", c.shardings), ("memory", c.memory), ("devices", c.devices),
+                  ("precisions", c.precisions)]
+        out = [f"{k} {', '.join(v)}" for k, v in fields if v is not None]
+        out += [f"{k} {v}" for k, v in (("min_shards", c.min_shards), ("max_shards", c.max_shards)) if v is not None]
+        return "; ".join(out) or "co-location"
 
     def broken(self, p: Placement) -> str | None:
         """What of this rule ``p`` breaks, in words (None: nothing)."""
@@ -80,23 +92,25 @@ class Rule:
 class Rules:
     """A workload's constraints compiled for a machine (module docstring)."""
 
-    def __init__(self, by_table: dict[str, list[Rule]], groups: list[tuple[Rule, list[str]]], headroom_GiB: float):
-        self.by_table = by_table
-        self.groups = groups
+    def __init__(self, entries: list[Rule], headroom_GiB: float):
+        self.entries = entries  # every entry, in the workload's order
+        self.by_table: dict[str, list[Rule]] = {}
+        for rule in entries:
+            for name in rule.tables:
+                self.by_table.setdefault(name, []).append(rule)
+        #: the co-located groups: (the entry, its tables)
+        self.groups: list[tuple[Rule, tuple[str, ...]]] = [(r, r.tables) for r in entries if r.spec.colocate]
         self.headroom_GiB = headroom_GiB
 
     @classmethod
     def of(cls, wl, topo) -> "Rules":
-        by_table: dict[str, list[Rule]] = {}
-        groups = []
-        for i, c in enumerate(wl.constraints.tables):
-            rule = Rule(i, c, _devices(c, i, topo, wl))
-            names = wl.constrained_tables(i)
-            for name in names:
-                by_table.setdefault(name, []).append(rule)
-            if c.colocate:
-                groups.append((rule, names))
-        return cls(by_table, groups, wl.constraints.hbm_headroom_GiB)
+        return cls([Rule(i, c, tuple(wl.constrained_tables(i)), _devices(c, i, topo, wl))
+                    for i, c in enumerate(wl.constraints.tables)], wl.constraints.hbm_headroom_GiB)
+
+    @classmethod
+    def none(cls) -> "Rules":
+        """No constraints: what the menu is without them."""
+        return cls([], 0.0)
 
     @property
     def empty(self) -> bool:
@@ -118,17 +132,25 @@ class Rules:
         """The options every rule of their table allows, in their order."""
         return [p for p in options if self.allows(p)] if self.by_table else options
 
-    def colocation_faults(self, placements: list[Placement]) -> list[str]:
-        """For every co-located group whose tables are not on one device set: which tables sit where."""
+    def broken_groups(self, placements: list[Placement]) -> list[tuple[Rule, dict[str, frozenset[str]]]]:
+        """(entry, table -> device set) of every co-located group whose tables in ``placements`` are not on one
+        device set."""
         where = {p.table: device_set(p) for p in placements}
         out = []
         for rule, names in self.groups:
             sets = {n: where[n] for n in names if n in where}
             if len(set(sets.values())) > 1:
-                first = names[0]
-                odd = next(n for n in names if n in sets and sets[n] != sets.get(first))
-                out.append(f"{rule.where}: co-located tables on different devices ({first} on "
-                           f"{_devices_text(sets.get(first))}, {odd} on {_devices_text(sets[odd])})")
+                out.append((rule, sets))
+        return out
+
+    def colocation_faults(self, placements: list[Placement]) -> list[str]:
+        """For every co-located group whose tables are not on one device set: which tables sit where."""
+        out = []
+        for rule, sets in self.broken_groups(placements):
+            first = rule.tables[0]
+            odd = next(n for n in rule.tables if n in sets and sets[n] != sets.get(first))
+            out.append(f"{rule.where}: co-located tables on different devices ({first} on "
+                       f"{_devices_text(sets.get(first))}, {odd} on {_devices_text(sets[odd])})")
         return out
 
     def keeps_groups(self, table: str, devices: frozenset[str], placed: dict[str, Placement],

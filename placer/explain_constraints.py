@@ -10,6 +10,8 @@ Where an entry names more tables than MAX_TABLES, the ones that carry the most o
 """
 from __future__ import annotations
 
+from functools import partial
+
 from placer.constraints import Rule, Rules, device_set
 from placer.options import table_options
 
@@ -24,9 +26,9 @@ def binding_constraints(ex) -> list[dict]:
     if rules.empty:
         return []
     rows = []
-    for rule in sorted({r.index: r for rs in rules.by_table.values() for r in rs}.values(), key=lambda r: r.index):
-        names = ex.model.wl.constrained_tables(rule.index)
-        rows.append(_row(ex, rule.where, names, lambda table, q, rule=rule: _only(rules, rule, table, q, ex)))
+    for rule in rules.entries:
+        alone = partial(_only, rules, rule, ex=ex)  # (table, q): a placement this rule alone forbids
+        rows.append(_row(ex, rule.where, list(rule.tables), alone))
     if rules.headroom_GiB:
         rows.append(_row(ex, "constraints.hbm_headroom_GiB", [p.table for p in ex.plan.placements],
                          lambda table, q: rules.allows(q) and rules.keeps_groups(table, device_set(q), ex.placed),
@@ -38,7 +40,7 @@ def _row(ex, where: str, names: list[str], forbidden_only, headroom: bool = Fals
     """The fastest move of one of ``names`` onto a placement ``forbidden_only(table, q)`` accepts."""
     names = sorted(names, key=lambda n: -ex.removal_gain(n))[:MAX_TABLES]
     best = None
-    free = Rules({}, [], 0.0)
+    free = Rules.none()
     extra = ex.model.rules.headroom_bytes()
     for table in names:
         current = ex.plan.placements[ex.index[table]]

@@ -3,11 +3,21 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def every_warning():
+    """Each warning shown every time (the CLI runs once per process; tests run it many times in one, and
+    pyproject's filterwarnings ignores SpecWarning in the suite): ``pytestmark = usefixtures("every_warning")``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        yield
 
 
 def require_torchrec() -> None:

@@ -5,7 +5,6 @@ commands that plan or price."""
 from __future__ import annotations
 
 import json
-import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -22,6 +21,8 @@ from placer.simulate import predict
 from placer.specs import load_hardware, load_workload
 from placer.topology import Topology
 from tests.conftest import ROOT
+
+pytestmark = pytest.mark.usefixtures("every_warning")  # every warning shown (tests/conftest.py)
 
 DENSE = PHASES.index("dense")
 HW = str(ROOT / "hardware_specs/dgx-h100.yaml")
@@ -113,13 +114,6 @@ def test_summary_says_bf16_is_slower_where_the_host_bounds_the_dense_part():
 
 
 # ---- --dense-dtype -------------------------------------------------------------------------------------------
-
-@pytest.fixture(autouse=True)
-def every_warning():
-    with warnings.catch_warnings():
-        warnings.simplefilter("always")
-        yield
-
 
 @pytest.fixture(scope="module")
 def bf16_plan(tmp_path_factory) -> str:

@@ -3,7 +3,6 @@ with one ``warning:`` line naming what changed, refused only when it no longer m
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
 
 import pytest
@@ -17,12 +16,7 @@ HW2 = str(ROOT / "hardware_specs/dgx-h100-2node.yaml")
 WL = str(ROOT / "workloads/tiny.yaml")
 
 
-@pytest.fixture(autouse=True)
-def every_warning():
-    """Each warning shown every time (the CLI runs once per process; tests run it many times in one)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("always")
-        yield
+pytestmark = pytest.mark.usefixtures("every_warning")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -60,15 +60,13 @@ def honour(model: CostModel, method: str, placements: list[Placement]) -> list[P
         return placements
     rules = model.rules
     bad = {p.table for p in placements if not rules.allows(p)}
-    for _, names in rules.groups:
-        if len({device_set(p) for p in placements if p.table in names}) > 1:
-            bad.update(names)
+    for rule, _ in rules.broken_groups(placements):
+        bad.update(rule.tables)
     if not bad:
         return placements
     acc = Accumulator(model, [model.placement_cost(p) for p in placements if p.table not in bad])
-    cfg = options_for(wl, OptionConfig())  # the forms the workload's trainer runs
-    menus = colocated_menus(rules, {t.name: table_options(t, model.topo, wl, cfg, rules)
-                                    for t in wl.tables if t.name in bad or _in_group(rules, t.name, bad)})
+    together = {n for _, names in rules.groups if bad & set(names) for n in names}  # their groups, whole
+    menus = _menus(model, options_for(wl, OptionConfig()), bad | together)  # the forms the trainer runs
     placed = {p.table: p for p in placements if p.table not in bad}
     for t in sorted((t for t in wl.tables if t.name in bad), key=lambda t: (-t.size_bytes(), t.name)):
         cands = [p for p in menus[t.name] if rules.keeps_groups(t.name, device_set(p), placed)]
@@ -87,8 +85,11 @@ def honour(model: CostModel, method: str, placements: list[Placement]) -> list[P
     return [placed[t.name] for t in wl.tables]
 
 
-def _in_group(rules: Rules, table: str, bad: set[str]) -> bool:
-    return any(table in names and bad & set(names) for _, names in rules.groups)
+def _menus(model: CostModel, cfg: OptionConfig, names) -> dict[str, list[Placement]]:
+    """The options the constraints allow of the tables ``names``, co-located groups held to their common device
+    sets (colocated_menus)."""
+    return colocated_menus(model.rules, {t.name: table_options(t, model.topo, model.wl, cfg, model.rules)
+                                         for t in model.wl.tables if t.name in names})
 
 
 def check_menus(model: CostModel, options: dict[str, list[Placement]] | None = None,
@@ -101,43 +102,33 @@ def check_menus(model: CostModel, options: dict[str, list[Placement]] | None = N
     if not rules.by_table:
         return
     if options is None:
-        options = colocated_menus(rules, {t.name: table_options(t, model.topo, model.wl, cfg, rules)
-                                          for t in model.wl.tables if t.name in rules.by_table})
+        options = _menus(model, cfg, rules.by_table)
     for t in model.wl.tables:
         if t.name in rules.by_table and not options.get(t.name):
             head = f"table {t.name!r}: no placement meets its constraints on {model.topo.spec.name}: "
             form = cfg.forced_form
             if form and table_options(t, model.topo, model.wl, replace(cfg, forced_form=None), rules):
                 raise InfeasibleError(head + f"--method {form} holds it to {form}, which its constraints do not allow ("
-                                      + "; ".join(f"{r.where}: {_said(r)}" for r in rules.by_table[t.name])
+                                      + "; ".join(f"{r.where}: {r.said}" for r in rules.by_table[t.name])
                                       + "); --method ilp may place it otherwise")
             raise InfeasibleError(head + _conflict(model, t, rules))
 
 
 def _conflict(model: CostModel, t, rules: Rules) -> str:
     """Which of ``t``'s rules leave it no option: one alone, a pair, or its co-located group."""
-    menu = table_options(t, model.topo, model.wl, OptionConfig(), Rules({}, [], 0.0))
+    menu = table_options(t, model.topo, model.wl, OptionConfig(), Rules.none())
     mine = rules.by_table[t.name]
     for r in mine:
         if not any(r.broken(p) is None for p in menu):
-            return f"{r.where} allows none of the {len(menu)} placements this machine offers it ({_said(r)})"
+            return f"{r.where} allows none of the {len(menu)} placements this machine offers it ({r.said})"
     for i, a in enumerate(mine):
         for b in mine[i + 1:]:
             if not any(a.broken(p) is None and b.broken(p) is None for p in menu):
-                return f"{a.where} ({_said(a)}) and {b.where} ({_said(b)}) together allow none"
+                return f"{a.where} ({a.said}) and {b.where} ({b.said}) together allow none"
     groups = [r.where for r, names in rules.groups if t.name in names]
     if groups:
         return f"the tables co-located by {', '.join(groups)} share no device set their other constraints allow"
-    return "its constraints together allow none (" + "; ".join(f"{r.where}: {_said(r)}" for r in mine) + ")"
-
-
-def _said(rule) -> str:
-    """A rule's fields in words: 'shardings row_wise; memory host'."""
-    c = rule.spec
-    fields = [("shardings", c.shardings), ("memory", c.memory), ("devices", c.devices), ("precisions", c.precisions)]
-    out = [f"{k} {', '.join(v)}" for k, v in fields if v is not None]
-    out += [f"{k} {v}" for k, v in (("min_shards", c.min_shards), ("max_shards", c.max_shards)) if v is not None]
-    return "; ".join(out) or "co-location"
+    return "its constraints together allow none (" + "; ".join(f"{r.where}: {r.said}" for r in mine) + ")"
 
 
 def constraints_note(model: CostModel) -> str:
@@ -146,8 +137,7 @@ def constraints_note(model: CostModel) -> str:
     rules = model.rules
     if rules.empty:
         return ""
-    entries = sorted({r.index: r for rs in rules.by_table.values() for r in rs}.values(), key=lambda r: r.index)
-    said = [f"{r.where} ({_said(r)}: {len(model.wl.constrained_tables(r.index))} table(s))" for r in entries]
+    said = [f"{r.where} ({r.said}: {len(r.tables)} table(s))" for r in rules.entries]
     if rules.headroom_GiB:
         said.append(f"constraints.hbm_headroom_GiB ({rules.headroom_GiB:g} GiB kept free on every GPU)")
     return (" Under the workload's constraints, which narrow where tables may go: " + "; ".join(said)

@@ -148,29 +148,35 @@ def explain_infeasible(model: CostModel, problem: Problem, names: list[str], cfg
 def check_tables(model: CostModel, cfg: OptionConfig) -> None:
     """Raise when a big table (planner/fit.py) fits neither whole in one memory nor split over any device
     group: a quick check for planners that do not price every option first (the two-stage planner)."""
+    exc = _big_table_nowhere(model, cfg)
+    if exc is not None:
+        raise InfeasibleError(str(exc) + constraints_note(model))
+
+
+def _big_table_nowhere(model: CostModel, cfg: OptionConfig) -> InfeasibleError | None:
+    """check_tables' error, without the constraints' note (None: every big table fits somewhere)."""
     topo = model.topo
     if any(topo.memory_of(g) == topo.memory_of(topo.host_of(g)) for g in topo.gpus):
-        return  # unified memory: fit.py's HBM/host split does not apply; the solver's verdict stands
+        return None  # unified memory: fit.py's HBM/host split does not apply; the solver's verdict stands
     largest = max(model.usable_memory.values(), default=0.0)
     for t in fit.big_tables(model):
         if fit.footprint_bytes(model, t) <= largest:
             continue
         if not any(fit.fitting_split(model, t, g, prec) is not None
                    for prec in precisions(t, OptionConfig()) for g in fit.groups(model)):
-            raise table_nowhere(model, [t.name], cfg)
+            return _table_nowhere(model, [t.name], cfg)
+    return None
 
 
 def after_solver(model: CostModel, problem: Problem | None, cfg: OptionConfig = OptionConfig()) -> InfeasibleError:
     """The error when the solver proved that no choice of candidate options fits memory (the workload's
     constraints named where it has some)."""
-    exc = _after_solver(model, problem, cfg)
-    return exc if str(exc).endswith(constraints_note(model)) else InfeasibleError(str(exc) + constraints_note(model))
+    return InfeasibleError(str(_after_solver(model, problem, cfg)) + constraints_note(model))
 
 
 def _after_solver(model: CostModel, problem: Problem | None, cfg: OptionConfig) -> InfeasibleError:
-    try:
-        check_tables(model, cfg)
-    except InfeasibleError as exc:
+    exc = _big_table_nowhere(model, cfg)
+    if exc is not None:
         return exc
     need = min_footprint_bytes(problem) if problem is not None else model.wl.total_bytes()
     hold = total_usable(model)
