@@ -42,7 +42,7 @@ _OPTIMIZERS = {"sgd": "EXACT_SGD", "adagrad": "EXACT_ADAGRAD", "rowwise_adagrad"
 
 
 def train(doc: dict, wl, *, steps: int = 5, warmup: int = 1, batch_size: int | None = None, seed: int = 0,
-          timeout_s: float = 300.0, head: str = "auto") -> dict:
+          timeout_s: float = 300.0, head: str = "auto", profile_steps: int = 0) -> dict:
     """Train ``doc`` (an export document) for ``warmup`` + ``steps`` steps on the workload ``wl`` (a placer
     Workload); ``batch_size``: the global batch (default the workload's), split evenly over the ranks; ``head``:
     "auto" (TorchRec's DLRM of the workload's dense section where it can express it, else placer's DenseDLRM),
@@ -75,7 +75,8 @@ def train(doc: dict, wl, *, steps: int = 5, warmup: int = 1, batch_size: int | N
     with tempfile.TemporaryDirectory(prefix="placer-train-") as tmp:
         job = {"doc": doc, "wl": wl.model_dump(mode="json"), "model": model, "world_size": world,
                "local_world_size": world, "steps": steps, "warmup": warmup, "batch_per_rank": batch // world,
-               "seed": seed, "backend": backend, "port": free_port(), "out": tmp, "timeout_s": timeout_s}
+               "seed": seed, "backend": backend, "port": free_port(), "out": tmp, "timeout_s": timeout_s,
+               "profile_steps": profile_steps}
         spawn_ranks(_worker, job, world)
         ranks = [json.loads((Path(tmp) / f"rank{r}.json").read_text()) for r in range(world)]
     times = [max(r["times"][i] for r in ranks) for i in range(len(ranks[0]["times"]))]
@@ -83,7 +84,8 @@ def train(doc: dict, wl, *, steps: int = 5, warmup: int = 1, batch_size: int | N
     return {"world_size": world, "backend": backend, "batch_size": batch // world * world,
             "step_times_s": timed, "median_step_s": statistics.median(timed), "losses": ranks[0]["losses"],
             "dense_model": {**model, "parameters": ranks[0]["dense_parameters"],
-                            "dtype_run": ranks[0]["dtype_run"]}}
+                            "dtype_run": ranks[0]["dtype_run"]},
+            **({"ops_per_rank": [r["ops"] for r in ranks]} if profile_steps else {})}
 
 
 # ---- inside each rank ------------------------------------------------------------------------------------
@@ -152,9 +154,8 @@ def _train_rank(rank: int, job: dict, pg) -> dict:
     total = job["warmup"] + job["steps"]
     pool = _batches(wl, doc, job["batch_per_rank"], rank, job["seed"], min(total, 4), device)
     times, losses = [], []
-    for step in range(total):
-        batch = pool[step % len(pool)]
-        t0 = time.perf_counter()
+
+    def one_step(batch):
         with precision:
             loss = loss_of(dmp, batch)
         loss.backward()
@@ -162,9 +163,27 @@ def _train_rank(rank: int, job: dict, pg) -> dict:
         opt.zero_grad()
         if gpu:
             torch.cuda.synchronize(device)
+        return loss
+
+    for step in range(total):
+        t0 = time.perf_counter()
+        loss = one_step(pool[step % len(pool)])
         times.append(time.perf_counter() - t0)
         losses.append(float(loss.detach()))
-    return {"times": times, "losses": losses, "dense_parameters": dense_parameters, "dtype_run": dtype_run}
+    ops = _profile(one_step, pool, job["profile_steps"]) if job.get("profile_steps") else None
+    return {"times": times, "losses": losses, "dense_parameters": dense_parameters, "dtype_run": dtype_run,
+            "ops": ops}
+
+
+def _profile(one_step, pool, steps: int) -> dict:
+    """``steps`` more steps under torch.profiler (CPU activities): per operator name its self CPU time per step
+    (seconds) and calls per step, as ``{name: [self_s, calls]}``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for step in range(steps):
+            one_step(pool[step % len(pool)])
+    return {e.key: [e.self_cpu_time_total * 1e-6 / steps, e.count / steps] for e in prof.key_averages()}
 
 
 def _worker(rank: int, job: dict) -> None:
