@@ -387,13 +387,19 @@ def test_tbe_costs_are_measured_and_written(tmp_path, monkeypatch, capsys):
     tbe.fit(cal, torch.device("cpu"), sizes, topo.op_costs(topo.gpus[0]), optimizers=("adam", "sgd", "adagrad"),
             widths=(16, 64))
     spec = cal.device_costs.tbe_spec()
-    assert set(spec.fixed_us) == {"tbe_forward", "tbe_backward"} and spec.fixed_us["tbe_forward"] > 0
+    assert set(spec.fixed_us) == {"tbe_forward", "tbe_backward", "dense_forward", "dense_backward"}
+    assert spec.fixed_us["tbe_forward"] > 0
     assert {dt: set(t) for dt, t in spec.forward_GBps.items()} == {"fp32": {64, 256}, "fp16": {32, 128}}
-    assert set(spec.backward_GBps) == {"sgd", "adagrad"}  # one table per optimizer timed
-    assert all(v > 0 for by in spec.backward_GBps.values() for t in by.values() for v in t.values())
+    assert {dt: set(t) for dt, t in spec.forward_cached_GBps.items()} == {"fp32": {64, 256}, "fp16": {32, 128}}
+    for name in ("backward_GBps", "backward_lookup_GBps", "backward_row_GBps"):  # one table per optimizer timed
+        table = getattr(spec, name)
+        assert set(table) == {"sgd", "adagrad"}
+        assert all(v > 0 for by in table.values() for t in by.values() for v in t.values())
+    assert set(spec.dense_forward_GBps) == set(spec.dense_backward_GBps) == {64, 256}  # fp32 rows only
     assert any("no adam" in n for n in cal.notes)  # fbgemm-gpu-cpu has no Adam: its default kept, said
     text = "\n".join(render(_op_cost_items(cal.device_costs, "calibrate", {})))
     assert "torchrec:" in text and "forward_GBps:" in text and "TBE forward of one lookup" in text
+    assert "backward_row_GBps:" in text and "dense_backward_GBps:" in text and "hot rows" in text
     name, tpl = next(iter(hw.templates.items()))
     gpus = tpl.gpus.model_copy(update={"op_costs": tpl.gpus.op_costs.model_copy(update={"torchrec": spec})})
     topo2 = Topology(hw.model_copy(update={"templates": {name: tpl.model_copy(update={"gpus": gpus})}}))
@@ -401,6 +407,13 @@ def test_tbe_costs_are_measured_and_written(tmp_path, monkeypatch, capsys):
     assert priced.fixed("tbe_forward") == pytest.approx(spec.fixed_us["tbe_forward"] * 1e-6)
     assert priced.forward["fp16"](128) == pytest.approx(spec.forward_GBps["fp16"][128] * 1e9)
     assert priced.backward["fp32"](64) == pytest.approx(spec.backward_GBps["adagrad"]["fp32"][64] * 1e9)
+    assert priced.backward_row["fp32"](64) == pytest.approx(spec.backward_row_GBps["adagrad"]["fp32"][64] * 1e9)
+    assert priced.dense_forward(256) == pytest.approx(spec.dense_forward_GBps[256] * 1e9)
+    # the split prices repeats apart from distinct rows: 4096 lookups of 8 rows cost less than of 4096 rows
+    repeats = priced.backward_s("fp32", 64, 64, 4096, 8, 68, False)
+    assert repeats < priced.backward_s("fp32", 64, 64, 4096, 4096, 68, False)
+    assert repeats == pytest.approx(4096 * 64 / priced.backward_lookup["fp32"](64)
+                                    + 2 * 8 * 68 / priced.backward_row["fp32"](64))
     other = tbe_costs(topo2, topo2.gpus[0], "rowwise_adagrad")  # not timed: the device's own update rate
     update = topo2.op_costs(topo2.gpus[0]).update["rowwise_adagrad"]["fp32"]
     assert other.backward["fp32"](64) == pytest.approx(update(64))

@@ -10,6 +10,7 @@ import pytest
 from placer.cli import main
 from placer.cost import CostModel
 from placer.errors import SpecError
+from placer.forms import data_parallel
 from placer.plan import Placement, Plan, Shard, SpecRef
 from placer.planner.solve import SolveConfig, solve
 from placer.program.build import plan_ops
@@ -124,6 +125,38 @@ def test_tbe_rates_default_to_the_datasheet_and_take_calibrated_ones():
     c2 = tbe_costs(topo2, topo2.gpus[0], "sgd")
     assert c2.fixed("tbe_forward") == pytest.approx(11e-6) and c2.forward["fp32"](64) == pytest.approx(100e9)
     assert c2.backward["fp32"](64) == pytest.approx(hbm * TBE_BACKWARD_EFFICIENCY)
+
+
+def test_repeats_and_data_parallel_tables_take_their_own_measured_rates():
+    """Where the spec measures the split rates, a table's repeated lookups are priced at forward_cached and
+    backward_lookup (its distinct rows at forward and backward_row), and a data-parallel table at the dense TBE's
+    rates with its fixed costs; without them every lookup is a distinct row at the one rate."""
+    from placer.specs.hardware import OpCostSpec, TbeCostSpec
+
+    hw, wl, topo = _setup()
+    name, tpl = next(iter(hw.templates.items()))
+    split = {"sgd": {"fp32": {16: 1.0, 1024: 1.0}}}
+    measured = TbeCostSpec(fixed_us={"dense_forward": 3.0, "dense_backward": 4.0},
+                           forward_GBps={"fp32": {16: 2.0, 1024: 2.0}}, forward_cached_GBps={"fp32": {16: 20.0}},
+                           backward_GBps={"sgd": {"fp32": {16: 0.5}}}, backward_lookup_GBps=split,
+                           backward_row_GBps={"sgd": {"fp32": {16: 0.25}}}, dense_forward_GBps={16: 8.0},
+                           dense_backward_GBps={16: 4.0})
+    gpus = tpl.gpus.model_copy(update={"op_costs": OpCostSpec(torchrec=measured)})
+    topo2 = Topology(hw.model_copy(update={"templates": {name: tpl.model_copy(update={"gpus": gpus})}}))
+    tbe = tbe_costs(topo2, topo2.gpus[0], "sgd")
+    out = tbe.device.stream_s(4096.0)
+    assert tbe.forward_s("fp32", 64, 1000, 10, 4096, False) == pytest.approx(10 * 64 / 2e9 + 990 * 64 / 20e9 + out)
+    assert tbe.backward_s("fp32", 64, 64, 1000, 10, 64, False) == pytest.approx(1000 * 64 / 1e9 + 2 * 10 * 64 / 0.25e9)
+    assert tbe.forward_s("fp32", 64, 1000, 10, 4096, False, dense=True) == pytest.approx(1000 * 64 / 8e9 + out)
+    assert tbe.backward_s("fp32", 64, 64, 1000, 10, 64, False, dense=True) == pytest.approx(1000 * 64 / 4e9)
+    single = tbe_costs(topo, topo.gpus[0], "sgd")  # the datasheet: one rate, repeats as distinct rows
+    assert single.forward_s("fp32", 64, 1000, 10, 0, False) == pytest.approx(1000 * 64 / single.forward["fp32"](64))
+    # the builder: a data-parallel group's fixed costs are the dense TBE's
+    t = wl.tables[0]
+    dp = data_parallel.placement(t, list(topo2.gpus), "fp32")
+    fixed = {op.kind: op.seconds for op in plan_ops(CostModel(topo2, wl).builder, [dp]) if op.once and op.group
+             and op.group.location == "replica" and op.kind in ("lookup", "tbe_backward")}
+    assert fixed == pytest.approx({"lookup": 3e-6, "tbe_backward": 4e-6})
 
 
 def test_cli_prices_by_the_trainer(tmp_path, capsys):

@@ -74,16 +74,26 @@ class OpCostEntries:
     torchrec_fixed_us: dict[str, Entry] = field(default_factory=dict)  # TbeCostSpec.fixed_us (calibrate/tbe.py)
     torchrec_forward_GBps: dict[str, dict[int, Entry]] = field(default_factory=dict)
     torchrec_backward_GBps: dict[str, dict[str, dict[int, Entry]]] = field(default_factory=dict)  # by optimizer
+    torchrec_forward_cached_GBps: dict[str, dict[int, Entry]] = field(default_factory=dict)
+    torchrec_backward_lookup_GBps: dict[str, dict[str, dict[int, Entry]]] = field(default_factory=dict)
+    torchrec_backward_row_GBps: dict[str, dict[str, dict[int, Entry]]] = field(default_factory=dict)
+    torchrec_dense_forward_GBps: dict[int, Entry] = field(default_factory=dict)
+    torchrec_dense_backward_GBps: dict[int, Entry] = field(default_factory=dict)
 
     def tbe_spec(self) -> TbeCostSpec | None:
         """The TBE costs measured (``placer calibrate --trainer torchrec``), or None."""
         if not (self.torchrec_fixed_us or self.torchrec_forward_GBps):
             return None
         vals = lambda d: {k: e.value for k, e in d.items()}
-        return TbeCostSpec(fixed_us=vals(self.torchrec_fixed_us),
-                           forward_GBps={dt: vals(t) for dt, t in self.torchrec_forward_GBps.items()} or None,
-                           backward_GBps={o: {dt: vals(t) for dt, t in by.items()}
-                                          for o, by in self.torchrec_backward_GBps.items()} or None)
+        by_dtype = lambda d: {dt: vals(t) for dt, t in d.items()} or None
+        by_optimizer = lambda d: {o: {dt: vals(t) for dt, t in by.items()} for o, by in d.items()} or None
+        return TbeCostSpec(fixed_us=vals(self.torchrec_fixed_us), forward_GBps=by_dtype(self.torchrec_forward_GBps),
+                           backward_GBps=by_optimizer(self.torchrec_backward_GBps),
+                           forward_cached_GBps=by_dtype(self.torchrec_forward_cached_GBps),
+                           backward_lookup_GBps=by_optimizer(self.torchrec_backward_lookup_GBps),
+                           backward_row_GBps=by_optimizer(self.torchrec_backward_row_GBps),
+                           dense_forward_GBps=vals(self.torchrec_dense_forward_GBps) or None,
+                           dense_backward_GBps=vals(self.torchrec_dense_backward_GBps) or None)
 
     def spec(self) -> OpCostSpec:
         vals = lambda d: {k: e.value for k, e in d.items()} or None

@@ -150,11 +150,17 @@ def _op_cost_items(e: OpCostEntries, src: str, checks: dict[str, list[str]]) -> 
     if e.torchrec_fixed_us or e.torchrec_forward_GBps:
         tbe = [Item("fixed_us", children=[Item(k, v.value, c(f"torchrec.fixed_us.{k}", v.how))
                                           for k, v in e.torchrec_fixed_us.items()])]
-        if e.torchrec_forward_GBps:
-            tbe.append(Item("forward_GBps", children=rows("torchrec.forward_GBps", e.torchrec_forward_GBps)))
-        if e.torchrec_backward_GBps:
-            tbe.append(Item("backward_GBps", children=[Item(o, children=rows(f"torchrec.backward_GBps.{o}", t))
-                                                       for o, t in e.torchrec_backward_GBps.items()]))
+        for name in ("forward_GBps", "forward_cached_GBps"):
+            if getattr(e, f"torchrec_{name}"):
+                tbe.append(Item(name, children=rows(f"torchrec.{name}", getattr(e, f"torchrec_{name}"))))
+        for name in ("backward_GBps", "backward_lookup_GBps", "backward_row_GBps"):
+            if getattr(e, f"torchrec_{name}"):
+                tbe.append(Item(name, children=[Item(o, children=rows(f"torchrec.{name}.{o}", t))
+                                                for o, t in getattr(e, f"torchrec_{name}").items()]))
+        for name in ("dense_forward_GBps", "dense_backward_GBps"):
+            if table := getattr(e, f"torchrec_{name}"):
+                tbe.append(Item(name, children=[Item(int(k), table[k].value, c(f"torchrec.{name}.{k}", table[k].how))
+                                                for k in sorted(table)]))
         items.append(Item("torchrec", comment=f"{src}: FBGEMM's TBE (calibrate/tbe.py)", children=tbe))
     return items
 

@@ -4,11 +4,17 @@ TorchRec's DistributedModelParallel looks up every table of one sharding type an
 ONE TBE call forward and ONE fused backward (the sort, the reduction and the optimizer's update of the distinct
 rows in one kernel chain), whatever the tables' widths. A TBE op costs ``fixed(kind) + work / rate``:
 
-- ``tbe_forward``: rows gathered and pooled, ``lookups x row bytes`` at ``forward`` (rows in HBM), at the device's
-  host-gather rate for rows in host memory (``fused_uvm``: every lookup crosses the link);
-- ``tbe_backward``: ``lookups x pooled gradient row + 2 x distinct rows x (row + optimizer state) bytes`` at
-  ``backward``, the workload's optimizer's (rows in host memory: the distinct rows' bytes also cross the link
-  twice);
+- ``tbe_forward``: rows gathered and pooled, ``distinct rows x row bytes`` at ``forward`` and the repeats at
+  ``forward_cached`` (rows read again in the call: a skewed or tiny table's; without it every lookup at
+  ``forward``), at the device's host-gather rate for rows in host memory (``fused_uvm``: every lookup crosses the
+  link);
+- ``tbe_backward``: ``lookups x pooled gradient row`` at ``backward_lookup`` + ``2 x distinct rows x (row +
+  optimizer state) bytes`` at ``backward_row``, the workload's optimizer's; where the spec measures no split, both
+  at the one rate ``backward`` (measured with nearly every lookup a distinct row: it prices a repeat as a distinct
+  row); rows in host memory: the distinct rows' bytes also cross the link twice;
+- a data-parallel table runs DMP's dense TBE: its lookups at ``dense_forward`` and their gradient rows at
+  ``dense_backward`` where measured (the fixed costs ``dense_forward`` / ``dense_backward``), its optimizer the
+  dense one (the builder's ``update_dense``);
 - ``input_dist``: the all-to-all of a sharding type's ids and lengths (TorchRec's KJTAllToAll: the splits, then the
   lengths and ids), a fixed cost per call; its bytes are priced on the links by the builder;
 - ``dmp_step``: DMP's own Python per step and rank (the DDP wrapper, the awaitables), fitted on synthetic DMP steps
@@ -47,26 +53,52 @@ CACHE_KERNELS = 3
 @dataclass
 class TbeCosts:
     """One device's TBE op costs (module docstring): fixed seconds per call, rates per storage dtype keyed by row
-    bytes (bytes/s), and the device's OpCosts for host gathers and streams."""
+    bytes (bytes/s), and the device's OpCosts for host gathers and streams. The split rates (``forward_cached``,
+    ``backward_lookup`` with ``backward_row``, ``dense_forward``, ``dense_backward``) are None where the spec does
+    not measure them; the single rates then price every lookup alike."""
 
     fixed_s: dict[str, float]
     forward: dict[str, RateTable]
     backward: dict[str, RateTable]
     device: OpCosts
+    forward_cached: dict[str, RateTable] | None = None
+    backward_lookup: dict[str, RateTable] | None = None
+    backward_row: dict[str, RateTable] | None = None
+    dense_forward: RateTable | None = None
+    dense_backward: RateTable | None = None
 
     def fixed(self, kind: str) -> float:
         return self.fixed_s[kind]
 
-    def forward_s(self, dtype: str, row_bytes: float, lookups: float, out_bytes: float, from_host: bool) -> float:
-        """Seconds of the rows a member looks up and pools (``out_bytes`` of pooled output written)."""
-        rate = self.device.host_gather[dtype](row_bytes) if from_host else self.forward[dtype](row_bytes)
-        return lookups * row_bytes / rate + self.device.stream_s(out_bytes)
+    def forward_s(self, dtype: str, row_bytes: float, lookups: float, unique: float, out_bytes: float,
+                  from_host: bool, dense: bool = False) -> float:
+        """Seconds of the rows a member looks up (``unique`` of them distinct) and pools (``out_bytes`` of pooled
+        output written); ``dense``: a data-parallel table's dense TBE (its rows are fp32: ``row_bytes`` as such)."""
+        if from_host:
+            read = lookups * row_bytes / self.device.host_gather[dtype](row_bytes)
+        elif dense and self.dense_forward is not None:
+            read = lookups * row_bytes / self.dense_forward(row_bytes)
+        elif self.forward_cached is not None:
+            repeats = max(lookups - unique, 0.0)
+            read = (min(unique, lookups) * row_bytes / self.forward[dtype](row_bytes)
+                    + repeats * row_bytes / self.forward_cached[dtype](row_bytes))
+        else:
+            read = lookups * row_bytes / self.forward[dtype](row_bytes)
+        return read + self.device.stream_s(out_bytes)
 
     def backward_s(self, dtype: str, row_bytes: float, grad_row_bytes: float, lookups: float, rows: float,
-                   rmw_bytes: float, in_host: bool) -> float:
+                   rmw_bytes: float, in_host: bool, dense: bool = False) -> float:
         """Seconds of a member's share of the fused backward: its lookups' gradient rows, its ``rows`` distinct
-        rows read and written (``rmw_bytes`` each: weights + state); rows in host memory across the link too."""
-        work = (lookups * grad_row_bytes + 2 * rows * rmw_bytes) / self.backward[dtype](row_bytes)
+        rows read and written (``rmw_bytes`` each: weights + state); rows in host memory across the link too.
+        ``dense``: a data-parallel table's dense TBE backward (the gradient rows added into a dense gradient; its
+        optimizer is the dense one, priced by the builder)."""
+        if dense and self.dense_backward is not None:
+            return lookups * grad_row_bytes / self.dense_backward(row_bytes)
+        if self.backward_lookup is not None and self.backward_row is not None:
+            work = (lookups * grad_row_bytes / self.backward_lookup[dtype](row_bytes)
+                    + 2 * rows * rmw_bytes / self.backward_row[dtype](row_bytes))
+        else:
+            work = (lookups * grad_row_bytes + 2 * rows * rmw_bytes) / self.backward[dtype](row_bytes)
         if in_host:
             work = max(work, 2 * rows * rmw_bytes / self.device.host_gather[dtype](row_bytes))
         return work
@@ -79,6 +111,12 @@ def _tables(points: dict | None, default) -> dict[str, RateTable]:
         points = {**points, "bf16": points["fp16"]}
     return {dt: RateTable({rb: v * GB for rb, v in points[dt].items()}) if points.get(dt) else default(dt)
             for dt in DTYPES}
+
+
+def _measured(points: dict | None, fallback: dict[str, RateTable]) -> dict[str, RateTable] | None:
+    """Rate tables of a split rate the spec measures (a dtype it lacks: ``fallback``'s), None where it measures
+    none."""
+    return _tables(points, lambda dt: fallback[dt]) if points else None
 
 
 def tbe_costs(topo, device: str, optimizer: str) -> TbeCosts:
@@ -97,10 +135,20 @@ def tbe_costs(topo, device: str, optimizer: str) -> TbeCosts:
         backward = lambda dt: RateTable.flat(hbm * TBE_BACKWARD_EFFICIENCY)
         per_kernel = us_to_s(gpu.kernel_launch_us)
     fixed = {k: us_to_s(measured[k]) if k in measured else per_kernel * n for k, n in TBE_KERNELS.items()}
+    for dense, fused in (("dense_forward", "tbe_forward"), ("dense_backward", "tbe_backward")):
+        fixed[dense] = us_to_s(measured[dense]) if dense in measured else fixed[fused]
     fixed["input_dist"] = (us_to_s(measured["input_dist"]) if "input_dist" in measured
                            else INPUT_DIST_COLLECTIVES * costs.fixed("collective"))
     fixed["dmp_step"] = us_to_s(measured.get("dmp_step", 0.0))  # no datasheet figure: measured, else none
     fixed["cache"] = per_kernel * CACHE_KERNELS
-    measured_backward = (spec.backward_GBps or {}).get(optimizer) if spec else None  # this optimizer's, if timed
-    return TbeCosts(fixed_s=fixed, forward=_tables(spec.forward_GBps if spec else None, forward),
-                    backward=_tables(measured_backward, backward), device=costs)
+    of = lambda field: (getattr(spec, field) or {}).get(optimizer) if spec else None  # this optimizer's, if timed
+    fwd = _tables(spec.forward_GBps if spec else None, forward)
+    bwd = _tables(of("backward_GBps"), backward)
+    split = of("backward_lookup_GBps") and of("backward_row_GBps")
+    flat = lambda points: RateTable({rb: v * GB for rb, v in points.items()}) if points else None
+    return TbeCosts(fixed_s=fixed, forward=fwd, backward=bwd, device=costs,
+                    forward_cached=_measured(spec.forward_cached_GBps if spec else None, fwd),
+                    backward_lookup=_measured(of("backward_lookup_GBps"), bwd) if split else None,
+                    backward_row=_measured(of("backward_row_GBps"), bwd) if split else None,
+                    dense_forward=flat(spec.dense_forward_GBps if spec else None),
+                    dense_backward=flat(spec.dense_backward_GBps if spec else None))

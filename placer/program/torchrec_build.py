@@ -88,7 +88,8 @@ class TorchRecProgramBuilder(ProgramBuilder):
     def _group_fixed_ops(self, key: GroupKey) -> list[Op]:
         dev, st, tbe = key.device, self.stream(key.device), self.tbe(key.device)
         mk = lambda kind, phase, seconds, group=key: Op(kind, phase, st, seconds, group=group, once=True)
-        ops = [mk("lookup", FWD, tbe.fixed("tbe_forward")), mk("tbe_backward", BWD, tbe.fixed("tbe_backward"))]
+        fixed = "dense_" if key.location == "replica" else "tbe_"  # a data-parallel group runs a dense TBE
+        ops = [mk("lookup", FWD, tbe.fixed(fixed + "forward")), mk("tbe_backward", BWD, tbe.fixed(fixed + "backward"))]
         sharding = key.form.split(":")[1]
         if key.form.endswith(":caching"):
             ops.append(mk("cache", FWD, tbe.fixed("cache")))
@@ -110,12 +111,13 @@ class TorchRecProgramBuilder(ProgramBuilder):
         out_bytes = m.bags * grad_row if m.part != "cold" else 0.0  # a split's two parts pool into one output
         in_host = key.location == "uvm" and m.part != "hot" and not self.topo.is_unified(dev)
         rows_key = key if in_host else GroupKey(dev, "hbm", key.dtype, 0, key.form)  # where _row_traffic looks
-        ops = [Op("lookup", FWD, st, tbe.forward_s(key.dtype, row_bytes, m.lookups, out_bytes, in_host), key,
-                  m.table, traffic=self._row_traffic(rows_key, m.lookups * row_bytes),
+        dense = key.location == "replica"  # a data-parallel table: DMP's dense TBE
+        forward = tbe.forward_s(key.dtype, row_bytes, m.lookups, m.unique_rows, out_bytes, in_host, dense=dense)
+        backward = tbe.backward_s(key.dtype, row_bytes, grad_row, m.lookups, m.unique_rows, rmw, in_host, dense=dense)
+        ops = [Op("lookup", FWD, st, forward, key, m.table, traffic=self._row_traffic(rows_key, m.lookups * row_bytes),
                   sizes={"lookups": m.lookups, "unique_rows": m.unique_rows, "row_bytes": row_bytes, "bags": m.bags}),
-               Op("tbe_backward", BWD, st,
-                  tbe.backward_s(key.dtype, row_bytes, grad_row, m.lookups, m.unique_rows, rmw, in_host), key,
-                  m.table, traffic=self._row_traffic(rows_key, m.unique_rows * rmw, both_ways=True),
+               Op("tbe_backward", BWD, st, backward, key, m.table,
+                  traffic=self._row_traffic(rows_key, m.unique_rows * rmw, both_ways=True),
                   sizes={"lookups": m.lookups, "rows": m.unique_rows, "row_bytes": rmw})]
         if key.location == "replica":
             costs = self.topo.op_costs(dev)

@@ -50,16 +50,35 @@ class TbeCostSpec(StrictModel):
     DistributedModelParallel runs it (program/tbe_costs.py; ``placer calibrate --trainer torchrec`` measures it).
     Every field is optional: a missing one takes its default there."""
 
-    fixed_us: dict[Literal["tbe_forward", "tbe_backward", "input_dist", "dmp_step"], L.LatencyUs] = Field(
+    fixed_us: dict[Literal["tbe_forward", "tbe_backward", "dense_forward", "dense_backward", "input_dist",
+                           "dmp_step"], L.LatencyUs] = Field(
         default_factory=dict, description="fixed cost of one TBE forward call, one fused backward (sort, reduce and "
-                                          "optimizer update), one input distribution of the ids (per sharding "
-                                          "type), and DMP's own Python per step (calibrate/dmp.py), us")
+                                          "optimizer update), one dense TBE's forward and backward (data-parallel "
+                                          "tables), one input distribution of the ids (per sharding type), and "
+                                          "DMP's own Python per step (calibrate/dmp.py), us")
     forward_GBps: RowRates | None = Field(
         default=None, description="storage dtype -> row bytes -> GB/s of rows gathered and pooled by a TBE forward")
     backward_GBps: dict[Literal[OPTIMIZERS], RowRates] | None = Field(
         default=None, description="optimizer -> storage dtype -> row bytes -> GB/s of a fused TBE backward with that "
                                   "optimizer: per lookup its pooled gradient row read, per distinct row its weights "
-                                  "and state read and written")
+                                  "and state read and written (rows drawn from a table far larger than the caches, "
+                                  "nearly every lookup a distinct row)")
+    forward_cached_GBps: RowRates | None = Field(
+        default=None, description="storage dtype -> row bytes -> GB/s of a TBE forward's lookups of rows it read "
+                                  "before in the same call (ids from a few hot rows): every lookup past a row's first")
+    backward_lookup_GBps: dict[Literal[OPTIMIZERS], RowRates] | None = Field(
+        default=None, description="optimizer -> storage dtype -> row bytes -> GB/s of the fused backward's work per "
+                                  "lookup: its pooled gradient row (fp32 bytes) sorted and summed; with "
+                                  "backward_row_GBps it prices the backward in place of backward_GBps")
+    backward_row_GBps: dict[Literal[OPTIMIZERS], RowRates] | None = Field(
+        default=None, description="optimizer -> storage dtype -> row bytes -> GB/s of the fused backward's work per "
+                                  "distinct row: its weights and optimizer state read and written (2 x their bytes)")
+    dense_forward_GBps: dict[L.RowBytes, Rate] | None = Field(
+        default=None, description="fp32 row bytes -> GB/s of a data-parallel table's dense TBE (DMP's dense compute "
+                                  "kernel): rows gathered and pooled, per lookup")
+    dense_backward_GBps: dict[L.RowBytes, Rate] | None = Field(
+        default=None, description="fp32 row bytes -> GB/s of its backward: per lookup the pooled gradient row (fp32) "
+                                  "added into the table's dense gradient")
 
 
 class OpCostSpec(StrictModel):
