@@ -147,8 +147,8 @@ def test_repeats_and_data_parallel_tables_take_their_own_measured_rates():
     out = tbe.device.stream_s(4096.0)
     assert tbe.forward_s("fp32", 64, 1000, 10, 4096, False) == pytest.approx(10 * 64 / 2e9 + 990 * 64 / 20e9 + out)
     assert tbe.backward_s("fp32", 64, 64, 1000, 10, 64, False) == pytest.approx(1000 * 64 / 1e9 + 2 * 10 * 64 / 0.25e9)
-    assert tbe.forward_s("fp32", 64, 1000, 10, 4096, False, dense=True) == pytest.approx(1000 * 64 / 8e9 + out)
-    assert tbe.backward_s("fp32", 64, 64, 1000, 10, 64, False, dense=True) == pytest.approx(1000 * 64 / 4e9)
+    assert tbe.dense_forward_s("fp32", 64, 1000, 10, 4096) == pytest.approx(1000 * 64 / 8e9 + out)
+    assert tbe.dense_backward_s("fp32", 64, 64, 1000, 250, 10, 64) == pytest.approx(250 * 64 / 4e9)  # per bag
     single = tbe_costs(topo, topo.gpus[0], "sgd")  # the datasheet: one rate, repeats as distinct rows
     assert single.forward_s("fp32", 64, 1000, 10, 0, False) == pytest.approx(1000 * 64 / single.forward["fp32"](64))
     # the builder: a data-parallel group's fixed costs are the dense TBE's
@@ -182,26 +182,33 @@ def test_cli_prices_by_the_trainer(tmp_path, capsys):
 
 
 def test_dmp_own_cost_is_fitted_on_synthetic_steps(monkeypatch):
-    """calibrate/dmp.py: two synthetic models (one sharding type, two) priced under the torchrec trainer; their
-    measured-less-priced residuals give dmp_step (per step) and input_dist's extra per sharding type, which the
-    builder then charges (a dmp_step op on every rank). DMP's runs are stubbed here: the arithmetic, not a timing."""
+    """calibrate/dmp.py: three synthetic models (one sharding type, two, and the first at a large batch of wide
+    tables) priced under the torchrec trainer; their measured-less-priced residuals give dmp_step (per step),
+    input_dist's extra per sharding type and DMP's rate per pooled-embedding byte, which the builder then charges
+    (a dmp_step op on every rank). DMP's runs are stubbed here: the arithmetic, not a timing."""
     import torch
 
     from placer.calibrate import Calibration, dmp
     from placer.torchrec_io import dmp_train
 
     hw, _, topo = _setup()
-    wl = dmp.synthetic_workload(len(topo.gpus))
-    plans = dmp.synthetic_plans(topo, wl)
-    kinds = {n: {p.sharding for p in plan.placements} for n, plan in plans.items()}
-    assert kinds == {"one sharding type": {"table_wise"}, "two sharding types": {"table_wise", "row_wise"}}
-    model = CostModel(topo, wl)
-    priced = {n: predict(model, p, check_memory=False)["step_time_s"] for n, p in plans.items()}
-    extra = {"one sharding type": 0.003, "two sharding types": 0.005}  # S + K, S + 2K: S = 1 ms, K = 2 ms
-    by_types = {1: "one sharding type", 2: "two sharding types"}
+    models = dmp._models(topo, len(topo.gpus))
+    kinds = {n: {p.sharding for p in plan.placements} for n, (_, plan) in models.items()}
+    assert kinds == {"one sharding type": {"table_wise"}, "two sharding types": {"table_wise", "row_wise"},
+                     "large batch": {"table_wise"}}
+    priced = {n: predict(CostModel(topo, w), p, check_memory=False)["step_time_s"] for n, (w, p) in models.items()}
+    large = models["large batch"][0]
+    pooled = large.batch_size // len(topo.gpus) * sum(t.dim for t in large.tables) * 4  # bytes per rank
+    small = models["one sharding type"][0]
+    pooled_small = small.batch_size // len(topo.gpus) * sum(t.dim for t in small.tables) * 4
+    # S + K, S + 2K, S + K + (pooled_C - pooled_A) / G: S = 1 ms, K = 2 ms, G = 1 GB/s
+    extra = {"one sharding type": 0.003, "two sharding types": 0.005,
+             "large batch": 0.003 + (pooled - pooled_small) / 1e9}
 
     def stub(doc, wl, **kw):
-        name = by_types[len({t["parameter_sharding"]["sharding_type"] for t in doc["tables"].values()})]
+        types = {t["parameter_sharding"]["sharding_type"] for t in doc["tables"].values()}
+        name = ("large batch" if len(doc["tables"]) == len(large.tables) else
+                {1: "one sharding type", 2: "two sharding types"}[len(types)])
         return {"median_step_s": priced[name] + extra[name]}
 
     monkeypatch.setattr(dmp_train, "train", stub)
@@ -212,10 +219,11 @@ def test_dmp_own_cost_is_fitted_on_synthetic_steps(monkeypatch):
     assert not cal.notes and fixed["dmp_step"].value == pytest.approx(1000.0, rel=1e-6)
     default = tbe_costs(topo, topo.gpus[0], "sgd").fixed("input_dist") * 1e6
     assert fixed["input_dist"].value == pytest.approx(default + 2000.0, rel=1e-6)
+    assert cal.device_costs.torchrec_dmp_GBps["pooled"].value == pytest.approx(1.0, rel=1e-6)
     from placer.specs.hardware import OpCostSpec
 
     name, tpl = next(iter(hw.templates.items()))
     gpus = tpl.gpus.model_copy(update={"op_costs": OpCostSpec(torchrec=cal.device_costs.tbe_spec())})
     topo2 = Topology(hw.model_copy(update={"templates": {name: tpl.model_copy(update={"gpus": gpus})}}))
-    steps = [op for op in CostModel(topo2, wl).builder.base_ops() if op.kind == "dmp_step"]
-    assert len(steps) == len(topo2.gpus) and all(op.seconds == pytest.approx(1e-3) for op in steps)
+    steps = [op for op in CostModel(topo2, large).builder.base_ops() if op.kind == "dmp_step"]
+    assert len(steps) == len(topo2.gpus) and all(op.seconds == pytest.approx(1e-3 + pooled / 1e9) for op in steps)

@@ -79,6 +79,7 @@ class OpCostEntries:
     torchrec_backward_row_GBps: dict[str, dict[str, dict[int, Entry]]] = field(default_factory=dict)
     torchrec_dense_forward_GBps: dict[int, Entry] = field(default_factory=dict)
     torchrec_dense_backward_GBps: dict[int, Entry] = field(default_factory=dict)
+    torchrec_dmp_GBps: dict[str, Entry] = field(default_factory=dict)  # TbeCostSpec.dmp_GBps (calibrate/dmp.py)
 
     def tbe_spec(self) -> TbeCostSpec | None:
         """The TBE costs measured (``placer calibrate --trainer torchrec``), or None."""
@@ -93,7 +94,8 @@ class OpCostEntries:
                            backward_lookup_GBps=by_optimizer(self.torchrec_backward_lookup_GBps),
                            backward_row_GBps=by_optimizer(self.torchrec_backward_row_GBps),
                            dense_forward_GBps=vals(self.torchrec_dense_forward_GBps) or None,
-                           dense_backward_GBps=vals(self.torchrec_dense_backward_GBps) or None)
+                           dense_backward_GBps=vals(self.torchrec_dense_backward_GBps) or None,
+                           dmp_GBps=vals(self.torchrec_dmp_GBps))
 
     def spec(self) -> OpCostSpec:
         vals = lambda d: {k: e.value for k, e in d.items()} or None

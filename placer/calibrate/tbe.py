@@ -16,8 +16,9 @@ Each number inverts the formula tbe_costs.TbeCosts prices with; T is a median ti
   row costs (B_c - B_h) / (U - U_h) seconds (backward_row_GBps = 2 m over it), the lookups the rest of B_h
   (backward_lookup_GBps = L g over it): skewed and tiny tables repeat most rows, and one rate priced their
   repeats as distinct rows;
-- dense_forward_GBps[rb], dense_backward_GBps[rb]: a dense TBE of HOT_ROWS fp32 rows, the L lookups' rows read
-  and their gradient rows added (per lookup).
+- dense_forward_GBps[rb] = L rb / (T - fixed - out / stream) of a dense TBE of HOT_ROWS fp32 rows;
+  dense_backward_GBps[rb] = (L / BAG) g / its backward: its work goes with the pooled gradient rows (a table of
+  one-lookup bags, FBGEMM's CPU kernel: ~20 ns a bag of 64 B rows at 1 and at 4 lookups a bag).
 
 The backward is timed per optimizer of the workloads given (EXACT_ROWWISE_ADAGRAD, TorchRec's usual, without any);
 one without a TBE on this device (Adam on a CPU) keeps its default, said in the notes. On a CPU the TBE runs its
@@ -181,5 +182,6 @@ def _fit_width(cal: Calibration, device, sizes: Sizes, opcosts, timed: list[str]
               f"backward {d_fb * 1e3:.4g} ms"
         costs.torchrec_dense_forward_GBps[rb] = Entry(
             L * rb / max(d_f - fixed["dense_forward"] - out_s, MIN_EXCESS * d_f) / 1e9, how)
-        costs.torchrec_dense_backward_GBps[rb] = Entry(
-            L * g / max(d_fb - d_f - fixed["dense_backward"], MIN_EXCESS * max(d_fb - d_f, 1e-9)) / 1e9, how)
+        costs.torchrec_dense_backward_GBps[rb] = Entry(  # per pooled gradient row: L / BAG of them
+            L // BAG * g / max(d_fb - d_f - fixed["dense_backward"], MIN_EXCESS * max(d_fb - d_f, 1e-9)) / 1e9,
+            how + f" ({L // BAG} bags: the backward's work goes with its pooled gradient rows)")

@@ -157,9 +157,9 @@ def _op_cost_items(e: OpCostEntries, src: str, checks: dict[str, list[str]]) -> 
             if getattr(e, f"torchrec_{name}"):
                 tbe.append(Item(name, children=[Item(o, children=rows(f"torchrec.{name}.{o}", t))
                                                 for o, t in getattr(e, f"torchrec_{name}").items()]))
-        for name in ("dense_forward_GBps", "dense_backward_GBps"):
+        for name in ("dense_forward_GBps", "dense_backward_GBps", "dmp_GBps"):
             if table := getattr(e, f"torchrec_{name}"):
-                tbe.append(Item(name, children=[Item(int(k), table[k].value, c(f"torchrec.{name}.{k}", table[k].how))
+                tbe.append(Item(name, children=[Item(k, table[k].value, c(f"torchrec.{name}.{k}", table[k].how))
                                                 for k in sorted(table)]))
         items.append(Item("torchrec", comment=f"{src}: FBGEMM's TBE (calibrate/tbe.py)", children=tbe))
     return items

@@ -12,13 +12,15 @@ rows in one kernel chain), whatever the tables' widths. A TBE op costs ``fixed(k
   optimizer state) bytes`` at ``backward_row``, the workload's optimizer's; where the spec measures no split, both
   at the one rate ``backward`` (measured with nearly every lookup a distinct row: it prices a repeat as a distinct
   row); rows in host memory: the distinct rows' bytes also cross the link twice;
-- a data-parallel table runs DMP's dense TBE: its lookups at ``dense_forward`` and their gradient rows at
-  ``dense_backward`` where measured (the fixed costs ``dense_forward`` / ``dense_backward``), its optimizer the
+- a data-parallel table runs DMP's dense TBE: its lookups at ``dense_forward`` and its pooled gradient rows (one
+  per bag: the kernel's cost goes with its bags, measured against 1-lookup bags) at ``dense_backward`` where
+  measured (the fixed costs ``dense_forward`` / ``dense_backward``), its optimizer the
   dense one (the builder's ``update_dense``);
 - ``input_dist``: the all-to-all of a sharding type's ids and lengths (TorchRec's KJTAllToAll: the splits, then the
   lengths and ids), a fixed cost per call; its bytes are priced on the links by the builder;
 - ``dmp_step``: DMP's own Python per step and rank (the DDP wrapper, the awaitables), fitted on synthetic DMP steps
-  by calibrate/dmp.py; 0 where not measured.
+  by calibrate/dmp.py; 0 where not measured; with ``dmp_GBps.pooled`` (fitted there too) its work per byte of the
+  pooled embeddings a rank's samples receive (the KeyedTensors joined and split, forward and backward).
 
 The spec's ``op_costs.torchrec`` (TbeCostSpec, measured by ``placer calibrate --trainer torchrec``) gives these
 where measured. DATASHEET DEFAULTS elsewhere: on a GPU, the forward at TBE_FORWARD_EFFICIENCY and the backward at
@@ -66,18 +68,21 @@ class TbeCosts:
     backward_row: dict[str, RateTable] | None = None
     dense_forward: RateTable | None = None
     dense_backward: RateTable | None = None
+    dmp_pooled: float | None = None  # bytes/s of DMP's own work per pooled-embedding byte a rank receives
+
+    def dmp_pooled_s(self, pooled_bytes: float) -> float:
+        """Seconds of DMP's own work on ``pooled_bytes`` of a rank's pooled embeddings (0 where not fitted)."""
+        return pooled_bytes / self.dmp_pooled if self.dmp_pooled else 0.0
 
     def fixed(self, kind: str) -> float:
         return self.fixed_s[kind]
 
     def forward_s(self, dtype: str, row_bytes: float, lookups: float, unique: float, out_bytes: float,
-                  from_host: bool, dense: bool = False) -> float:
+                  from_host: bool) -> float:
         """Seconds of the rows a member looks up (``unique`` of them distinct) and pools (``out_bytes`` of pooled
-        output written); ``dense``: a data-parallel table's dense TBE (its rows are fp32: ``row_bytes`` as such)."""
+        output written)."""
         if from_host:
             read = lookups * row_bytes / self.device.host_gather[dtype](row_bytes)
-        elif dense and self.dense_forward is not None:
-            read = lookups * row_bytes / self.dense_forward(row_bytes)
         elif self.forward_cached is not None:
             repeats = max(lookups - unique, 0.0)
             read = (min(unique, lookups) * row_bytes / self.forward[dtype](row_bytes)
@@ -87,13 +92,9 @@ class TbeCosts:
         return read + self.device.stream_s(out_bytes)
 
     def backward_s(self, dtype: str, row_bytes: float, grad_row_bytes: float, lookups: float, rows: float,
-                   rmw_bytes: float, in_host: bool, dense: bool = False) -> float:
+                   rmw_bytes: float, in_host: bool) -> float:
         """Seconds of a member's share of the fused backward: its lookups' gradient rows, its ``rows`` distinct
-        rows read and written (``rmw_bytes`` each: weights + state); rows in host memory across the link too.
-        ``dense``: a data-parallel table's dense TBE backward (the gradient rows added into a dense gradient; its
-        optimizer is the dense one, priced by the builder)."""
-        if dense and self.dense_backward is not None:
-            return lookups * grad_row_bytes / self.dense_backward(row_bytes)
+        rows read and written (``rmw_bytes`` each: weights + state); rows in host memory across the link too."""
         if self.backward_lookup is not None and self.backward_row is not None:
             work = (lookups * grad_row_bytes / self.backward_lookup[dtype](row_bytes)
                     + 2 * rows * rmw_bytes / self.backward_row[dtype](row_bytes))
@@ -102,6 +103,22 @@ class TbeCosts:
         if in_host:
             work = max(work, 2 * rows * rmw_bytes / self.device.host_gather[dtype](row_bytes))
         return work
+
+    def dense_forward_s(self, dtype: str, row_bytes: float, lookups: float, unique: float,
+                        out_bytes: float) -> float:
+        """Seconds of a data-parallel member's lookups in DMP's dense TBE (forward_s where not measured)."""
+        if self.dense_forward is None:
+            return self.forward_s(dtype, row_bytes, lookups, unique, out_bytes, False)
+        return lookups * row_bytes / self.dense_forward(row_bytes) + self.device.stream_s(out_bytes)
+
+    def dense_backward_s(self, dtype: str, row_bytes: float, grad_row_bytes: float, lookups: float, bags: float,
+                         rows: float, rmw_bytes: float) -> float:
+        """Seconds of a data-parallel member's dense TBE backward: each pooled gradient row (one per bag) added
+        into the table's dense gradient, for every lookup of its bag (the optimizer is the dense one, priced by
+        the builder); backward_s where not measured."""
+        if self.dense_backward is None:
+            return self.backward_s(dtype, row_bytes, grad_row_bytes, lookups, rows, rmw_bytes, False)
+        return bags * grad_row_bytes / self.dense_backward(row_bytes)
 
 
 def _tables(points: dict | None, default) -> dict[str, RateTable]:
@@ -151,4 +168,5 @@ def tbe_costs(topo, device: str, optimizer: str) -> TbeCosts:
                     backward_lookup=_measured(of("backward_lookup_GBps"), bwd) if split else None,
                     backward_row=_measured(of("backward_row_GBps"), bwd) if split else None,
                     dense_forward=flat(spec.dense_forward_GBps if spec else None),
-                    dense_backward=flat(spec.dense_backward_GBps if spec else None))
+                    dense_backward=flat(spec.dense_backward_GBps if spec else None),
+                    dmp_pooled=spec.dmp_GBps["pooled"] * GB if spec and "pooled" in spec.dmp_GBps else None)

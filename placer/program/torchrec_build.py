@@ -111,9 +111,12 @@ class TorchRecProgramBuilder(ProgramBuilder):
         out_bytes = m.bags * grad_row if m.part != "cold" else 0.0  # a split's two parts pool into one output
         in_host = key.location == "uvm" and m.part != "hot" and not self.topo.is_unified(dev)
         rows_key = key if in_host else GroupKey(dev, "hbm", key.dtype, 0, key.form)  # where _row_traffic looks
-        dense = key.location == "replica"  # a data-parallel table: DMP's dense TBE
-        forward = tbe.forward_s(key.dtype, row_bytes, m.lookups, m.unique_rows, out_bytes, in_host, dense=dense)
-        backward = tbe.backward_s(key.dtype, row_bytes, grad_row, m.lookups, m.unique_rows, rmw, in_host, dense=dense)
+        if key.location == "replica":  # a data-parallel table: DMP's dense TBE
+            forward = tbe.dense_forward_s(key.dtype, row_bytes, m.lookups, m.unique_rows, out_bytes)
+            backward = tbe.dense_backward_s(key.dtype, row_bytes, grad_row, m.lookups, m.bags, m.unique_rows, rmw)
+        else:
+            forward = tbe.forward_s(key.dtype, row_bytes, m.lookups, m.unique_rows, out_bytes, in_host)
+            backward = tbe.backward_s(key.dtype, row_bytes, grad_row, m.lookups, m.unique_rows, rmw, in_host)
         ops = [Op("lookup", FWD, st, forward, key, m.table, traffic=self._row_traffic(rows_key, m.lookups * row_bytes),
                   sizes={"lookups": m.lookups, "unique_rows": m.unique_rows, "row_bytes": row_bytes, "bags": m.bags}),
                Op("tbe_backward", BWD, st, backward, key, m.table,
@@ -148,10 +151,13 @@ class TorchRecProgramBuilder(ProgramBuilder):
         return ops
 
     def base_ops(self) -> list[Op]:
-        """placer's placement-free ops and DMP's own cost per step on every rank (tbe_costs: ``dmp_step``)."""
+        """placer's placement-free ops and DMP's own cost per step on every rank (tbe_costs: ``dmp_step`` and its
+        work on the rank's pooled embeddings)."""
         ops = super().base_ops()
-        if any(self.tbe(g).fixed("dmp_step") for g in self.gpus):
-            ops += [Op("dmp_step", FWD, st, self.tbe(g).fixed("dmp_step"))
+        pooled = sum(self.exchange_bytes_per_gpu(t, self.tables[t].dim) for t in self.tables)  # a rank's samples
+        cost = {g: self.tbe(g).fixed("dmp_step") + self.tbe(g).dmp_pooled_s(pooled) for g in self.gpus}
+        if any(cost.values()):
+            ops += [Op("dmp_step", FWD, st, cost[g], sizes={"pooled_bytes": pooled})
                     for g, st in zip(self.gpus, self.gpu_streams)]
         return ops
 

@@ -77,8 +77,12 @@ class TbeCostSpec(StrictModel):
         default=None, description="fp32 row bytes -> GB/s of a data-parallel table's dense TBE (DMP's dense compute "
                                   "kernel): rows gathered and pooled, per lookup")
     dense_backward_GBps: dict[L.RowBytes, Rate] | None = Field(
-        default=None, description="fp32 row bytes -> GB/s of its backward: per lookup the pooled gradient row (fp32) "
+        default=None, description="fp32 row bytes -> GB/s of its backward: per bag the pooled gradient row (fp32) "
                                   "added into the table's dense gradient")
+    dmp_GBps: dict[Literal["pooled"], Rate] = Field(
+        default_factory=dict, description="pooled: GB/s of DMP's own work per byte of the pooled embeddings a "
+                                          "rank's samples receive (fp32; the KeyedTensors' joins and splits forward "
+                                          "and backward), fitted on synthetic DMP steps (calibrate/dmp.py)")
 
 
 class OpCostSpec(StrictModel):
