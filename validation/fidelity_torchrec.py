@@ -20,9 +20,13 @@ On CPU gloo ranks (``--nproc N``, default 2), one command:
    rank's sum of shard perfs, with the Topology placer tells it and with TorchRec's defaults), beside placer's
    prediction; it covers the sharded embeddings only (no dense part, no DMP overhead), so its error against the
    step is reported with its rank correlation, which is what a planner needs of it;
-5. the summary per workload: MAPE of placer's prediction against DMP's measured step, Spearman over the plans whose
+5. DMP's step by phase (``--profile-steps N``, 0 for none): after the rounds, one more DMP run per plan with N steps
+   under torch.profiler, the slowest rank's operators split into placer's phases plus DMP's own Python
+   (validation/fidelity_dmp_phases.py, placer/torchrec_io/dmp_phases.py) beside placer's phases re-cut the same
+   way; that run counts in no round;
+6. the summary per workload: MAPE of placer's prediction against DMP's measured step, Spearman over the plans whose
    intervals separate (with its interval), the ILP against the fastest plan and against TorchRec's own plans on
-   paired rounds; the same MAPE and Spearman of TorchRec's estimate.
+   paired rounds; the same MAPE and Spearman of TorchRec's estimate; measured / priced per phase over its plans.
 
 Writes ``<out>/fidelity-torchrec-<nproc>ranks-<date>.json`` (command, commit, machine, versions, date, rows) and
 prints a markdown table. Run it with nothing else on the machine.
@@ -48,6 +52,7 @@ if str(ROOT) not in sys.path:
 
 from validation.common import environment, write_json  # noqa: E402
 from validation.fidelity import calibrate, log, write_plans  # noqa: E402
+from validation.fidelity_dmp_phases import phase_fields, phase_lines, phase_table, profiled  # noqa: E402
 from validation.fidelity_ranks import CAMPAIGN, WORKLOADS, forced_plans, torchrec_rows  # noqa: E402
 from validation.fidelity_report import measured_ms, rounds_lines, round_statistics, summarize  # noqa: E402
 from validation.rounds import paired  # noqa: E402
@@ -57,6 +62,8 @@ METHODS = ["ilp", "torchrec", "greedy_size", "round_robin", "random"]
 TORCHREC_CAMPAIGN = [name for name, _ in CAMPAIGN] + ["ranks-tiny-dp"]
 ROUNDS = 5
 DMP_STEPS, DMP_WARMUP = 30, 5
+#: profiled steps per plan (--profile-steps; --smoke at most SMOKE_PROFILE_STEPS)
+PROFILE_STEPS, SMOKE_PROFILE_STEPS = 5, 2
 
 
 def torchrec_workload(wl_path: Path):
@@ -136,10 +143,10 @@ def predicted(model, plan_path: Path) -> dict:
     return predict(model, load_plan(plan_path))
 
 
-def rows_of(spec: Path, wl_name: str, wl_path: Path, plans: list[tuple[str, Path]], rounds: int, smoke: bool
-            ) -> list[dict]:
+def rows_of(spec: Path, wl_name: str, wl_path: Path, plans: list[tuple[str, Path]], rounds: int, smoke: bool,
+            profile_steps: int = 0) -> list[dict]:
     """One row per plan: placer's prediction and TorchRec's estimate beside DMP's measured step (interleaved
-    rounds)."""
+    rounds); with ``profile_steps``, the step by phase of one more, profiled run after the rounds."""
     from placer.torchrec_io.planner import planner_inputs
 
     trained = torchrec_rows(spec, wl_path, plans, rounds, 3 if smoke else DMP_STEPS, 1 if smoke else DMP_WARMUP)
@@ -153,6 +160,9 @@ def rows_of(spec: Path, wl_name: str, wl_path: Path, plans: list[tuple[str, Path
             continue
         pred = predicted(model, plan_path)
         got = {**got, **torchrec_estimates(inputs, Path(got["export"]))}
+        if profile_steps:
+            log(f"{wl_name}: DMP profiled ({profile_steps} steps): {name}")
+            got = {**got, **phase_fields(model, plan_path, profiled(Path(got["export"]), wl_path, profile_steps))}
         rows.append({"name": name, "method": name.split(":")[0] if not name.startswith("forced") else name,
                      "workload": wl_name, "plan_file": plan_path.name, "predicted_step_time_s": pred["step_time_s"],
                      "predicted_phases_s": pred["phases_s"], "bottleneck": pred.get("bottleneck"),
@@ -194,6 +204,7 @@ def summarize_torchrec(rows: list[dict]) -> dict:
         these = [r for r in ok if r["workload"] == wl]
         w["torchrec_estimator"] = {k: estimator_fit(these, k)
                                    for k in ("torchrec_estimate", "torchrec_estimate_defaults")}
+        w["dmp_phases"] = phase_table(these)
     return out
 
 
@@ -230,6 +241,7 @@ def markdown(data: dict) -> str:
                      f"{ratio(w.get('ilp_over_torchrec_defaults_paired'))} | "
                      f"{fit(est.get('torchrec_estimate', {}))}; {fit(est.get('torchrec_estimate_defaults', {}))} |")
     lines += rounds_lines(s.get("per_workload", {}))
+    lines += phase_lines(s.get("per_workload", {}))
     return "\n".join(lines)
 
 
@@ -242,6 +254,9 @@ def parse_args(argv=None):
     ap.add_argument("--rounds", type=int, default=ROUNDS, help=f"interleaved rounds (default {ROUNDS})")
     ap.add_argument("--time-limit", type=float, default=30.0, help="solve time limit per method, s (default 30)")
     ap.add_argument("--workloads", help="comma-separated workload names (default all)")
+    ap.add_argument("--profile-steps", type=int, default=PROFILE_STEPS,
+                    help=f"profiled DMP steps per plan after the rounds, for its step by phase (default "
+                         f"{PROFILE_STEPS}; 0: none; --smoke: at most {SMOKE_PROFILE_STEPS})")
     ap.add_argument("--smoke", action="store_true", help="2 plans of ranks-skewed8, 2 rounds, a few steps")
     ap.add_argument("--date", default=_dt.date.today().isoformat())
     return ap.parse_args(argv)
@@ -263,15 +278,17 @@ def main(argv=None) -> int:
     spec = Path(args.spec) if args.spec else calibrate("cpu", 1, [p for _, p in paths], work / "spec.yaml", args.smoke,
                                                        nproc=args.nproc, extra=("--trainer", "torchrec"))
     rounds = 2 if args.smoke else args.rounds
+    profile = max(0, min(args.profile_steps, SMOKE_PROFILE_STEPS) if args.smoke else args.profile_steps)
     rows = []
     for wl_name, wl_path in paths:
         log(f"{wl_name}: planning under --trainer torchrec")
         plans = make_plans(spec, wl_path, work / "plans" / wl_name, args.time_limit, args.smoke)
         log(f"{wl_name}: {len(plans)} plans under DMP in {rounds} interleaved rounds")
-        rows += rows_of(spec, wl_name, wl_path, plans, rounds, args.smoke)
+        rows += rows_of(spec, wl_name, wl_path, plans, rounds, args.smoke, profile)
     data = {"schema": "placer-fidelity-torchrec/1",
             "command": "python3 validation/fidelity_torchrec.py " + " ".join(sys.argv[1:] if argv is None else argv),
             "date": args.date, "device": "cpu", "nproc": args.nproc, "spec": str(spec), "rounds": rounds,
+            "profile_steps": profile,
             "wall_s": time.perf_counter() - t0, **environment(), "rows": rows}
     data["summary"] = summarize_torchrec(rows)
     write_json(out / f"{stem}.json", data)
