@@ -176,14 +176,26 @@ def _train_rank(rank: int, job: dict, pg) -> dict:
 
 
 def _profile(one_step, pool, steps: int) -> dict:
-    """``steps`` more steps under torch.profiler (CPU activities): per operator name its self CPU time per step
-    (seconds) and calls per step, as ``{name: [self_s, calls]}``."""
+    """``steps`` more steps under torch.profiler (CPU activities): per operator its self CPU time per step
+    (seconds) and calls per step, as ``{key: [self_s, calls]}``; a tensor op's key names its first caller that is
+    not one (``"aten::cat <- DistributedDataParallel.forward"``), so that its time can go to its caller's phase."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for step in range(steps):
             one_step(pool[step % len(pool)])
-    return {e.key: [e.self_cpu_time_total * 1e-6 / steps, e.count / steps] for e in prof.key_averages()}
+    out: dict[str, list[float]] = {}
+    for e in prof.events():
+        key = e.name
+        if key.startswith("aten::"):  # a tensor op is keyed by its caller too: "aten::cat <- ## ... wait() ##"
+            caller = e.cpu_parent
+            while caller is not None and caller.name.startswith("aten::"):
+                caller = caller.cpu_parent
+            key = f"{key} <- {caller.name if caller is not None else '(top)'}"
+        entry = out.setdefault(key, [0.0, 0.0])
+        entry[0] += e.self_cpu_time_total * 1e-6 / steps
+        entry[1] += 1 / steps
+    return out
 
 
 def _worker(rank: int, job: dict) -> None:
