@@ -9,12 +9,13 @@ the bytes; this fits what is left, on three synthetic models trained under DMP o
 
 - A: TABLES tiny tables (ROWS x DIM), a tiny dense part, BATCH_PER_RANK samples per rank, every table table-wise
   (one sharding type per rank); B: A with half of them row-wise (two); C: A's plan with LARGE_TABLES tables of
-  LARGE_DIM columns and LARGE_BATCH_PER_RANK samples per rank (pooled embeddings ~512 x A's), all run in ROUNDS
+  LARGE_DIM columns and LARGE_BATCH_PER_RANK samples per rank (pooled embeddings 256 x A's), all run in ROUNDS
   interleaved rounds of fresh rank processes;
 - r = DMP's median step - placer's price of it under the torchrec trainer (the spec as calibrated so far);
-- r_A = S + K, r_B = S + 2 K, r_C = S + K + P_C / G: ``dmp_step`` = S (per step, every rank), ``input_dist`` =
-  its default + K (per sharding type and rank), ``dmp_GBps.pooled`` = G (P_C: C's pooled embedding bytes per
-  rank; A's are negligible beside them), each at least 0 (G none where C's residual is not above A's).
+- r_A = S + K, r_B = S + 2 K, r_C - r_A = (P_C - P_A) / G: ``dmp_step`` = S (per step, every rank),
+  ``input_dist`` = its default + K (per sharding type and rank), ``dmp_GBps.pooled`` = G (P: a model's pooled
+  embedding bytes per rank, fp32), each at least 0 (G none where C's residual is not above A's). C's residual also
+  holds any miss of placer's dense price at its batch: what G stands for is all that grows with the pooled bytes.
 
 Never fitted on a campaign's plans or the shipped workloads: these synthetic models only. Needs TorchRec; without
 it (or where a run fails) the defaults stay and the notes say why.
