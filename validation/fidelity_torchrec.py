@@ -58,8 +58,8 @@ from validation.fidelity_report import measured_ms, rounds_lines, round_statisti
 from validation.rounds import paired  # noqa: E402
 
 METHODS = ["ilp", "torchrec", "greedy_size", "round_robin", "random"]
-#: fidelity_ranks.py's workloads and one where TorchRec's perf model and DMP's gloo costs part (its yaml says why)
-TORCHREC_CAMPAIGN = [name for name, _ in CAMPAIGN] + ["ranks-tiny-dp"]
+#: fidelity_ranks.py's workloads and two where TorchRec's perf model and DMP's costs part (their yamls say why)
+TORCHREC_CAMPAIGN = [name for name, _ in CAMPAIGN] + ["ranks-tiny-dp", "ranks-wide"]
 ROUNDS = 5
 DMP_STEPS, DMP_WARMUP = 30, 5
 #: profiled steps per plan (--profile-steps; --smoke at most SMOKE_PROFILE_STEPS)
