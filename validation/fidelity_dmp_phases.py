@@ -115,22 +115,21 @@ def main(argv=None) -> int:
     ap.add_argument("--profile-steps", type=int, default=5, help="steps under torch.profiler (default 5)")
     args = ap.parse_args(argv)
 
+    from placer.errors import PlacerError
     from placer.specs import load_workload
     from placer.torchrec_io.dmp_phases import measured
     from placer.torchrec_io.dmp_train import train
 
-    from placer.errors import PlacerError
-
+    steps = max(args.profile_steps, 1)
     try:
         doc = json.loads(Path(args.export).read_text())
-        res = train(doc, load_workload(args.workload), steps=1, warmup=WARMUP,
-                    profile_steps=max(args.profile_steps, 1))
+        res = train(doc, load_workload(args.workload), steps=1, warmup=WARMUP, profile_steps=steps)
     except (PlacerError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     out = measured(res["ops_per_rank"])
     out["profile_ops_s"] = res["ops_per_rank"][out["measured_phases_rank"]]
-    out["profile_steps"] = max(args.profile_steps, 1)
+    out["profile_steps"] = steps
     print(json.dumps(out))
     return 0
 

@@ -100,7 +100,7 @@ def fit(cal: Calibration, spec_yaml: str, ranks: int) -> None:
             measured = statistics.median(runs[name])
             priced = predict(model, plan, check_memory=False)["step_time_s"]
             residual[name] = measured - priced
-            pooled[name] = sum(model.builder.exchange_bytes_per_gpu(t.name, t.dim) for t in w.tables)
+            pooled[name] = model.builder.pooled_bytes_per_rank()
             shown = ", ".join(f"{x * 1e3:.2f}" for x in runs[name])
             said.append(f"{name}: DMP {measured * 1e3:.3f} ms (runs {shown}), priced {priced * 1e3:.3f} ms")
     except Exception as exc:  # noqa: BLE001 - a calibration must not fail for an optional fit

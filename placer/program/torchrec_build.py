@@ -154,12 +154,17 @@ class TorchRecProgramBuilder(ProgramBuilder):
         """placer's placement-free ops and DMP's own cost per step on every rank (tbe_costs: ``dmp_step`` and its
         work on the rank's pooled embeddings)."""
         ops = super().base_ops()
-        pooled = sum(self.exchange_bytes_per_gpu(t, self.tables[t].dim) for t in self.tables)  # a rank's samples
+        pooled = self.pooled_bytes_per_rank()
         cost = {g: self.tbe(g).fixed("dmp_step") + self.tbe(g).dmp_pooled_s(pooled) for g in self.gpus}
         if any(cost.values()):
             ops += [Op("dmp_step", FWD, st, cost[g], sizes={"pooled_bytes": pooled})
                     for g, st in zip(self.gpus, self.gpu_streams)]
         return ops
+
+    def pooled_bytes_per_rank(self) -> float:
+        """Bytes of the pooled embeddings (fp32) a rank's samples receive per step, every table's features: what
+        DMP's own work per pooled byte (``dmp_GBps.pooled``) is fitted on and charged by."""
+        return sum(self.exchange_bytes_per_gpu(t, self.tables[t].dim) for t in self.tables)
 
     def shard_buffers(self, p: Placement) -> list:
         """placer's buffers (a caching TBE's rows all in host memory, as UVM holds the whole table) and the HBM

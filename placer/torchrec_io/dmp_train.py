@@ -181,6 +181,8 @@ def _profile(one_step, pool, steps: int) -> dict:
     not one (``"aten::cat <- DistributedDataParallel.forward"``), so that its time can go to its caller's phase."""
     from torch.profiler import ProfilerActivity, profile
 
+    from placer.torchrec_io.dmp_phases import CALLED_BY
+
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for step in range(steps):
             one_step(pool[step % len(pool)])
@@ -191,7 +193,7 @@ def _profile(one_step, pool, steps: int) -> dict:
             caller = e.cpu_parent
             while caller is not None and caller.name.startswith("aten::"):
                 caller = caller.cpu_parent
-            key = f"{key} <- {caller.name if caller is not None else '(top)'}"
+            key = f"{key}{CALLED_BY}{caller.name if caller is not None else '(top)'}"
         entry = out.setdefault(key, [0.0, 0.0])
         entry[0] += e.self_cpu_time_total * 1e-6 / steps
         entry[1] += 1 / steps
